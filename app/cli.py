@@ -1,0 +1,89 @@
+"""``lemon-desk``: the window with no arguments, or a headless subcommand.
+
+Every failure a user can cause ends in one clear line on stderr and a non-zero exit, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from app import __version__
+from app.core.errors import LemonDeskError
+from app.store.settings import load_settings
+from app.system_info import gather
+
+EXIT_ERROR = 1
+EXIT_INTERRUPTED = 130
+
+
+def _print_json(data: Any) -> None:
+    print(json.dumps(data, indent=2))
+
+
+def _table(rows: list[list[str]]) -> str:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows)
+
+
+def cmd_system_info(args: argparse.Namespace) -> int:
+    loaded = load_settings()
+    if loaded.warning:
+        print(f"warning: {loaded.warning}", file=sys.stderr)
+    info = gather(loaded.settings)
+    if args.json:
+        _print_json(info.to_json())
+        return 0
+    hw = info.hardware
+    print(f"OS / arch : {hw.os} {hw.arch}")
+    print(f"CPU       : {hw.cpu.name} ({hw.cpu.cores} cores, {hw.cpu.threads} threads)")
+    print(f"Memory    : {hw.memory_gb:g} GB")
+    for gpu in hw.amd_gpu:
+        kind = "integrated" if gpu.integrated else "discrete"
+        print(f"AMD GPU   : {gpu.name} ({gpu.gfx}, {gpu.vram_gb:g} GB, {kind})")
+    for nv in hw.nvidia_gpu:
+        print(f"NVIDIA GPU: {nv.name} (compute {nv.compute_capability}, {nv.vram_gb:g} GB)")
+    if hw.metal.available:
+        print(f"Metal     : {hw.metal.name}")
+    if not hw.has_gpu:
+        print("GPU       : none found")
+    for note in hw.notes:
+        print(f"note: {note}")
+    for recipe, support in info.recipes.items():
+        print(f"\n{recipe} (default: {support.default_backend or 'none'})")
+        rows = [["backend", "state", "version", "details"]]
+        rows += [[name, s.state.value, s.version, s.message] for name, s in support.backends.items()]
+        print(_table(rows))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="lemon-desk", description="Run large language models locally.")
+    parser.add_argument("--version", action="version", version=f"lemon-desk {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    info = sub.add_parser("system-info", help="the machine and which backends run on it")
+    info.add_argument("--json", action="store_true", help="print JSON")
+    info.set_defaults(handler=cmd_system_info)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    handler: Callable[[argparse.Namespace], int] | None = getattr(args, "handler", None)
+    try:
+        if handler is None:
+            from app.ui.launch import run_window
+
+            return run_window()
+        return handler(args)
+    except LemonDeskError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_ERROR
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED

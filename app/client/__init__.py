@@ -1,0 +1,1 @@
+"""OpenAI-compatible streaming client (httpx), SSE parsing, telemetry extraction."""

@@ -1,0 +1,174 @@
+"""Recipes, backends and their pinned releases, parsed from ``backend_versions.json``.
+
+The file is data so that a pin bump or a new asset name never needs a code change.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+from app.core.errors import ConfigError
+
+GITHUB = "https://github.com"
+
+RECIPES = ("llamacpp", "lemon-mlx")
+
+# Preference order for the default backend, best first.
+PREFERENCE = ("metal", "cuda", "rocm", "vulkan", "cpu", "mlx-lm", "system")
+
+
+class BackendKind(Enum):
+    RELEASE = "release"  # an archive from a GitHub release, unpacked under the app's engines folder
+    PIP = "pip"  # packages from the package index in a virtual environment the app manages
+    SYSTEM = "system"  # a binary the user already has
+
+
+class BackendState(Enum):
+    INSTALLED = "installed"  # present and at the pinned version
+    INSTALLABLE = "installable"  # runs here, not installed yet
+    UPDATE_REQUIRED = "update_required"  # installed, but its version differs from the pin
+    UNSUPPORTED = "unsupported"  # cannot run here; the message says why
+
+
+@dataclass(frozen=True)
+class AssetRule:
+    platform: str  # "linux-x86_64", "macos-arm64", ...
+    name: str  # template: {version} {build} {channel} {gfx_family} {cuda_arch} and the spec's vars
+    min_build: int | None = None
+    max_build: int | None = None
+
+    def matches(self, platform: str, build: int | None) -> bool:
+        if platform != self.platform:
+            return False
+        if build is None:
+            return self.min_build is None and self.max_build is None
+        return (self.min_build is None or build >= self.min_build) and (
+            self.max_build is None or build <= self.max_build
+        )
+
+
+@dataclass(frozen=True)
+class BackendSpec:
+    recipe: str
+    name: str
+    kind: BackendKind
+    version: str = ""
+    repo: str = ""
+    assets: tuple[AssetRule, ...] = ()
+    vars: dict[str, str] = field(default_factory=dict)
+    sha256: dict[str, str] = field(default_factory=dict)
+    platforms: tuple[str, ...] = ()  # PIP: where its wheels exist
+    packages: dict[str, tuple[str, ...]] = field(default_factory=dict)  # PIP: os -> requirements
+    binary: str = ""  # SYSTEM: the executable to look for
+
+    @property
+    def key(self) -> str:
+        return f"{self.recipe}:{self.name}"
+
+    @property
+    def build(self) -> int | None:
+        """The build number in a tag such as ``b1045-stable`` or ``b10375``."""
+        match = re.match(r"b(\d+)", self.version)
+        return int(match.group(1)) if match else None
+
+    @property
+    def channel(self) -> str:
+        return "preview" if self.version.endswith("-preview") else "stable"
+
+    def asset_rule(self, platform: str) -> AssetRule | None:
+        return next((r for r in self.assets if r.matches(platform, self.build)), None)
+
+    def asset_name(self, platform: str, **values: str) -> str | None:
+        """The release file for this platform, or None when the release has none."""
+        rule = self.asset_rule(platform)
+        if rule is None:
+            return None
+        fields = {"version": self.version, "build": str(self.build), "channel": self.channel, **self.vars}
+        fields.update(values)
+        try:
+            return rule.name.format(**fields)
+        except KeyError as missing:
+            raise ConfigError(
+                f"Backend versions: asset name for {self.key} needs {missing}, which is not known here."
+            ) from None
+
+    def asset_url(self, asset: str, release_base: str = GITHUB) -> str:
+        return f"{release_base.rstrip('/')}/{self.repo}/releases/download/{self.version}/{asset}"
+
+
+@dataclass(frozen=True)
+class BackendVersions:
+    specs: dict[str, dict[str, BackendSpec]]  # recipe -> backend -> spec
+    rocm_families: dict[str, tuple[str, ...]]  # family -> gfx targets
+
+    def spec(self, recipe: str, backend: str) -> BackendSpec:
+        try:
+            return self.specs[recipe][backend]
+        except KeyError:
+            known = ", ".join(f"{r}:{b}" for r, bs in self.specs.items() for b in bs)
+            raise ConfigError(f"Unknown backend '{recipe}:{backend}'.", f"Known backends: {known}.") from None
+
+    def gfx_family(self, gfx: str) -> str | None:
+        return next((fam for fam, targets in self.rocm_families.items() if gfx in targets), None)
+
+
+def _require(obj: dict[str, Any], key: str, where: str) -> Any:
+    if key not in obj:
+        raise ConfigError(f"Backend versions: {where} has no '{key}'.")
+    return obj[key]
+
+
+def _parse_spec(recipe: str, name: str, raw: Any) -> BackendSpec:
+    where = f"{recipe}:{name}"
+    if not isinstance(raw, dict):
+        raise ConfigError(f"Backend versions: {where} must be an object.")
+    try:
+        kind = BackendKind(raw.get("kind", "release"))
+    except ValueError:
+        raise ConfigError(f"Backend versions: {where} has an unknown kind {raw.get('kind')!r}.") from None
+    if kind is BackendKind.SYSTEM:
+        return BackendSpec(recipe, name, kind, binary=str(_require(raw, "binary", where)))
+    version = str(_require(raw, "version", where))
+    if kind is BackendKind.PIP:
+        packages = _require(raw, "packages", where)
+        return BackendSpec(
+            recipe,
+            name,
+            kind,
+            version=version,
+            platforms=tuple(_require(raw, "platforms", where)),
+            packages={os_name: tuple(reqs) for os_name, reqs in packages.items()},
+        )
+    assets = tuple(
+        AssetRule(
+            platform=str(_require(a, "platform", where)),
+            name=str(_require(a, "name", where)),
+            min_build=a.get("min_build"),
+            max_build=a.get("max_build"),
+        )
+        for a in _require(raw, "assets", where)
+    )
+    return BackendSpec(
+        recipe,
+        name,
+        kind,
+        version=version,
+        repo=str(_require(raw, "repo", where)),
+        assets=assets,
+        vars={k: str(v) for k, v in raw.get("vars", {}).items()},
+        sha256={k: str(v).lower() for k, v in raw.get("sha256", {}).items()},
+    )
+
+
+def parse_backend_versions(data: Any) -> BackendVersions:
+    if not isinstance(data, dict) or not isinstance(data.get("recipes"), dict):
+        raise ConfigError("Backend versions: the file must be an object with a 'recipes' object.")
+    specs = {
+        recipe: {name: _parse_spec(recipe, name, raw) for name, raw in backends.items()}
+        for recipe, backends in data["recipes"].items()
+    }
+    families = {fam: tuple(targets) for fam, targets in data.get("rocm_families", {}).items()}
+    return BackendVersions(specs, families)

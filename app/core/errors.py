@@ -1,0 +1,61 @@
+"""Every error a user can see, in one tree.
+
+LemonDeskError                  what happened + what to do (``hint``)
+├── ConfigError                 a file or value the app reads is malformed
+│   └── HardwareProfileError    LEMON_DESK_MOCK_HARDWARE points at a bad profile
+├── UnsupportedError            a backend cannot run on this machine
+├── InstallError                download / verify / unpack of an engine failed
+├── ModelError                  a model reference, file or download is unusable
+├── EngineError                 an engine failed to start, crashed or hung
+└── RequestError                a request to an engine failed
+"""
+
+from __future__ import annotations
+
+
+class LemonDeskError(Exception):
+    """Base of every error shown to a user: ``str(err)`` says what happened, ``hint`` what to do."""
+
+    def __init__(self, message: str, hint: str = "") -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+    def __str__(self) -> str:
+        return f"{self.message} {self.hint}".strip() if self.hint else self.message
+
+
+class ConfigError(LemonDeskError):
+    """A file or setting the app reads is malformed."""
+
+
+class HardwareProfileError(ConfigError):
+    """The mock hardware profile is malformed."""
+
+
+class UnsupportedError(LemonDeskError):
+    """The requested backend cannot run on this machine."""
+
+
+class InstallError(LemonDeskError):
+    """Installing an engine failed."""
+
+
+class ModelError(LemonDeskError):
+    """A model reference, file or download is unusable."""
+
+
+class EngineError(LemonDeskError):
+    """An engine failed to start, crashed or hung."""
+
+    def __init__(self, message: str, hint: str = "", last_output: str = "") -> None:
+        super().__init__(message, hint)
+        self.last_output = last_output
+
+    def __str__(self) -> str:
+        base = super().__str__()
+        return f"{base}\n--- engine output ---\n{self.last_output}" if self.last_output else base
+
+
+class RequestError(LemonDeskError):
+    """A request to an engine failed."""

@@ -1,0 +1,68 @@
+"""Models: catalog entries and the user's own, with recipe, checkpoint, labels and size."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from app.core.backends import RECIPES
+from app.core.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class Model:
+    name: str
+    recipe: str  # "llamacpp" or "lemon-mlx"
+    checkpoint: str  # "org/repo:VARIANT", "org/repo", or a local path for imported models
+    labels: tuple[str, ...] = ()
+    size_gb: float = 0.0
+    suggested: bool = False
+    user: bool = False  # added by the user rather than shipped in the catalog
+
+    @property
+    def repo_id(self) -> str | None:
+        """The Hugging Face repo id, or None for a local file or folder."""
+        if self.checkpoint.startswith(("/", "~", ".")):
+            return None
+        return self.checkpoint.split(":", 1)[0]
+
+    @property
+    def variant(self) -> str | None:
+        if self.repo_id is None:
+            return None
+        return self.checkpoint.partition(":")[2] or None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "recipe": self.recipe,
+            "checkpoint": self.checkpoint,
+            "labels": list(self.labels),
+            "size_gb": self.size_gb,
+            "suggested": self.suggested,
+            "user": self.user,
+        }
+
+
+def model_from_json(name: str, raw: Any, user: bool = False) -> Model:
+    if not isinstance(raw, dict):
+        raise ConfigError(f"Model '{name}' must be an object.")
+    recipe = raw.get("recipe")
+    if recipe not in RECIPES:
+        raise ConfigError(f"Model '{name}' has an unknown recipe {recipe!r} (known: {', '.join(RECIPES)}).")
+    checkpoint = raw.get("checkpoint")
+    if not isinstance(checkpoint, str) or not checkpoint:
+        raise ConfigError(f"Model '{name}' has no checkpoint.")
+    return Model(
+        name=name,
+        recipe=recipe,
+        checkpoint=checkpoint,
+        labels=tuple(str(label) for label in raw.get("labels", [])),
+        size_gb=float(raw.get("size_gb", 0.0)),
+        suggested=bool(raw.get("suggested", False)),
+        user=user,
+    )
+
+
+def catalog_from_json(data: dict[str, Any]) -> dict[str, Model]:
+    return {name: model_from_json(name, raw) for name, raw in data.items()}

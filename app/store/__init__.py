@@ -1,0 +1,1 @@
+"""Persistence: the app's folder, settings, installs, chat history, keychain."""

@@ -1,0 +1,47 @@
+"""What is installed under ``<home>/engines/<recipe>/<backend>/``: each install's manifest."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from app.store.files import atomic_write_json
+from app.store.paths import engines_dir
+
+MANIFEST = "lemon-desk-install.json"
+
+
+@dataclass(frozen=True)
+class InstallManifest:
+    version: str
+    asset: str
+    sha256: str
+
+
+def install_dir(recipe: str, backend: str) -> Path:
+    return engines_dir() / recipe / backend
+
+
+def read_manifest(folder: Path) -> InstallManifest | None:
+    """The manifest of a complete install, or None (missing or unreadable means not installed)."""
+    try:
+        data = json.loads((folder / MANIFEST).read_text())
+        return InstallManifest(str(data["version"]), str(data["asset"]), str(data["sha256"]))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def write_manifest(folder: Path, manifest: InstallManifest) -> None:
+    atomic_write_json(folder / MANIFEST, asdict(manifest))
+
+
+def installed_versions() -> dict[str, str]:
+    """``{"recipe:backend": version}`` for every complete install."""
+    root = engines_dir()
+    found = {}
+    for folder in sorted(root.glob("*/*")) if root.is_dir() else []:
+        manifest = read_manifest(folder)
+        if manifest is not None:
+            found[f"{folder.parent.name}:{folder.name}"] = manifest.version
+    return found

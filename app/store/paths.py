@@ -1,0 +1,34 @@
+"""Where the app keeps its state: ``LEMON_DESK_HOME``, else the platform's user folders."""
+
+from __future__ import annotations
+
+import os
+from importlib import resources
+from pathlib import Path
+
+import platformdirs
+
+APP_NAME = "lemon-desk"
+
+
+def home() -> Path:
+    """One folder for all of the app's own state (config, engines, history, logs)."""
+    override = os.environ.get("LEMON_DESK_HOME")
+    path = Path(override).expanduser() if override else Path(platformdirs.user_data_dir(APP_NAME))
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def engines_dir() -> Path:
+    return home() / "engines"
+
+
+def logs_dir() -> Path:
+    path = home() / "logs"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def resource(name: str) -> Path:
+    """A bundled file from resources/."""
+    return Path(str(resources.files("app.resources").joinpath(name)))

@@ -1,0 +1,73 @@
+"""The app's settings: one validated model with a schema version, stored atomically as JSON.
+
+A corrupt settings file is set aside (never deleted) and reported; the app starts on defaults.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from app.store.files import atomic_write_json, set_aside
+from app.store.paths import home
+
+SCHEMA = 1
+
+
+@dataclass
+class Settings:
+    llama_server_path: str = ""  # a llama-server binary of the user's, for the `system` backend
+    release_mirror: str = ""  # stands in for https://github.com in release downloads
+    models_dir: str = ""  # Hugging Face cache folder; empty means HF_HUB_CACHE / HF_HOME / default
+    max_loaded_models: int = 1
+    idle_unload_minutes: int = 0  # 0: never
+    keep_in_tray: bool = True
+    load_timeout_s: float = 600.0
+    request_timeout_s: float = 300.0
+    hang_grace_s: float = 90.0
+
+
+@dataclass(frozen=True)
+class LoadedSettings:
+    settings: Settings
+    warning: str = ""  # what went wrong reading the file, for the user
+
+
+def settings_path() -> Path:
+    return home() / "settings.json"
+
+
+def _from_json(data: Any) -> Settings:
+    if not isinstance(data, dict):
+        raise ValueError("not an object")
+    defaults = Settings()
+    values: dict[str, Any] = {}
+    for f in fields(Settings):
+        if f.name in data:
+            value, default = data[f.name], getattr(defaults, f.name)
+            # ints are accepted where floats are expected; nothing else changes type.
+            if isinstance(default, float) and isinstance(value, int) and not isinstance(value, bool):
+                value = float(value)
+            if type(value) is not type(default):
+                raise ValueError(f"'{f.name}' has the wrong type")
+            values[f.name] = value
+    return Settings(**values)
+
+
+def load_settings(path: Path | None = None) -> LoadedSettings:
+    path = path or settings_path()
+    if not path.exists():
+        return LoadedSettings(Settings())
+    try:
+        return LoadedSettings(_from_json(json.loads(path.read_text())))
+    except (OSError, ValueError) as err:
+        backup = set_aside(path)
+        return LoadedSettings(
+            Settings(), f"Settings file was unreadable ({err}); kept it as {backup.name} and used defaults."
+        )
+
+
+def save_settings(settings: Settings, path: Path | None = None) -> None:
+    atomic_write_json(path or settings_path(), {"schema": SCHEMA, **asdict(settings)})

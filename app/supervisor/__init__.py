@@ -1,0 +1,1 @@
+"""asyncio only: installer, engine processes, health, loading policy, telemetry, local API."""

@@ -1,0 +1,1 @@
+"""PySide6 widgets only: they never await and never do I/O."""

@@ -1,0 +1,49 @@
+"""Start the Qt application on a qasync event loop and show the main window."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import sys
+
+import qasync
+from PySide6.QtCore import QSocketNotifier
+from PySide6.QtWidgets import QApplication
+
+from app.ui.main_window import MainWindow
+
+
+def _quit_on_signals(app: QApplication) -> QSocketNotifier:
+    """SIGTERM / SIGINT quit the app cleanly; the wakeup fd makes Qt notice them with no polling."""
+    reader, writer = socket.socketpair()
+    reader.setblocking(False)
+    writer.setblocking(False)
+    signal.set_wakeup_fd(writer.fileno())
+    notifier = QSocketNotifier(reader.fileno(), QSocketNotifier.Type.Read, app)
+    notifier.activated.connect(lambda: reader.recv(64))
+    notifier.setProperty("sockets", (reader, writer))  # keep both ends alive with the notifier
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: app.quit())
+    return notifier
+
+
+def run_window() -> int:
+    app = QApplication.instance() or QApplication(sys.argv)
+    assert isinstance(app, QApplication)
+    app.setApplicationName("Lemon Desk")
+    app.setOrganizationName("lemon-desk")
+    notifier = _quit_on_signals(app)
+    window = MainWindow()
+    window.show()
+    loop = qasync.QEventLoop(app)
+    asyncio.set_event_loop(loop)
+    if os.environ.get("LEMON_DESK_PRINT_READY"):  # for tests and the launch benchmark
+        loop.call_soon(lambda: print(f"window shown: {window.windowTitle()}", flush=True))
+    closed = asyncio.Event()
+    app.aboutToQuit.connect(closed.set)
+    with loop:
+        loop.run_until_complete(closed.wait())
+    del notifier
+    return 0

@@ -1,0 +1,1 @@
+"""Bundled data: the model catalog, backend pins, icons (read through importlib.resources)."""

@@ -1,0 +1,196 @@
+"""Hardware detection: this machine for real, GPU sysfs trees as named fakes, and mock profiles."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from app.core.errors import HardwareProfileError
+from app.core.hardware import hardware_from_json
+from app.platform import detect_hardware, probe
+from tests.conftest import profile_path
+
+
+def test_this_machine_is_detected_quickly_and_correctly() -> None:
+    start = time.perf_counter()
+    hw = detect_hardware()
+    elapsed = time.perf_counter() - start
+    assert elapsed < 1.0, f"detection took {elapsed:.2f}s"
+    assert hw.os == "linux" and hw.arch == "x86_64"
+    assert hw.cpu.threads >= 1 and hw.memory_gb > 1
+    assert hw.amd_gpu == () and hw.nvidia_gpu == () and not hw.metal.available
+
+
+def _fake_sysfs(root: Path, nodes: dict[str, dict[str, str]], vram: list[int]) -> None:
+    """A stand-in KFD topology and DRM tree, as an AMD machine would have (there is no GPU here)."""
+    for name, props in nodes.items():
+        node = root / "kfd" / name
+        node.mkdir(parents=True)
+        (node / "properties").write_text("".join(f"{k} {v}\n" for k, v in props.items()))
+        (node / "name").write_text(props.get("_name", "") + "\n")
+    for i, size in enumerate(vram):
+        dev = root / "drm" / f"card{i}" / "device"
+        dev.mkdir(parents=True)
+        (dev / "mem_info_vram_total").write_text(f"{size}\n")
+
+
+def test_amd_gpus_from_kfd_topology(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    gib = 1024**3
+    _fake_sysfs(
+        tmp_path,
+        {
+            "0": {"cpu_cores_count": "16", "gfx_target_version": "0"},
+            "1": {
+                "cpu_cores_count": "0",
+                "gfx_target_version": "120001",
+                "local_mem_size": str(16 * gib),
+                "_name": "gfx1201",
+            },
+            "2": {
+                "cpu_cores_count": "0",
+                "gfx_target_version": "100306",
+                "local_mem_size": "0",
+                "_name": "ip discovery",
+            },
+        },
+        vram=[512 * 1024**2],
+    )
+    monkeypatch.setattr(probe, "KFD_NODES", tmp_path / "kfd")
+    monkeypatch.setattr(probe, "DRM", tmp_path / "drm")
+    notes: list[str] = []
+    gpus = probe._amd_gpus(notes)
+    assert [(g.gfx, g.vram_gb, g.integrated) for g in gpus] == [
+        ("gfx1201", 16.0, False),
+        ("gfx1036", 0.5, True),
+    ]
+    assert notes == []
+
+
+def test_gfx_target_versions() -> None:
+    assert probe._gfx_from_version(110501) == "gfx1151"
+    assert probe._gfx_from_version(110000) == "gfx1100"
+    assert probe._gfx_from_version(90010) == "gfx90a"
+
+
+def test_missing_nvidia_smi_is_not_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", "/nonexistent")
+    assert probe._nvidia_gpus([]) == []
+
+
+def test_hanging_command_times_out(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(probe, "COMMAND_TIMEOUT_S", 0.2)
+    start = time.perf_counter()
+    assert probe._run([sys.executable, "-c", "import time; time.sleep(30)"]) is None
+    assert time.perf_counter() - start < 5
+
+
+def test_mock_profile_replaces_the_probe(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LEMON_DESK_MOCK_HARDWARE", str(profile_path("strix_halo")))
+    hw = detect_hardware()
+    assert hw.amd_gpu[0].gfx == "gfx1151" and hw.memory_gb == 128
+
+
+@pytest.mark.parametrize(
+    ("mutate", "message"),
+    [
+        (lambda p: p.pop("arch"), "missing field 'arch'"),
+        (lambda p: p.update(os="windows"), "field 'os' must be one of linux, macos"),
+        (lambda p: p["cpu"].pop("cores"), "missing field 'cpu.cores'"),
+        (lambda p: p.update(memory_gb="lots"), "field 'memory_gb' has the wrong type"),
+        (
+            lambda p: p["amd_gpu"][0].update(integrated="yes"),
+            "field 'amd_gpu[0].integrated' has the wrong type",
+        ),
+        (lambda p: p["amd_gpu"][0].pop("gfx"), "missing field 'amd_gpu[0].gfx'"),
+        (lambda p: p.update(nvidia_gpu={}), "field 'nvidia_gpu' must be a list of objects"),
+    ],
+)
+def test_bad_profile_names_the_field(mutate, message: str) -> None:  # type: ignore[no-untyped-def]
+    data = json.loads(profile_path("strix_halo").read_text())
+    mutate(data)
+    with pytest.raises(HardwareProfileError, match=message.replace("[", r"\[").replace("]", r"\]")):
+        hardware_from_json(data)
+
+
+def test_profile_round_trips_through_json() -> None:
+    data = json.loads(profile_path("amd_nvidia_hybrid").read_text())
+    hw = hardware_from_json(data)
+    assert hardware_from_json(hw.to_json()) == hw
+
+
+def _cli(*args: str, env_extra: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    import os
+
+    env = {**os.environ, **env_extra}
+    return subprocess.run(
+        [sys.executable, "-m", "app", *args], capture_output=True, text=True, env=env, timeout=60, check=False
+    )
+
+
+def test_cli_system_info_json_shape() -> None:
+    done = _cli(
+        "system-info", "--json", env_extra={"LEMON_DESK_MOCK_HARDWARE": str(profile_path("strix_halo"))}
+    )
+    assert done.returncode == 0, done.stderr
+    data = json.loads(done.stdout)
+    assert set(data) == {"hardware", "recipes"}
+    assert data["hardware"]["amd_gpu"][0] == {
+        "name": "Radeon 8060S",
+        "gfx": "gfx1151",
+        "vram_gb": 96.0,
+        "integrated": True,
+    }
+    rocm = data["recipes"]["lemon-mlx"]["backends"]["rocm"]
+    assert rocm == {
+        "state": "installable",
+        "message": "Can be installed (b1045-stable).",
+        "version": "b1045-stable",
+        "asset": "mlx-engine-b1045-stable-ubuntu-rocm-x64.zip",
+        "url": "https://github.com/lemonade-sdk/lemon-mlx-engine/releases/download/b1045-stable/"
+        "mlx-engine-b1045-stable-ubuntu-rocm-x64.zip",
+    }
+    assert data["recipes"]["llamacpp"]["default_backend"] == "rocm"
+    assert set(data["recipes"]["llamacpp"]["backends"]["metal"]) == {"state", "message", "version"}
+
+
+def test_cli_system_info_table() -> None:
+    done = _cli("system-info", env_extra={"LEMON_DESK_MOCK_HARDWARE": str(profile_path("intel_mac"))})
+    assert done.returncode == 0, done.stderr
+    assert "lemon-mlx (default: none)" in done.stdout
+    assert "No lemon-mlx build exists for Intel Macs" in done.stdout
+
+
+@pytest.mark.parametrize("content", ["{not json", '{"os": "linux"}'])
+def test_cli_bad_profile_is_one_clear_line(tmp_path: Path, content: str) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text(content)
+    done = _cli("system-info", "--json", env_extra={"LEMON_DESK_MOCK_HARDWARE": str(bad)})
+    assert done.returncode != 0
+    assert done.stdout == ""
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in done.stderr
+
+
+def test_backend_versions_override(tmp_path: Path) -> None:
+    from app.store.catalog import backend_versions_path
+
+    raw = json.loads(backend_versions_path().read_text())
+    raw["recipes"]["llamacpp"]["cpu"]["version"] = "b99999"
+    override = tmp_path / "versions.json"
+    override.write_text(json.dumps(raw))
+    done = _cli(
+        "system-info",
+        "--json",
+        env_extra={
+            "LEMON_DESK_MOCK_HARDWARE": str(profile_path("cpu_only_x86")),
+            "LEMON_DESK_BACKEND_VERSIONS": str(override),
+        },
+    )
+    assert json.loads(done.stdout)["recipes"]["llamacpp"]["backends"]["cpu"]["asset"] == (
+        "llama-b99999-bin-ubuntu-x64.tar.gz"
+    )
