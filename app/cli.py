@@ -68,6 +68,10 @@ def build_parser() -> argparse.ArgumentParser:
     info = sub.add_parser("system-info", help="the machine and which backends run on it")
     info.add_argument("--json", action="store_true", help="print JSON")
     info.set_defaults(handler=cmd_system_info)
+
+    from app.cli_models import add_model_commands  # search, pull, models, rm, import
+
+    add_model_commands(sub)
     return parser
 
 

@@ -4,6 +4,8 @@ LemonDeskError                  what happened + what to do (``hint``)
 ├── ConfigError                 a file or value the app reads is malformed
 │   └── HardwareProfileError    LEMON_DESK_MOCK_HARDWARE points at a bad profile
 ├── UnsupportedError            a backend cannot run on this machine
+├── DownloadError               an HTTP download failed
+│   └── ChecksumError           what arrived is not what was expected (deleted)
 ├── InstallError                download / verify / unpack of an engine failed
 ├── ModelError                  a model reference, file or download is unusable
 ├── EngineError                 an engine failed to start, crashed or hung
@@ -43,6 +45,10 @@ class DownloadError(LemonDeskError):
     def __init__(self, message: str, hint: str = "", status: int | None = None) -> None:
         super().__init__(message, hint)
         self.status = status
+
+
+class ChecksumError(DownloadError):
+    """A downloaded file's checksum does not match; the file was deleted."""
 
 
 class InstallError(LemonDeskError):

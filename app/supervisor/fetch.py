@@ -17,7 +17,7 @@ from pathlib import Path
 
 import httpx
 
-from app.core.errors import DownloadError
+from app.core.errors import ChecksumError, DownloadError
 
 CHUNK = 1 << 20
 PROGRESS_INTERVAL_S = 0.1
@@ -137,7 +137,7 @@ async def fetch(
     digest = state.hasher.hexdigest()
     if sha256 and digest != sha256.lower():
         part.unlink(missing_ok=True)
-        raise DownloadError(
+        raise ChecksumError(
             f"{dest.name} is corrupt: its SHA-256 is {digest}, expected {sha256.lower()}.",
             "The damaged file was deleted; try again.",
         )

@@ -1,7 +1,8 @@
 """A loopback HTTP file server with Range support that can misbehave on purpose.
 
 Faults are armed per path and fire once each: cut the connection after N bytes, stall, send wrong
-bytes, answer an HTTP error, or ignore Range. Every request is logged for assertions.
+bytes, answer an HTTP error, ignore Range, or hold the connection open after N bytes. Every request is
+logged for assertions. ``routes`` answer from the query string (for APIs such as a search).
 """
 
 from __future__ import annotations
@@ -9,10 +10,11 @@ from __future__ import annotations
 import re
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs, unquote
 
 
 @dataclass
@@ -22,6 +24,7 @@ class Fault:
     corrupt: bool = False  # flip the bytes of the body
     status: int | None = None  # answer this status with no body
     ignore_range: bool = False  # answer 200 with the whole file
+    hold_after: int | None = None  # send this many body bytes, then keep the connection open, silent
 
 
 @dataclass
@@ -29,8 +32,12 @@ class Served:
     files: dict[str, bytes] = field(default_factory=dict)
     faults: dict[str, list[Fault]] = field(default_factory=dict)
     log: list[tuple[str, str | None]] = field(default_factory=list)  # (path, Range header)
+    # Headers a path requires: a missing one is answered 401, a wrong one 403.
     required_headers: dict[str, dict[str, str]] = field(default_factory=dict)
+    routes: dict[str, Callable[[dict[str, list[str]]], bytes]] = field(default_factory=dict)
+    headers: dict[str, dict[str, str]] = field(default_factory=dict)  # extra response headers per path
     lock: threading.Lock = field(default_factory=threading.Lock)
+    release: threading.Event = field(default_factory=threading.Event)  # ends every hold
 
     def arm(self, path: str, fault: Fault) -> None:
         with self.lock:
@@ -52,17 +59,25 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: object) -> None:
         return
 
+    def do_HEAD(self) -> None:
+        self._answer(head=True)
+
     def do_GET(self) -> None:
+        self._answer(head=False)
+
+    def _answer(self, head: bool) -> None:
         served = self.server.served
-        path = self.path.split("?", 1)[0]
+        path, _, query = self.path.partition("?")
+        path = unquote(path)
         rng = self.headers.get("Range")
         with served.lock:
             served.log.append((path, rng))
         for name, value in served.required_headers.get(path, {}).items():
             if self.headers.get(name) != value:
-                self._empty(401)
+                self._empty(401 if self.headers.get(name) is None else 403)
                 return
-        body = served.files.get(path)
+        route = served.routes.get(path)
+        body = route(parse_qs(query)) if route else served.files.get(path)
         if body is None:
             self._empty(404)
             return
@@ -70,10 +85,11 @@ class _Handler(BaseHTTPRequestHandler):
         if fault.status:
             self._empty(fault.status)
             return
-        start = 0
-        match = re.fullmatch(r"bytes=(\d+)-", rng or "")
+        start, end = 0, len(body)
+        match = re.fullmatch(r"bytes=(\d+)-(\d*)", rng or "")
         if match and not fault.ignore_range:
             start = int(match.group(1))
+            end = min(int(match.group(2)) + 1, len(body)) if match.group(2) else len(body)
             if start >= len(body):
                 self.send_response(416)
                 self.send_header("Content-Range", f"bytes */{len(body)}")
@@ -81,17 +97,27 @@ class _Handler(BaseHTTPRequestHandler):
                 self.end_headers()
                 return
             self.send_response(206)
-            self.send_header("Content-Range", f"bytes {start}-{len(body) - 1}/{len(body)}")
+            self.send_header("Content-Range", f"bytes {start}-{end - 1}/{len(body)}")
         else:
             self.send_response(200)
-        payload = body[start:]
+        payload: bytes | memoryview = memoryview(body)[start:end]
         if fault.corrupt:
             payload = bytes(b ^ 0xFF for b in payload)
         self.send_header("Content-Length", str(len(payload)))
         self.send_header("Accept-Ranges", "bytes")
+        for name, value in served.headers.get(path, {}).items():
+            self.send_header(name, value)
         self.end_headers()
+        if head:
+            return
         if fault.stall_s:
             time.sleep(fault.stall_s)
+        if fault.hold_after is not None:
+            self.wfile.write(payload[: fault.hold_after])
+            self.wfile.flush()
+            served.release.wait()
+            self.close_connection = True
+            return
         if fault.cut_after is not None:
             self.wfile.write(payload[: fault.cut_after])
             self.wfile.flush()
@@ -120,6 +146,7 @@ def serve(served: Served) -> Iterator[str]:
     try:
         yield f"http://127.0.0.1:{server.server_address[1]}"
     finally:
+        served.release.set()
         server.shutdown()
         server.server_close()
         thread.join()

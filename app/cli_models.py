@@ -1,0 +1,323 @@
+"""``lemon-desk search / pull / models / rm / import``: the model commands of the headless CLI."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from app.cli import EXIT_INTERRUPTED, _print_json, _table
+from app.core.downloads import DownloadRecord, DownloadState
+from app.core.errors import ModelError
+from app.core.fit import DEFAULT_CONTEXT, FitEstimate, ModelShape, estimate, weights_bytes
+from app.core.hardware import Hardware
+from app.core.refs import (
+    GGUF_RECIPE,
+    MLX_RECIPE,
+    FileSet,
+    RepoListing,
+    gguf_variants,
+    parse_ref,
+    select,
+    select_gguf,
+    select_mlx,
+)
+from app.library import Library, ModelState
+from app.platform import detect_hardware
+from app.store.hfcache import RepoCache
+from app.store.secrets import get_hf_token
+from app.store.settings import load_settings
+from app.supervisor.downloads import DownloadChanged, DownloadEvent, DownloadManager, DownloadProgress
+from app.supervisor.hub import HubClient, SearchHit
+from app.supervisor.modelmeta import remote_shape
+
+GB = 1e9
+BAR_WIDTH = 30
+SEARCH_CONCURRENCY = 4
+
+
+def add_model_commands(sub: Any) -> None:
+    """Add the model subcommands to the CLI's subparsers."""
+    search = sub.add_parser("search", help="search Hugging Face for GGUF and MLX models, with a fit estimate")
+    search.add_argument("query")
+    search.add_argument("--recipe", choices=(GGUF_RECIPE, MLX_RECIPE), help="only models this recipe runs")
+    search.add_argument("--limit", type=int, default=10, help="how many repos (default 10)")
+    search.add_argument("--ctx-size", type=int, default=DEFAULT_CONTEXT, help="context size for the fit")
+    search.add_argument("--json", action="store_true", help="print JSON")
+    search.set_defaults(handler=cmd_search)
+
+    pull = sub.add_parser("pull", help="download a model (a name, or org/repo[:VARIANT])")
+    pull.add_argument("model")
+    pull.add_argument("--recipe", choices=(GGUF_RECIPE, MLX_RECIPE), help="for a repo that has both formats")
+    pull.add_argument("--ctx-size", type=int, default=DEFAULT_CONTEXT, help="context size for the fit")
+    pull.add_argument("--dry-run", action="store_true", help="show the files and the fit; download nothing")
+    pull.add_argument("--json", action="store_true", help="print JSON")
+    pull.set_defaults(handler=cmd_pull)
+
+    models = sub.add_parser("models", help="catalog and user models: recipe, size, downloaded, state")
+    models.add_argument("--json", action="store_true", help="print JSON")
+    models.set_defaults(handler=cmd_models)
+
+    rm = sub.add_parser("rm", help="delete a model's files (files other models share are kept)")
+    rm.add_argument("model")
+    rm.set_defaults(handler=cmd_rm)
+
+    imp = sub.add_parser("import", help="register a local GGUF file or MLX folder")
+    imp.add_argument("path", type=Path)
+    imp.add_argument("--name", help="the model's name (default: user.<file or folder name>)")
+    imp.set_defaults(handler=cmd_import)
+
+
+def _warn(library: Library) -> None:
+    for warning in library.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    library.warnings.clear()
+
+
+def _library() -> Library:
+    loaded = load_settings()
+    library = Library(loaded.settings)
+    if loaded.warning:
+        library.warnings.insert(0, loaded.warning)
+    _warn(library)
+    return library
+
+
+def _size(n: int) -> str:
+    return f"{n / GB:.2f} GB"
+
+
+async def _fit(
+    hub: HubClient, files: FileSet, hw: Hardware, context: int, shape: ModelShape | None = None
+) -> tuple[FitEstimate | None, str]:
+    """The fit estimate, or None and why not (the Hub may not serve the header, or it may be odd)."""
+    try:
+        shape = shape or await remote_shape(hub, files)
+    except ModelError as err:
+        return None, str(err)
+    return estimate(weights_bytes(files.files), shape, hw, files.recipe, context), ""
+
+
+# -- search
+
+
+def _variants(listing: RepoListing) -> list[FileSet]:
+    if listing.files and not gguf_variants(listing):
+        return [select_mlx(listing)]
+    return [select_gguf(listing, label) for label in gguf_variants(listing)]
+
+
+async def _describe(
+    hub: HubClient, hit: SearchHit, listing: RepoListing | ModelError, hw: Hardware, context: int
+) -> dict[str, Any]:
+    result: dict[str, Any] = {
+        "repo_id": hit.repo_id,
+        "recipe": hit.recipe,
+        "downloads": hit.downloads,
+        "likes": hit.likes,
+        "gated": hit.gated,
+        "variants": [],
+        "error": None,
+    }
+    try:
+        if isinstance(listing, ModelError):
+            raise listing
+        variants = _variants(listing)
+        shape = await remote_shape(hub, variants[0]) if variants else None
+    except ModelError as err:
+        result["error"] = str(err)
+        return result
+    for files in variants:
+        fit, _ = await _fit(hub, files, hw, context, shape)
+        result["variants"].append(
+            {
+                "name": files.label,
+                "ref": hit.repo_id if files.recipe == MLX_RECIPE else f"{hit.repo_id}:{files.label}",
+                "size_bytes": files.size,
+                "files": [f.path for f in files.files],
+                "fit": fit.to_json() if fit else None,
+            }
+        )
+    return result
+
+
+async def _search(args: argparse.Namespace) -> list[dict[str, Any]]:
+    hw = detect_hardware()
+    gate = asyncio.Semaphore(SEARCH_CONCURRENCY)
+    async with httpx.AsyncClient() as client:
+        hub = HubClient(client, token=get_hf_token())
+        hits = await hub.search(args.query, args.recipe, args.limit)
+        listings = await hub.listings([h.repo_id for h in hits])
+
+        async def one(hit: SearchHit, listing: RepoListing | ModelError) -> dict[str, Any]:
+            async with gate:
+                return await _describe(hub, hit, listing, hw, args.ctx_size)
+
+        return list(await asyncio.gather(*(one(h, li) for h, li in zip(hits, listings, strict=True))))
+
+
+def cmd_search(args: argparse.Namespace) -> int:
+    results = asyncio.run(_search(args))
+    if args.json:
+        _print_json({"query": args.query, "context": args.ctx_size, "results": results})
+        return 0
+    if not results:
+        print(f"No GGUF or MLX models match '{args.query}'.")
+        return 0
+    for r in results:
+        gated = "  (gated: needs a token)" if r["gated"] else ""
+        print(f"{r['repo_id']}  [{r['recipe']}]  {r['downloads']:,} downloads  {r['likes']:,} likes{gated}")
+        if r["error"]:
+            print(f"    {r['error']}")
+        rows = [
+            ["   ", v["name"], _size(v["size_bytes"]), v["fit"]["summary"] if v["fit"] else "fit unknown"]
+            for v in r["variants"]
+        ]
+        if rows:
+            print(_table(rows))
+    return 0
+
+
+# -- pull
+
+
+class _ProgressBar:
+    """One line, redrawn in place, on a terminal."""
+
+    def __init__(self, label: str) -> None:
+        self.label = label
+        self.last = 0.0
+
+    def __call__(self, event: DownloadEvent) -> None:
+        if not isinstance(event, DownloadProgress):
+            return
+        now = time.monotonic()
+        if now - self.last < 0.1 and event.done < event.total:
+            return
+        self.last = now
+        share = event.done / event.total if event.total else 1.0
+        filled = int(share * BAR_WIDTH)
+        eta = f"{int(event.eta_s) // 60}:{int(event.eta_s) % 60:02d}" if event.eta_s is not None else "--:--"
+        line = (
+            f"\r{self.label} [{'#' * filled}{'.' * (BAR_WIDTH - filled)}] {share:4.0%} "
+            f"{event.done / GB:.2f}/{event.total / GB:.2f} GB {event.speed_bps / 1e6:7.1f} MB/s ETA {eta} "
+        )
+        sys.stderr.write(line)
+        sys.stderr.flush()
+
+
+def _state_printer(event: DownloadEvent) -> None:
+    if isinstance(event, DownloadChanged) and event.state is not DownloadState.RUNNING:
+        print(f"{event.id}: {event.state.value}", file=sys.stderr)
+
+
+async def _pull(args: argparse.Namespace, library: Library) -> dict[str, Any]:
+    model = library.resolve(args.model)
+    if model.repo_id is None:
+        raise ModelError(f"{model.name} is a local model: there is nothing to download.")
+    ref = parse_ref(model.checkpoint)
+    async with httpx.AsyncClient() as client:
+        hub = HubClient(client, token=get_hf_token())
+        files = select(await hub.listing(ref.repo_id), ref, args.recipe or model.recipe or None)
+        if model.user:
+            model = dataclasses.replace(model, recipe=files.recipe, size_gb=round(files.size / GB, 3))
+        fit, fit_error = await _fit(hub, files, detect_hardware(), args.ctx_size)
+        cache = RepoCache(library.cache_root, ref.repo_id)
+        report: dict[str, Any] = {
+            "model": model.name,
+            "checkpoint": model.checkpoint,
+            "recipe": files.recipe,
+            "variant": files.label,
+            "revision": files.revision,
+            "size_bytes": files.size,
+            "files": [{"path": f.path, "size": f.size, "cached": cache.has_blob(f)} for f in files.files],
+            "fit": fit.to_json() if fit else None,
+            "fit_error": fit_error or None,
+            "dry_run": args.dry_run,
+        }
+        if not args.json:
+            _print_plan(report, fit)
+        if args.dry_run:
+            return report
+        library.register(model)
+        manager = DownloadManager(library.cache_root, hub)
+        if manager.warning:
+            print(f"warning: {manager.warning}", file=sys.stderr)
+        if not args.json:
+            manager.subscribe(_ProgressBar(model.name) if sys.stderr.isatty() else _state_printer)
+        manager.submit(model.checkpoint, model.name, files)
+        try:
+            record = await manager.wait(model.checkpoint)
+        finally:
+            await manager.close()
+    return _finish(report, record, library, model.name)
+
+
+def _print_plan(report: dict[str, Any], fit: FitEstimate | None) -> None:
+    print(f"{report['model']}: {report['checkpoint']} ({report['recipe']}, {_size(report['size_bytes'])})")
+    for f in report["files"]:
+        print(f"  {f['path']}  {_size(f['size'])}{'  (already here)' if f['cached'] else ''}")
+    print(f"fit: {fit.summary()}" if fit else f"fit unknown: {report['fit_error']}")
+
+
+def _finish(report: dict[str, Any], record: DownloadRecord, library: Library, name: str) -> dict[str, Any]:
+    if record.state is DownloadState.FAILED:
+        raise ModelError(record.message)
+    report["state"] = record.state.value
+    local = library.local_files(library.models()[name])
+    report["path"] = str(local.main) if local else None
+    return report
+
+
+def cmd_pull(args: argparse.Namespace) -> int:
+    library = _library()
+    try:
+        report = asyncio.run(_pull(args, library))
+    except KeyboardInterrupt:
+        print(f"\nDownload paused; run `lemon-desk pull {args.model}` again to resume.", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    if args.json:
+        _print_json(report)
+    elif not args.dry_run:
+        if sys.stderr.isatty():
+            sys.stderr.write("\n")
+        print(f"{report['model']} is ready: {report['path']}")
+    return 0
+
+
+# -- models, rm, import
+
+
+def cmd_models(args: argparse.Namespace) -> int:
+    library = _library()
+    statuses = library.statuses()
+    _warn(library)
+    if args.json:
+        _print_json({"models": [s.to_json() for s in statuses]})
+        return 0
+    rows = [["name", "recipe", "size", "state", "checkpoint"]]
+    for s in statuses:
+        state = s.state.value
+        if s.download is not None and s.state not in (ModelState.DOWNLOADED, ModelState.NOT_DOWNLOADED):
+            total = s.download.files.size or 1
+            state += f" {s.download.done_bytes / total:.0%}"
+        rows.append([s.model.name, s.model.recipe, f"{s.model.size_gb:g} GB", state, s.model.checkpoint])
+    print(_table(rows))
+    return 0
+
+
+def cmd_rm(args: argparse.Namespace) -> int:
+    print(_library().remove(args.model))
+    return 0
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    model = _library().import_path(args.path, args.name)
+    print(f"Imported {model.name} ({model.recipe}, {model.size_gb:g} GB) from {model.checkpoint}.")
+    return 0

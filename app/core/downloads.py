@@ -1,0 +1,88 @@
+"""A model download as the app remembers it: what to fetch, how far it got, how it ended."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from enum import Enum
+from typing import Any
+
+from app.core.errors import ConfigError
+from app.core.refs import FileSet, RepoFile
+
+
+class DownloadState(Enum):
+    QUEUED = "queued"  # waiting for a free download slot
+    RUNNING = "running"  # fetching bytes
+    PAUSED = "paused"  # stopped by the user or by the app exiting; the partial files are kept
+    DONE = "done"  # every file verified and linked into the cache
+    FAILED = "failed"  # stopped by an error; ``message`` says which and what to do
+    CANCELLED = "cancelled"  # stopped by the user; the partial files were deleted
+
+    @property
+    def active(self) -> bool:
+        return self in (DownloadState.QUEUED, DownloadState.RUNNING)
+
+    @property
+    def resumable(self) -> bool:
+        return self in (DownloadState.PAUSED, DownloadState.FAILED)
+
+
+@dataclass(frozen=True)
+class DownloadRecord:
+    id: str  # the model's checkpoint ("org/repo:VARIANT"): one download per checkpoint
+    model: str  # the model's name
+    files: FileSet
+    state: DownloadState = DownloadState.QUEUED
+    message: str = ""
+    done_bytes: int = 0  # bytes on disk when the state last changed
+
+    def with_state(
+        self, state: DownloadState, message: str = "", done_bytes: int | None = None
+    ) -> DownloadRecord:
+        done = self.done_bytes if done_bytes is None else done_bytes
+        return replace(self, state=state, message=message, done_bytes=done)
+
+    def to_json(self) -> dict[str, Any]:
+        fs = self.files
+        return {
+            "model": self.model,
+            "state": self.state.value,
+            "message": self.message,
+            "done_bytes": self.done_bytes,
+            "total_bytes": fs.size,
+            "repo_id": fs.repo_id,
+            "revision": fs.revision,
+            "recipe": fs.recipe,
+            "label": fs.label,
+            "main": fs.main,
+            "mmproj": fs.mmproj,
+            "files": [
+                {"path": f.path, "size": f.size, "sha256": f.sha256, "blob_id": f.blob_id} for f in fs.files
+            ],
+        }
+
+
+def record_from_json(download_id: str, raw: Any) -> DownloadRecord:
+    try:
+        files = tuple(
+            RepoFile(str(f["path"]), int(f["size"]), f.get("sha256"), f.get("blob_id")) for f in raw["files"]
+        )
+        fileset = FileSet(
+            repo_id=str(raw["repo_id"]),
+            revision=str(raw["revision"]),
+            recipe=str(raw["recipe"]),
+            label=str(raw["label"]),
+            files=files,
+            main=raw.get("main"),
+            mmproj=raw.get("mmproj"),
+        )
+        return DownloadRecord(
+            id=download_id,
+            model=str(raw["model"]),
+            files=fileset,
+            state=DownloadState(raw["state"]),
+            message=str(raw.get("message", "")),
+            done_bytes=int(raw.get("done_bytes", 0)),
+        )
+    except (KeyError, TypeError, ValueError) as err:
+        raise ConfigError(f"Download '{download_id}' is malformed ({err}).") from None

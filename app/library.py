@@ -1,0 +1,288 @@
+"""The model library: catalog and user models, what the cache holds of them, and the operations on them
+(resolve a name or reference, import a local model, remove a model's files). Used by the CLI and the
+Model Manager; the downloads themselves are ``app.supervisor.downloads``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+from app.core.downloads import DownloadRecord, DownloadState
+from app.core.errors import ModelError
+from app.core.models import Model, catalog_from_json
+from app.core.refs import (
+    GGUF_RECIPE,
+    MLX_RECIPE,
+    FileSet,
+    HubRef,
+    missing_shards,
+    parse_ref,
+    select,
+    shard_set,
+)
+from app.store.catalog import load_catalog_json
+from app.store.downloads import load_downloads, save_downloads
+from app.store.hfcache import RepoCache, hub_cache_dir
+from app.store.settings import Settings
+from app.store.usermodels import load_user_models, save_user_models
+from app.supervisor.modelmeta import local_gguf_metadata
+
+GB = 1e9
+USER_PREFIX = "user."
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "tiktoken.model")
+
+
+class ModelState(Enum):
+    DOWNLOADED = "downloaded"  # every file it needs is in the cache
+    NOT_DOWNLOADED = "not downloaded"  # nothing, or only part, and no download under way
+    LOCAL = "local"  # an imported file or folder, used where it is
+    QUEUED = "queued"  # a download waits for a free slot
+    DOWNLOADING = "downloading"  # a download is fetching bytes
+    PAUSED = "paused"  # a download stopped part way; it can be resumed
+    FAILED = "failed"  # the last download failed; the message says why
+
+
+_FROM_DOWNLOAD = {
+    DownloadState.QUEUED: ModelState.QUEUED,
+    DownloadState.RUNNING: ModelState.DOWNLOADING,
+    DownloadState.PAUSED: ModelState.PAUSED,
+    DownloadState.FAILED: ModelState.FAILED,
+}
+
+
+@dataclass(frozen=True)
+class LocalFiles:
+    """Where a model's files are on this machine."""
+
+    main: Path  # the GGUF to load (first shard), or the MLX folder
+    mmproj: Path | None = None
+    size: int = 0
+
+
+@dataclass(frozen=True)
+class ModelStatus:
+    model: Model
+    state: ModelState
+    local: LocalFiles | None
+    download: DownloadRecord | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        data = self.model.to_json()
+        data["state"] = self.state.value
+        data["downloaded"] = self.state in (ModelState.DOWNLOADED, ModelState.LOCAL)
+        data["path"] = str(self.local.main) if self.local else None
+        data["mmproj"] = str(self.local.mmproj) if self.local and self.local.mmproj else None
+        d = self.download
+        active = d is not None and self.state not in (ModelState.DOWNLOADED, ModelState.NOT_DOWNLOADED)
+        data["download"] = (
+            {"done_bytes": d.done_bytes, "total_bytes": d.files.size, "message": d.message}
+            if active and d is not None
+            else None
+        )
+        return data
+
+
+def user_model_name(ref: HubRef) -> str:
+    name = ref.repo_id.split("/", 1)[1]
+    return f"{USER_PREFIX}{name}-{ref.variant}" if ref.variant else f"{USER_PREFIX}{name}"
+
+
+class Library:
+    def __init__(self, settings: Settings) -> None:
+        self.cache_root = hub_cache_dir(settings.models_dir)
+        self.catalog = catalog_from_json(load_catalog_json())
+        loaded = load_user_models()
+        self.user = loaded.items
+        self.warnings = [loaded.warning] if loaded.warning else []
+
+    def models(self) -> dict[str, Model]:
+        return {**self.catalog, **self.user}
+
+    def resolve(self, name_or_ref: str) -> Model:
+        """A model by name, or by reference (a known model with that checkpoint, else a new user model)."""
+        models = self.models()
+        if name_or_ref in models:
+            return models[name_or_ref]
+        if "/" not in name_or_ref:
+            raise ModelError(
+                f"There is no model named '{name_or_ref}'.",
+                "See `lemon-desk models`, or give a Hugging Face reference such as org/repo:VARIANT.",
+            )
+        ref = parse_ref(name_or_ref)
+        for model in models.values():
+            if model.checkpoint.lower() == str(ref).lower():
+                return model
+        recipe = GGUF_RECIPE if ref.variant else ""  # a bare repo's format is known once its files are
+        return Model(user_model_name(ref), recipe, str(ref), user=True)
+
+    def register(self, model: Model) -> None:
+        if model.name in self.catalog:
+            return
+        self.user[model.name] = dataclasses.replace(model, user=True)
+        save_user_models(self.user)
+
+    def unregister(self, name: str) -> None:
+        if self.user.pop(name, None) is not None:
+            save_user_models(self.user)
+
+    # -- what is on disk
+
+    def repo_cache(self, model: Model) -> RepoCache | None:
+        return RepoCache(self.cache_root, model.repo_id) if model.repo_id else None
+
+    def cached_files(self, model: Model) -> FileSet | None:
+        """The model's files as the cache holds them, when all of them are there."""
+        cache = self.repo_cache(model)
+        listing = cache.local_listing() if cache else None
+        if cache is None or listing is None:
+            return None
+        try:
+            files = select(listing, parse_ref(model.checkpoint), model.recipe or None)
+        except ModelError:
+            return None
+        if files.recipe == GGUF_RECIPE and missing_shards(files.files):
+            return None
+        if files.recipe == MLX_RECIPE and not _mlx_weights_complete(
+            {f.path for f in files.files}, cache.find("model.safetensors.index.json")
+        ):
+            return None
+        return files
+
+    def local_files(self, model: Model) -> LocalFiles | None:
+        if model.repo_id is None:
+            path = Path(model.checkpoint).expanduser()
+            return LocalFiles(path, size=int(model.size_gb * GB)) if path.exists() else None
+        files = self.cached_files(model)
+        cache = self.repo_cache(model)
+        if files is None or cache is None:
+            return None
+        if files.recipe == MLX_RECIPE:
+            config = cache.find("config.json")
+            return LocalFiles(config.parent, size=files.size) if config else None
+        main = cache.find(files.main or "")
+        mmproj = cache.find(files.mmproj) if files.mmproj else None
+        return LocalFiles(main, mmproj, files.size) if main else None
+
+    def status(self, model: Model, downloads: dict[str, DownloadRecord]) -> ModelStatus:
+        local = self.local_files(model)
+        record = downloads.get(model.checkpoint)
+        if model.repo_id is None:
+            state = ModelState.LOCAL if local else ModelState.NOT_DOWNLOADED
+        elif record is not None and record.state in _FROM_DOWNLOAD:
+            state = _FROM_DOWNLOAD[record.state]
+        else:
+            state = ModelState.DOWNLOADED if local else ModelState.NOT_DOWNLOADED
+        return ModelStatus(model, state, local, record)
+
+    def statuses(self) -> list[ModelStatus]:
+        loaded = load_downloads()
+        if loaded.warning:
+            self.warnings.append(loaded.warning)
+        return [self.status(m, loaded.items) for m in self.models().values()]
+
+    # -- remove and import
+
+    def remove(self, name_or_ref: str) -> str:
+        """Delete a model's files (never those another model uses); returns what was done, for people."""
+        model = self.resolve(name_or_ref)
+        if model.repo_id is None:
+            self.unregister(model.name)
+            return f"Removed {model.name} from the list; its files at {model.checkpoint} were left alone."
+        if model.name not in self.models():
+            raise ModelError(
+                f"There is no model with the reference {name_or_ref}.", "See `lemon-desk models`."
+            )
+        cache = RepoCache(self.cache_root, model.repo_id)
+        downloads = load_downloads().items
+        record = downloads.pop(model.checkpoint, None)
+        if record is not None:
+            if record.state.active:
+                raise ModelError(
+                    f"{model.name} is being downloaded.",
+                    "Pause or cancel the download first, then remove it.",
+                )
+            cache.remove_partials(record.files.files)
+            save_downloads(downloads)
+        files = self.cached_files(model)
+        paths = {f.path for f in files.files} if files else set()
+        if record is not None:
+            paths |= {f.path for f in record.files.files}
+        keep = {
+            f.path
+            for other in self.models().values()
+            if other.name != model.name and other.repo_id == model.repo_id
+            for f in (self.cached_files(other) or FileSet("", "", "", "", ())).files
+        }
+        freed = cache.remove(paths, keep) if paths else 0
+        if model.user:
+            self.unregister(model.name)
+        if not paths and record is None:
+            raise ModelError(f"{model.name} is not downloaded: there is nothing to remove.")
+        shared = len(paths & keep)
+        note = f" ({shared} file(s) kept: other models use them)" if shared else ""
+        return f"Removed {model.name}: freed {freed / GB:.2f} GB{note}."
+
+    def import_path(self, path: Path, name: str | None = None) -> Model:
+        path = path.expanduser().resolve()
+        if not path.exists():
+            raise ModelError(f"{path} does not exist.")
+        if path.is_dir():
+            recipe, size = MLX_RECIPE, _check_mlx_folder(path)
+        else:
+            recipe, (path, size) = GGUF_RECIPE, _check_gguf_file(path)
+        name = name or f"{USER_PREFIX}{path.stem if path.is_file() else path.name}"
+        if name in self.models():
+            raise ModelError(f"A model named {name} exists already.", "Choose another name with --name.")
+        model = Model(name, recipe, str(path), size_gb=round(size / GB, 3), user=True)
+        self.register(model)
+        return model
+
+
+def _mlx_weights_complete(paths: set[str], index: Path | None) -> bool:
+    """Every shard the weight index names is present (or there is no index and some weights are)."""
+    if index is None or "model.safetensors.index.json" not in paths:
+        return any(p.endswith(".safetensors") for p in paths)
+    try:
+        weight_map = json.loads(index.read_text())["weight_map"]
+        return bool(weight_map) and set(weight_map.values()) <= paths
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return False
+
+
+def _check_gguf_file(path: Path) -> tuple[Path, int]:
+    """The file to load (the first shard of a set) and the set's size; raises if it is no usable GGUF."""
+    if path.suffix.lower() != ".gguf":
+        raise ModelError(
+            f"{path} is neither a .gguf file nor an MLX folder.", "Import a GGUF file or an MLX folder."
+        )
+    local_gguf_metadata(path)  # the magic, the version and the metadata must all read
+    shards = shard_set(path.name, [p.name for p in path.parent.glob("*.gguf")])
+    missing = missing_shards(shards)
+    if missing:
+        raise ModelError(f"{path.name} is one shard of a set that lacks {', '.join(missing)}.")
+    return path.parent / shards[0], sum((path.parent / name).stat().st_size for name in shards)
+
+
+def _check_mlx_folder(path: Path) -> int:
+    try:
+        config = json.loads((path / "config.json").read_text())
+    except OSError:
+        raise ModelError(f"{path} has no config.json: it is not an MLX model folder.") from None
+    except ValueError:
+        raise ModelError(f"{path / 'config.json'} is not valid JSON.") from None
+    if not isinstance(config, dict):
+        raise ModelError(f"{path / 'config.json'} is not a JSON object.")
+    weights = sorted(path.glob("*.safetensors"))
+    if not weights:
+        raise ModelError(f"{path} has no .safetensors weights: it is not an MLX model folder.")
+    if not any((path / name).exists() for name in TOKENIZER_FILES):
+        raise ModelError(f"{path} has no tokenizer (tokenizer.json or tokenizer.model).")
+    names = {p.name for p in path.iterdir()}
+    if not _mlx_weights_complete(names, path / "model.safetensors.index.json"):
+        raise ModelError(f"{path} lacks weight shards that its model.safetensors.index.json names.")
+    return sum(p.stat().st_size for p in weights)

@@ -1,0 +1,281 @@
+"""Model downloads as supervisor tasks: a few at once, pause / resume / cancel, resume after a crash.
+
+Each download fetches its files one after another into the Hugging Face cache (``blobs/<oid>``, through
+``blobs/<oid>.part`` so a new process resumes it), verifies them (SHA-256 for LFS files, the git blob id
+for small ones; a damaged file is deleted and fetched once more), links them into
+``snapshots/<commit>/`` and points ``refs/main`` at the commit. Files the cache already holds are
+linked, not fetched. Records live in ``<home>/downloads.json`` and are written at every state change;
+a download that was running when the process died comes back paused.
+
+Subscribers get plain dataclass events (``DownloadProgress``, ``DownloadChanged``) on the loop thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from app.core.downloads import DownloadRecord, DownloadState
+from app.core.errors import ChecksumError, DownloadError, LemonDeskError, ModelError
+from app.core.refs import FileSet, RepoFile
+from app.store.downloads import load_downloads, save_downloads
+from app.store.hfcache import RepoCache
+from app.supervisor.fetch import Progress, fetch
+from app.supervisor.hub import HubClient, gated_error, missing_error
+
+GB = 1e9
+INTERRUPTED = "Interrupted when the app stopped; resume it to go on from where it was."
+
+
+@dataclass(frozen=True)
+class DownloadProgress:
+    id: str
+    file: str  # the file being fetched
+    done: int  # bytes of the whole download on disk
+    total: int
+    speed_bps: float
+    eta_s: float | None
+
+
+@dataclass(frozen=True)
+class DownloadChanged:
+    id: str
+    state: DownloadState
+    message: str
+    record: DownloadRecord
+
+
+DownloadEvent = DownloadProgress | DownloadChanged
+Subscriber = Callable[[DownloadEvent], None]
+
+
+def git_blob_id(path: Path) -> str:
+    """The git object id of a file's content, as the Hub lists it for files outside LFS."""
+    digest = hashlib.sha1(f"blob {path.stat().st_size}\0".encode(), usedforsecurity=False)
+    with path.open("rb") as f:
+        while block := f.read(1 << 20):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _existing_ancestor(path: Path) -> Path:
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
+
+
+def check_disk_space(target: Path, need: int, what: str) -> None:
+    """Refuse a download that cannot fit on the disk, saying how much is missing."""
+    free = shutil.disk_usage(_existing_ancestor(target)).free
+    if need > free:
+        raise ModelError(
+            f"Not enough disk space for {what}: it needs {need / GB:.2f} GB, and {free / GB:.2f} GB is free "
+            f"where the models go ({target}).",
+            f"Free up {(need - free) / GB:.2f} GB, or choose another models folder in the settings.",
+        )
+
+
+class DownloadManager:
+    def __init__(
+        self,
+        cache_root: Path,
+        hub: HubClient,
+        *,
+        max_parallel: int = 2,
+        stall_timeout_s: float = 30.0,
+        backoff_s: float = 0.5,
+    ) -> None:
+        self.cache_root = cache_root
+        self.hub = hub
+        self.stall_timeout_s = stall_timeout_s
+        self.backoff_s = backoff_s
+        self._slots = asyncio.Semaphore(max_parallel)
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._intents: dict[str, DownloadState] = {}  # why a task is being cancelled: pause or cancel
+        self._subscribers: list[Subscriber] = []
+        loaded = load_downloads()
+        self.warning = loaded.warning
+        self.records = {
+            rid: r.with_state(DownloadState.PAUSED, INTERRUPTED, self._on_disk(r.files))
+            if r.state.active
+            else r
+            for rid, r in loaded.items.items()
+        }
+
+    # -- events
+
+    def subscribe(self, subscriber: Subscriber) -> Callable[[], None]:
+        self._subscribers.append(subscriber)
+        return lambda: self._subscribers.remove(subscriber)
+
+    def _emit(self, event: DownloadEvent) -> None:
+        for subscriber in list(self._subscribers):
+            subscriber(event)
+
+    def _set(
+        self, rid: str, state: DownloadState, message: str = "", done: int | None = None
+    ) -> DownloadRecord:
+        record = self.records[rid].with_state(state, message, done)
+        self.records[rid] = record
+        self._save(rid)
+        self._emit(DownloadChanged(rid, state, message, record))
+        return record
+
+    def _save(self, rid: str) -> None:
+        """Merge this record into the file: another process (the CLI, the window) may own others."""
+        on_disk = load_downloads().items
+        if rid in self.records:
+            on_disk[rid] = self.records[rid]
+        else:
+            on_disk.pop(rid, None)
+        save_downloads(on_disk)
+
+    # -- intents
+
+    def submit(self, rid: str, model: str, files: FileSet) -> DownloadRecord:
+        """Start (or restart) the download of ``files``; one download per ``rid`` at a time."""
+        if rid in self._tasks:
+            return self.records[rid]
+        self.records[rid] = DownloadRecord(rid, model, files, done_bytes=self._on_disk(files))
+        return self._start(rid)
+
+    def resume(self, rid: str) -> DownloadRecord:
+        record = self._record(rid)
+        if rid in self._tasks or record.state is DownloadState.DONE:
+            return record
+        return self._start(rid)
+
+    def _start(self, rid: str) -> DownloadRecord:
+        record = self._set(rid, DownloadState.QUEUED)
+        self._tasks[rid] = asyncio.create_task(self._run(rid), name=f"download {rid}")
+        return record
+
+    async def pause(self, rid: str) -> DownloadRecord:
+        await self._stop(rid, DownloadState.PAUSED)
+        return self._record(rid)
+
+    async def cancel(self, rid: str) -> DownloadRecord:
+        """Stop and delete the partial files."""
+        record = self._record(rid)
+        if not await self._stop(rid, DownloadState.CANCELLED) and record.state is not DownloadState.DONE:
+            RepoCache(self.cache_root, record.files.repo_id).remove_partials(record.files.files)
+            self._set(rid, DownloadState.CANCELLED, done=0)
+        return self._record(rid)
+
+    def forget(self, rid: str) -> None:
+        """Drop a finished or stopped download's record."""
+        if rid in self._tasks:
+            raise ModelError(f"The download of {rid} is still running.", "Pause or cancel it first.")
+        if self.records.pop(rid, None) is not None:
+            self._save(rid)
+
+    async def wait(self, rid: str) -> DownloadRecord:
+        task = self._tasks.get(rid)
+        if task is not None:
+            await asyncio.wait([task])
+        return self._record(rid)
+
+    async def close(self) -> None:
+        """Pause everything (the app is quitting); partial files stay for next time."""
+        for rid in list(self._tasks):
+            await self._stop(rid, DownloadState.PAUSED)
+
+    def _record(self, rid: str) -> DownloadRecord:
+        try:
+            return self.records[rid]
+        except KeyError:
+            raise ModelError(f"There is no download of {rid}.") from None
+
+    async def _stop(self, rid: str, intent: DownloadState) -> bool:
+        task = self._tasks.get(rid)
+        if task is None:
+            return False
+        self._intents[rid] = intent
+        task.cancel()
+        await asyncio.wait([task])
+        return True
+
+    # -- the work
+
+    def _on_disk(self, files: FileSet) -> int:
+        cache = RepoCache(self.cache_root, files.repo_id)
+        return sum(f.size for f in files.files if cache.has_blob(f)) + cache.partial_bytes(files.files)
+
+    async def _run(self, rid: str) -> None:
+        files = self.records[rid].files
+        try:
+            async with self._slots:
+                self._set(rid, DownloadState.RUNNING, done=self._on_disk(files))
+                await self._download(rid, files)
+            self._set(rid, DownloadState.DONE, done=files.size)
+        except asyncio.CancelledError:
+            intent = self._intents.pop(rid, DownloadState.PAUSED)
+            if intent is DownloadState.CANCELLED:
+                RepoCache(self.cache_root, files.repo_id).remove_partials(files.files)
+            self._set(rid, intent, done=self._on_disk(files))
+        except LemonDeskError as err:
+            self._set(rid, DownloadState.FAILED, str(err), done=self._on_disk(files))
+        finally:
+            self._tasks.pop(rid, None)
+
+    async def _download(self, rid: str, files: FileSet) -> None:
+        cache = RepoCache(self.cache_root, files.repo_id)
+        todo = [f for f in files.files if not cache.has_blob(f)]
+        check_disk_space(
+            cache.folder, sum(f.size for f in todo) - cache.partial_bytes(tuple(todo)), f"{files.repo_id}"
+        )
+        done = files.size - sum(f.size for f in todo)
+        for file in files.files:
+            if file in todo:
+                await self._fetch_verified(rid, cache, file, done, files.size)
+                done += file.size
+            cache.link(files.revision, file)
+        cache.set_ref(files.revision)
+
+    async def _fetch_verified(
+        self, rid: str, cache: RepoCache, file: RepoFile, before: int, total: int
+    ) -> None:
+        def on_progress(p: Progress) -> None:
+            done = before + p.done
+            eta = (total - done) / p.speed_bps if p.speed_bps > 0 else None
+            self._emit(DownloadProgress(rid, file.path, done, total, p.speed_bps, eta))
+
+        url = self.hub.file_url(cache.repo_id, self.records[rid].files.revision, file.path)
+        blob = cache.blob(file.oid)
+        for attempt in (1, 2):
+            try:
+                await fetch(
+                    self.hub.client,
+                    url,
+                    blob,
+                    sha256=file.sha256,
+                    headers=self.hub.headers,
+                    on_progress=on_progress,
+                    stall_timeout_s=self.stall_timeout_s,
+                    backoff_s=self.backoff_s,
+                )
+                if (
+                    file.sha256 is None
+                    and file.blob_id
+                    and await asyncio.to_thread(git_blob_id, blob) != file.blob_id
+                ):
+                    blob.unlink()
+                    raise ChecksumError(f"{file.path} is corrupt: its git blob id is not {file.blob_id}.")
+                return
+            except ChecksumError:
+                if attempt == 2:
+                    raise ModelError(
+                        f"{file.path} from {cache.repo_id} arrived damaged twice (its checksum did not "
+                        "match); the damaged copies were deleted.",
+                        "Try again later; if it keeps happening, the file on the Hub or a proxy is at fault.",
+                    ) from None
+            except DownloadError as err:
+                if err.status in (401, 403):
+                    raise gated_error(cache.repo_id, self.hub.endpoint, err.status) from None
+                if err.status == 404:
+                    raise missing_error(cache.repo_id, file.path) from None
+                raise

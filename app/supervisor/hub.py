@@ -1,0 +1,187 @@
+"""The Hugging Face Hub over HTTP: repo file lists, search, and byte ranges of files.
+
+Routes (the same ones ``huggingface_hub`` uses), under ``HF_ENDPOINT`` (default https://huggingface.co):
+    GET /api/models/{repo}?blobs=true           files with sizes, git blob ids and LFS SHA-256
+    GET /api/models?search=Q&filter=gguf|mlx    search, most downloaded first
+    GET /{repo}/resolve/{revision}/{path}       a file's bytes (Range for resume and header reads)
+A token (``HF_TOKEN`` or the keychain's) goes in ``Authorization: Bearer``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+
+from app.core.errors import ModelError
+from app.core.refs import GGUF_RECIPE, MLX_RECIPE, RepoFile, RepoListing
+
+DEFAULT_ENDPOINT = "https://huggingface.co"
+TIMEOUT = httpx.Timeout(30.0, connect=15.0)
+RECIPE_TAGS = {GGUF_RECIPE: "gguf", MLX_RECIPE: "mlx"}
+LISTING_CONCURRENCY = 4
+
+
+def hub_endpoint() -> str:
+    return (os.environ.get("HF_ENDPOINT") or DEFAULT_ENDPOINT).rstrip("/")
+
+
+@dataclass(frozen=True)
+class SearchHit:
+    repo_id: str
+    downloads: int
+    likes: int
+    recipe: str | None  # what runs it: "llamacpp" for GGUF repos, "lemon-mlx" for MLX ones
+    gated: bool
+
+
+def gated_error(repo_id: str, endpoint: str, status: int) -> ModelError:
+    return ModelError(
+        f"{repo_id} is gated: the Hub refused access (HTTP {status}).",
+        f"Accept its licence at {endpoint}/{repo_id} while signed in, then add a Hugging Face token "
+        "(the app's settings, or HF_TOKEN).",
+    )
+
+
+def missing_error(repo_id: str, path: str | None = None) -> ModelError:
+    what = f"{path} in {repo_id}" if path else f"The repo {repo_id}"
+    return ModelError(
+        f"{what} does not exist on the Hugging Face Hub.",
+        "Check the spelling (org/repo:VARIANT); a private repo also needs a token.",
+    )
+
+
+class HubClient:
+    def __init__(
+        self, client: httpx.AsyncClient, endpoint: str | None = None, token: str | None = None
+    ) -> None:
+        self.client = client
+        self.endpoint = (endpoint or hub_endpoint()).rstrip("/")
+        self.token = token
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.token}"} if self.token else {}
+
+    def file_url(self, repo_id: str, revision: str, path: str) -> str:
+        return f"{self.endpoint}/{repo_id}/resolve/{quote(revision, safe='')}/{quote(path)}"
+
+    def check(self, response: httpx.Response, repo_id: str | None, path: str | None = None) -> None:
+        """Turn a failed answer into the error a user can act on."""
+        status = response.status_code
+        if status < 400:
+            return
+        if repo_id is None:
+            raise ModelError(
+                f"The Hugging Face Hub answered HTTP {status} to a search.", "Try again in a moment."
+            )
+        code = response.headers.get("X-Error-Code", "")
+        if code in ("RepoNotFound", "EntryNotFound", "RevisionNotFound") or status == 404:
+            raise missing_error(repo_id, path if code != "RepoNotFound" else None)
+        if status in (401, 403):
+            raise gated_error(repo_id, self.endpoint, status)
+        raise ModelError(
+            f"The Hugging Face Hub answered HTTP {status} for {repo_id}.", "Try again in a moment."
+        )
+
+    def _unreachable(self, err: httpx.TransportError) -> ModelError:
+        return ModelError(
+            f"Could not reach the Hugging Face Hub at {self.endpoint} ({type(err).__name__}).",
+            "Check the connection (or HF_ENDPOINT) and try again.",
+        )
+
+    async def _get(self, url: str, repo_id: str | None, path: str | None = None, **kw: Any) -> httpx.Response:
+        try:
+            response = await self.client.get(
+                url, headers=self.headers, timeout=TIMEOUT, follow_redirects=True, **kw
+            )
+        except httpx.TransportError as err:
+            raise self._unreachable(err) from None
+        self.check(response, repo_id, path)
+        return response
+
+    async def listing(self, repo_id: str, revision: str = "main") -> RepoListing:
+        base = f"{self.endpoint}/api/models/{repo_id}"
+        url = base if revision == "main" else f"{base}/revision/{quote(revision, safe='')}"
+        data = (await self._get(url, repo_id, params={"blobs": "true"})).json()
+        try:
+            files = tuple(
+                RepoFile(
+                    path=str(s["rfilename"]),
+                    size=int((s.get("lfs") or {}).get("size", s.get("size", 0))),
+                    sha256=(s.get("lfs") or {}).get("sha256"),
+                    blob_id=s.get("blobId"),
+                )
+                for s in data["siblings"]
+            )
+            return RepoListing(repo_id, str(data["sha"]), files, gated=bool(data.get("gated")))
+        except (KeyError, TypeError, ValueError, AttributeError):
+            raise ModelError(
+                f"The Hub's file list for {repo_id} is not what the app expects.", "Try again later."
+            ) from None
+
+    async def search(self, query: str, recipe: str | None = None, limit: int = 10) -> list[SearchHit]:
+        params: dict[str, Any] = {"search": query, "sort": "downloads", "direction": -1, "limit": limit}
+        if recipe:
+            params["filter"] = RECIPE_TAGS[recipe]
+        data = (await self._get(f"{self.endpoint}/api/models", None, params=params)).json()
+        hits = []
+        for item in data if isinstance(data, list) else []:
+            tags = set(item.get("tags") or [])
+            kind = GGUF_RECIPE if "gguf" in tags else MLX_RECIPE if "mlx" in tags else None
+            if kind is None or (recipe and kind != recipe):
+                continue  # neither format runs here
+            hits.append(
+                SearchHit(
+                    str(item.get("id") or item.get("modelId")),
+                    int(item.get("downloads") or 0),
+                    int(item.get("likes") or 0),
+                    kind,
+                    bool(item.get("gated")),
+                )
+            )
+        return hits
+
+    async def listings(self, repo_ids: list[str]) -> list[RepoListing | ModelError]:
+        """Several repos' file lists, a few at a time; a repo that fails gives its error instead."""
+        gate = asyncio.Semaphore(LISTING_CONCURRENCY)
+
+        async def one(repo_id: str) -> RepoListing | ModelError:
+            async with gate:
+                try:
+                    return await self.listing(repo_id)
+                except ModelError as err:
+                    return err
+
+        return list(await asyncio.gather(*(one(r) for r in repo_ids)))
+
+    async def read_range(self, repo_id: str, revision: str, path: str, start: int, end: int) -> bytes:
+        """Bytes ``start`` to ``end`` (exclusive) of a file, or fewer if the file is shorter."""
+        headers = {**self.headers, "Range": f"bytes={start}-{end - 1}"}
+        url = self.file_url(repo_id, revision, path)
+        try:
+            async with self.client.stream(
+                "GET", url, headers=headers, timeout=TIMEOUT, follow_redirects=True
+            ) as response:
+                self.check(response, repo_id, path)
+                # A server that ignores Range sends the whole file: stop reading once past ``end``.
+                skip = start if response.status_code == 200 else 0
+                body = bytearray()
+                async for piece in response.aiter_bytes():
+                    body += piece
+                    if len(body) >= skip + end - start:
+                        break
+        except httpx.TransportError as err:
+            raise self._unreachable(err) from None
+        return bytes(body[skip : skip + end - start])
+
+    async def read_json(self, repo_id: str, revision: str, path: str) -> Any:
+        response = await self._get(self.file_url(repo_id, revision, path), repo_id, path)
+        try:
+            return response.json()
+        except ValueError:
+            raise ModelError(f"{path} in {repo_id} is not valid JSON.") from None

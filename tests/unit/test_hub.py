@@ -1,0 +1,125 @@
+"""The Hub client against a loopback Hub: file lists, search, errors people can act on, header reads."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import TypeVar
+
+import httpx
+import pytest
+from gguf import GGUFReader
+
+from app.core.errors import ModelError
+from app.core.fit import shape_from_gguf
+from app.core.refs import parse_ref, select
+from app.supervisor.hub import HubClient
+from app.supervisor.modelmeta import HEADER_FIRST, gguf_metadata, local_gguf_metadata, remote_shape
+from tests.support.hubserver import HubRepo, LoopbackHub, git_blob_id
+from tests.support.modelfiles import gguf_files, mlx_files
+
+T = TypeVar("T")
+GGUF = gguf_files("Model-Q4_K_M", layers=3)
+MLX = mlx_files()
+
+
+@pytest.fixture
+def hub(monkeypatch: pytest.MonkeyPatch) -> Iterator[LoopbackHub]:
+    loopback = LoopbackHub()
+    loopback.add(
+        HubRepo("org/Model-GGUF", {"README.md": b"hi", **GGUF}, tags=("gguf",), downloads=7, likes=2)
+    )
+    loopback.add(HubRepo("org/Model-mlx", MLX, tags=("mlx",), downloads=30))
+    loopback.add(HubRepo("org/Model-pytorch", {"model.bin": b"x"}, tags=("pytorch",), downloads=99))
+    with loopback.running() as base:
+        monkeypatch.setenv("HF_ENDPOINT", base)
+        yield loopback
+
+
+def with_hub(use: Callable[[HubClient], Awaitable[T]], token: str | None = None) -> T:
+    async def go() -> T:
+        async with httpx.AsyncClient() as client:
+            return await use(HubClient(client, token=token))
+
+    return asyncio.run(go())
+
+
+def test_listing_has_sizes_checksums_and_the_commit(hub: LoopbackHub) -> None:
+    listing = with_hub(lambda h: h.listing("org/Model-GGUF"))
+    repo = hub.repos["org/Model-GGUF"]
+    assert listing.revision == repo.commit
+    by_path = {f.path: f for f in listing.files}
+    gguf = by_path["Model-Q4_K_M.gguf"]
+    assert (gguf.size, gguf.sha256) == (len(GGUF["Model-Q4_K_M.gguf"]), repo.sha256("Model-Q4_K_M.gguf"))
+    readme = by_path["README.md"]
+    assert readme.sha256 is None and readme.oid == git_blob_id(b"hi")
+
+
+def test_search_ranks_by_downloads_and_keeps_what_can_run(hub: LoopbackHub) -> None:
+    hits = with_hub(lambda h: h.search("model"))
+    assert [(h.repo_id, h.recipe) for h in hits] == [
+        ("org/Model-mlx", "lemon-mlx"),
+        ("org/Model-GGUF", "llamacpp"),
+    ]
+    only_gguf = with_hub(lambda h: h.search("model", "llamacpp"))
+    assert [h.repo_id for h in only_gguf] == ["org/Model-GGUF"]
+    assert ("/api/models", None) in hub.served.log
+
+
+def test_errors_say_what_happened_and_what_to_do(hub: LoopbackHub) -> None:
+    with pytest.raises(ModelError, match="The repo org/Nope does not exist on the Hugging Face Hub"):
+        with_hub(lambda h: h.listing("org/Nope"))
+    hub.add(HubRepo("org/Gated", {"a.gguf": GGUF["Model-Q4_K_M.gguf"]}, gated=True))
+    for token in (None, "hf_wrong"):
+        with pytest.raises(
+            ModelError, match=r"org/Gated is gated.*Accept its licence at http.*/org/Gated.*token"
+        ):
+            with_hub(lambda h: h.read_range("org/Gated", "main", "a.gguf", 0, 16), token=token)
+    assert with_hub(lambda h: h.read_range("org/Gated", "main", "a.gguf", 0, 4), token=hub.token) == b"GGUF"
+    with pytest.raises(ModelError, match=r"missing\.gguf in org/Gated does not exist"):
+        with_hub(lambda h: h.read_range("org/Gated", "main", "missing.gguf", 0, 4), token=hub.token)
+
+
+def test_an_unreachable_hub_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # discard port: nothing listens
+    with pytest.raises(
+        ModelError, match=r"Could not reach the Hugging Face Hub at http://127.0.0.1:9.*HF_ENDPOINT"
+    ):
+        with_hub(lambda h: h.listing("org/x"))
+
+
+def test_gguf_shape_from_range_reads_of_the_first_megabytes(hub: LoopbackHub) -> None:
+    # A vocabulary big enough that the metadata outgrows the first read.
+    big_vocab = gguf_files("Wide-Q8_0", layers=2, vocab=120_000)["Wide-Q8_0.gguf"]
+    hub.add(HubRepo("org/Wide-GGUF", {"Wide-Q8_0.gguf": big_vocab}))
+    files = with_hub(lambda h: h.listing("org/Wide-GGUF"))
+    shape = with_hub(lambda h: remote_shape(h, select(files, parse_ref("org/Wide-GGUF:Q8_0"))))
+    assert (shape.architecture, shape.layers, shape.embedding, shape.context_train) == ("llama", 2, 256, 4096)
+    assert shape.kv_elements_per_token == 2 * 2 * (2 * 256 // 8)
+    ranges = hub.requests_for("org/Wide-GGUF", "Wide-Q8_0.gguf")
+    assert ranges[0] == f"bytes=0-{HEADER_FIRST - 1}" and len(ranges) >= 2  # read on, never the whole file
+    assert all(r is not None and not r.endswith("-") for r in ranges)
+
+
+def test_mlx_shape_from_config_json(hub: LoopbackHub) -> None:
+    files = with_hub(lambda h: h.listing("org/Model-mlx"))
+    shape = with_hub(lambda h: remote_shape(h, select(files, parse_ref("org/Model-mlx"))))
+    assert (shape.layers, shape.embedding, shape.kv_elements_per_token) == (2, 64, 2 * 2 * 2 * 16)
+    assert hub.requests_for("org/Model-mlx", "config.json") == [None]
+
+
+def test_metadata_walk_agrees_with_the_gguf_package_reader(tmp_path: Path) -> None:
+    path = tmp_path / "m.gguf"
+    path.write_bytes(GGUF["Model-Q4_K_M.gguf"])
+    mine = local_gguf_metadata(path)
+    reader = GGUFReader(path)
+    for key, field in reader.fields.items():
+        if key.startswith("GGUF.") or key.startswith("tokenizer."):
+            continue
+        assert mine[key] == field.contents(), key
+    assert shape_from_gguf(mine).layers == 3
+    with pytest.raises(ModelError, match="not a GGUF model"):
+        gguf_metadata(b"PK\x03\x04" + bytes(60))
+    assert json.dumps(mine)  # plain values only
