@@ -33,8 +33,8 @@ from app.platform import detect_hardware
 from app.store.hfcache import RepoCache
 from app.store.secrets import get_hf_token
 from app.store.settings import load_settings
-from app.supervisor.downloads import DownloadChanged, DownloadEvent, DownloadManager, DownloadProgress
-from app.supervisor.hub import HubClient, SearchHit
+from app.supervisor.downloads import DownloadEvent, DownloadManager, DownloadProgress
+from app.supervisor.hub import HubClient, SearchHit, gated_error
 from app.supervisor.modelmeta import remote_shape
 
 GB = 1e9
@@ -212,9 +212,16 @@ class _ProgressBar:
         sys.stderr.flush()
 
 
-def _state_printer(event: DownloadEvent) -> None:
-    if isinstance(event, DownloadChanged) and event.state is not DownloadState.RUNNING:
-        print(f"{event.id}: {event.state.value}", file=sys.stderr)
+class _FileLines:
+    """For logs, not terminals: one line per file as it starts."""
+
+    def __init__(self) -> None:
+        self.file = ""
+
+    def __call__(self, event: DownloadEvent) -> None:
+        if isinstance(event, DownloadProgress) and event.file != self.file:
+            self.file = event.file
+            print(f"fetching {event.file}", file=sys.stderr)
 
 
 async def _pull(args: argparse.Namespace, library: Library) -> dict[str, Any]:
@@ -224,7 +231,10 @@ async def _pull(args: argparse.Namespace, library: Library) -> dict[str, Any]:
     ref = parse_ref(model.checkpoint)
     async with httpx.AsyncClient() as client:
         hub = HubClient(client, token=get_hf_token())
-        files = select(await hub.listing(ref.repo_id), ref, args.recipe or model.recipe or None)
+        listing = await hub.listing(ref.repo_id)
+        if listing.gated and not hub.token:
+            raise gated_error(ref.repo_id, hub.endpoint)
+        files = select(listing, ref, args.recipe or model.recipe or None)
         if model.user:
             model = dataclasses.replace(model, recipe=files.recipe, size_gb=round(files.size / GB, 3))
         fit, fit_error = await _fit(hub, files, detect_hardware(), args.ctx_size)
@@ -250,7 +260,7 @@ async def _pull(args: argparse.Namespace, library: Library) -> dict[str, Any]:
         if manager.warning:
             print(f"warning: {manager.warning}", file=sys.stderr)
         if not args.json:
-            manager.subscribe(_ProgressBar(model.name) if sys.stderr.isatty() else _state_printer)
+            manager.subscribe(_ProgressBar(model.name) if sys.stderr.isatty() else _FileLines())
         manager.submit(model.checkpoint, model.name, files)
         try:
             record = await manager.wait(model.checkpoint)

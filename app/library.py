@@ -12,7 +12,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
-from app.core.downloads import DownloadRecord, DownloadState
+from app.core.downloads import INTERRUPTED, DownloadRecord, DownloadState
 from app.core.errors import ModelError
 from app.core.models import Model, catalog_from_json
 from app.core.refs import (
@@ -26,7 +26,7 @@ from app.core.refs import (
     shard_set,
 )
 from app.store.catalog import load_catalog_json
-from app.store.downloads import load_downloads, save_downloads
+from app.store.downloads import download_in_progress, load_downloads, save_downloads
 from app.store.hfcache import RepoCache, hub_cache_dir
 from app.store.settings import Settings
 from app.store.usermodels import load_user_models, save_user_models
@@ -173,6 +173,10 @@ class Library:
         record = downloads.get(model.checkpoint)
         if model.repo_id is None:
             state = ModelState.LOCAL if local else ModelState.NOT_DOWNLOADED
+        elif record is not None and record.state.active and not download_in_progress(record.id):
+            state = ModelState.PAUSED  # the process that ran it is gone: count what it left on disk
+            done = RepoCache(self.cache_root, record.files.repo_id).bytes_on_disk(record.files.files)
+            record = record.with_state(DownloadState.PAUSED, INTERRUPTED, done)
         elif record is not None and record.state in _FROM_DOWNLOAD:
             state = _FROM_DOWNLOAD[record.state]
         else:
@@ -201,7 +205,7 @@ class Library:
         downloads = load_downloads().items
         record = downloads.pop(model.checkpoint, None)
         if record is not None:
-            if record.state.active:
+            if download_in_progress(record.id):
                 raise ModelError(
                     f"{model.name} is being downloaded.",
                     "Pause or cancel the download first, then remove it.",

@@ -9,6 +9,8 @@ from typing import Any
 from app.core.errors import ConfigError
 from app.core.refs import FileSet, RepoFile
 
+INTERRUPTED = "Interrupted when the app stopped; resume it to go on from where it was."
+
 
 class DownloadState(Enum):
     QUEUED = "queued"  # waiting for a free download slot

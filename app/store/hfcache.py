@@ -116,6 +116,10 @@ class RepoCache:
                 )
         return RepoListing(self.repo_id, self.ref() or snapshots[0].name, tuple(files.values()))
 
+    def bytes_on_disk(self, files: tuple[RepoFile, ...]) -> int:
+        """How much of ``files`` is here: whole blobs plus partial ones."""
+        return sum(f.size for f in files if self.has_blob(f)) + self.partial_bytes(files)
+
     def partial_bytes(self, files: tuple[RepoFile, ...]) -> int:
         """Bytes already in ``blobs/<oid>.part`` files (an interrupted download's progress)."""
         total = 0

@@ -19,16 +19,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from app.core.downloads import DownloadRecord, DownloadState
+from app.core.downloads import INTERRUPTED, DownloadRecord, DownloadState
 from app.core.errors import ChecksumError, DownloadError, LemonDeskError, ModelError
 from app.core.refs import FileSet, RepoFile
-from app.store.downloads import load_downloads, save_downloads
+from app.store.downloads import DownloadLock, download_in_progress, load_downloads, save_downloads
 from app.store.hfcache import RepoCache
 from app.supervisor.fetch import Progress, fetch
 from app.supervisor.hub import HubClient, gated_error, missing_error
 
 GB = 1e9
-INTERRUPTED = "Interrupted when the app stopped; resume it to go on from where it was."
 
 
 @dataclass(frozen=True)
@@ -105,6 +104,12 @@ class DownloadManager:
             else r
             for rid, r in loaded.items.items()
         }
+
+    def _recovered(self, record: DownloadRecord) -> DownloadRecord:
+        """A record left active by a process that is gone comes back paused."""
+        if record.state.active and not download_in_progress(record.id):
+            return record.with_state(DownloadState.PAUSED, INTERRUPTED, self._on_disk(record.files))
+        return record
 
     # -- events
 
@@ -202,13 +207,18 @@ class DownloadManager:
     # -- the work
 
     def _on_disk(self, files: FileSet) -> int:
-        cache = RepoCache(self.cache_root, files.repo_id)
-        return sum(f.size for f in files.files if cache.has_blob(f)) + cache.partial_bytes(files.files)
+        return RepoCache(self.cache_root, files.repo_id).bytes_on_disk(files.files)
 
     async def _run(self, rid: str) -> None:
         files = self.records[rid].files
+        lock = DownloadLock(rid)
         try:
             async with self._slots:
+                if not lock.acquire():
+                    raise ModelError(
+                        f"{rid} is being downloaded by another Lemon Desk process.",
+                        "Let that one finish (the window or a `lemon-desk pull`), or stop it first.",
+                    )
                 self._set(rid, DownloadState.RUNNING, done=self._on_disk(files))
                 await self._download(rid, files)
             self._set(rid, DownloadState.DONE, done=files.size)
@@ -220,6 +230,7 @@ class DownloadManager:
         except LemonDeskError as err:
             self._set(rid, DownloadState.FAILED, str(err), done=self._on_disk(files))
         finally:
+            lock.release()
             self._tasks.pop(rid, None)
 
     async def _download(self, rid: str, files: FileSet) -> None:

@@ -39,9 +39,10 @@ class SearchHit:
     gated: bool
 
 
-def gated_error(repo_id: str, endpoint: str, status: int) -> ModelError:
+def gated_error(repo_id: str, endpoint: str, status: int | None = None) -> ModelError:
+    what = f"the Hub refused access (HTTP {status})" if status else "its files need a token"
     return ModelError(
-        f"{repo_id} is gated: the Hub refused access (HTTP {status}).",
+        f"{repo_id} is gated: {what}.",
         f"Accept its licence at {endpoint}/{repo_id} while signed in, then add a Hugging Face token "
         "(the app's settings, or HF_TOKEN).",
     )

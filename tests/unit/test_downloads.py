@@ -6,20 +6,17 @@ import asyncio
 import json
 import os
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
-import pytest
 from huggingface_hub import hf_hub_download, try_to_load_from_cache
 
-from app.core.downloads import DownloadRecord, DownloadState
+from app.core.downloads import INTERRUPTED, DownloadRecord, DownloadState
 from app.core.refs import FileSet, parse_ref, select
 from app.store.downloads import downloads_path, load_downloads
 from app.store.hfcache import RepoCache, hub_cache_dir
 from app.supervisor.downloads import (
-    INTERRUPTED,
     DownloadChanged,
     DownloadEvent,
     DownloadManager,
@@ -29,38 +26,10 @@ from app.supervisor.fetch import CHUNK
 from app.supervisor.hub import HubClient
 from tests.support.fileserver import Fault
 from tests.support.hubserver import HubRepo, LoopbackHub
-from tests.support.modelfiles import gguf_files, mlx_files
+from tests.support.testrepos import BIG, SHARDS, TINY_MLX, big_files, tiny_mlx_files
 
-BIG = "test-org/Big-GGUF"
-TINY_MLX = "mlx-test/Tiny-4bit"
-SHARDS = [f"Q4_K_M/Big-Q4_K_M-0000{i}-of-00003.gguf" for i in (1, 2, 3)]
-
-
-def big_repo_files() -> dict[str, bytes]:
-    files = {f"Q4_K_M/{name}": data for name, data in gguf_files("Big-Q4_K_M", layers=6, shards=3).items()}
-    files["Big-Q8_0.gguf"] = gguf_files("Big-Q8_0", layers=3)["Big-Q8_0.gguf"]
-    files["mmproj-Big-f16.gguf"] = gguf_files("mmproj-Big-f16", layers=1, tensor_kib=64)[
-        "mmproj-Big-f16.gguf"
-    ]
-    files["README.md"] = b"# Big\n"
-    return files
-
-
-BIG_FILES = big_repo_files()
-MLX_FILES = mlx_files()
-
-
-@pytest.fixture
-def hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[LoopbackHub]:
-    loopback = LoopbackHub()
-    loopback.add(HubRepo(BIG, dict(BIG_FILES), tags=("gguf",), downloads=50))
-    loopback.add(HubRepo(TINY_MLX, dict(MLX_FILES), tags=("mlx",), downloads=20))
-    with loopback.running() as base:
-        monkeypatch.setenv("HF_ENDPOINT", base)
-        monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf-cache"))
-        monkeypatch.delenv("HF_HOME", raising=False)
-        monkeypatch.delenv("HF_TOKEN", raising=False)
-        yield loopback
+BIG_FILES = big_files()
+MLX_FILES = tiny_mlx_files()
 
 
 def cache() -> Path:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TypeVar
 
@@ -25,17 +25,11 @@ GGUF = gguf_files("Model-Q4_K_M", layers=3)
 MLX = mlx_files()
 
 
-@pytest.fixture
-def hub(monkeypatch: pytest.MonkeyPatch) -> Iterator[LoopbackHub]:
-    loopback = LoopbackHub()
-    loopback.add(
-        HubRepo("org/Model-GGUF", {"README.md": b"hi", **GGUF}, tags=("gguf",), downloads=7, likes=2)
-    )
-    loopback.add(HubRepo("org/Model-mlx", MLX, tags=("mlx",), downloads=30))
-    loopback.add(HubRepo("org/Model-pytorch", {"model.bin": b"x"}, tags=("pytorch",), downloads=99))
-    with loopback.running() as base:
-        monkeypatch.setenv("HF_ENDPOINT", base)
-        yield loopback
+@pytest.fixture(autouse=True)
+def repos(hub: LoopbackHub) -> None:
+    hub.add(HubRepo("org/Model-GGUF", {"README.md": b"hi", **GGUF}, tags=("gguf",), downloads=7, likes=2))
+    hub.add(HubRepo("org/Model-mlx", MLX, tags=("mlx",), downloads=30))
+    hub.add(HubRepo("org/Model-pytorch", {"model.bin": b"x"}, tags=("pytorch",), downloads=99))
 
 
 def with_hub(use: Callable[[HubClient], Awaitable[T]], token: str | None = None) -> T:
@@ -58,12 +52,12 @@ def test_listing_has_sizes_checksums_and_the_commit(hub: LoopbackHub) -> None:
 
 
 def test_search_ranks_by_downloads_and_keeps_what_can_run(hub: LoopbackHub) -> None:
-    hits = with_hub(lambda h: h.search("model"))
+    hits = with_hub(lambda h: h.search("org/model"))
     assert [(h.repo_id, h.recipe) for h in hits] == [
         ("org/Model-mlx", "lemon-mlx"),
         ("org/Model-GGUF", "llamacpp"),
     ]
-    only_gguf = with_hub(lambda h: h.search("model", "llamacpp"))
+    only_gguf = with_hub(lambda h: h.search("org/model", "llamacpp"))
     assert [h.repo_id for h in only_gguf] == ["org/Model-GGUF"]
     assert ("/api/models", None) in hub.served.log
 
