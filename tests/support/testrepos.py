@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from functools import cache
+from pathlib import Path
+
+import pytest
 
 from tests.support.hubserver import HubRepo, LoopbackHub
 from tests.support.modelfiles import gguf_files, mlx_files
@@ -31,3 +36,16 @@ def tiny_mlx_files() -> dict[str, bytes]:
 def add_standard_repos(hub: LoopbackHub) -> None:
     hub.add(HubRepo(BIG, dict(big_files()), tags=("gguf",), downloads=50, likes=5))
     hub.add(HubRepo(TINY_MLX, dict(tiny_mlx_files()), tags=("mlx",), downloads=20, likes=1))
+
+
+@contextmanager
+def loopback_hub(cache_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[LoopbackHub]:
+    """The standard repos on a running loopback Hub, with HF_ENDPOINT and HF_HUB_CACHE pointing at it."""
+    hub = LoopbackHub()
+    add_standard_repos(hub)
+    with hub.running() as base:
+        monkeypatch.setenv("HF_ENDPOINT", base)
+        monkeypatch.setenv("HF_HUB_CACHE", str(cache_dir))
+        for var in ("HF_HOME", "HF_TOKEN"):
+            monkeypatch.delenv(var, raising=False)
+        yield hub

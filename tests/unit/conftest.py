@@ -1,4 +1,4 @@
-"""A loopback Hugging Face Hub for the model tests, with HF_ENDPOINT and HF_HUB_CACHE pointing at it."""
+"""A loopback Hugging Face Hub for the model tests."""
 
 from __future__ import annotations
 
@@ -8,16 +8,10 @@ from pathlib import Path
 import pytest
 
 from tests.support.hubserver import LoopbackHub
-from tests.support.testrepos import add_standard_repos
+from tests.support.testrepos import loopback_hub
 
 
 @pytest.fixture
 def hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[LoopbackHub]:
-    loopback = LoopbackHub()
-    add_standard_repos(loopback)
-    with loopback.running() as base:
-        monkeypatch.setenv("HF_ENDPOINT", base)
-        monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf-cache"))
-        for var in ("HF_HOME", "HF_TOKEN"):
-            monkeypatch.delenv(var, raising=False)
-        yield loopback
+    with loopback_hub(tmp_path / "hf-cache", monkeypatch) as running:
+        yield running
