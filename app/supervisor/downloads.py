@@ -19,6 +19,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import httpx
+
 from app.core.downloads import INTERRUPTED, DownloadRecord, DownloadState
 from app.core.errors import ChecksumError, DownloadError, LemonDeskError, ModelError
 from app.core.refs import FileSet, RepoFile
@@ -90,6 +92,7 @@ class DownloadManager:
     ) -> None:
         self.cache_root = cache_root
         self.hub = hub
+        self.http = httpx.Client()  # file bytes move in worker threads (see fetch)
         self.stall_timeout_s = stall_timeout_s
         self.backoff_s = backoff_s
         self._slots = asyncio.Semaphore(max_parallel)
@@ -188,6 +191,7 @@ class DownloadManager:
         """Pause everything (the app is quitting); partial files stay for next time."""
         for rid in list(self._tasks):
             await self._stop(rid, DownloadState.PAUSED)
+        self.http.close()
 
     def _record(self, rid: str) -> DownloadRecord:
         try:
@@ -260,7 +264,7 @@ class DownloadManager:
         for attempt in (1, 2):
             try:
                 await fetch(
-                    self.hub.client,
+                    self.http,
                     url,
                     blob,
                     sha256=file.sha256,

@@ -3,6 +3,14 @@
 A download streams into ``<dest>.part`` (a stable name, so a new process resumes it after a crash),
 asks for the rest with a Range request, retries resets, 5xx and stalls with backoff, verifies SHA-256,
 and only then renames the file into place. Cancelling keeps the partial file: that is "pause".
+
+The bytes move in a worker thread with a blocking ``httpx.Client``: receiving, writing and hashing
+all release the GIL there, where the event loop would spend more time scheduling 64 KiB reads than
+moving data (about a third of curl's speed on loopback, against better than curl's this way). Once
+httpx has read the head of a plain HTTP/1.1 response with a Content-Length, the body is read
+straight from its socket into one reused 1 MiB buffer; anything else goes through httpx. The
+coroutine owns the thread: cancelling it stops the thread (shutting its socket if it waits) and
+waits for it before returning, so nothing writes to the partial file afterwards.
 """
 
 from __future__ import annotations
@@ -10,9 +18,14 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import os
+import queue
+import socket
+import ssl
+import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from contextlib import suppress
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
@@ -98,8 +111,31 @@ class _State:
         self.hasher, self.offset = hashlib.sha256(), 0
 
 
+@dataclass
+class _Control:
+    """Shared by the coroutine and its worker thread: a stop flag, and the socket to shut on stop."""
+
+    stop: threading.Event = field(default_factory=threading.Event)
+    sock: socket.socket | None = None
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def halt(self) -> None:
+        with self.lock:
+            self.stop.set()
+            if self.sock is not None:
+                with suppress(OSError):
+                    self.sock.shutdown(socket.SHUT_RDWR)  # wakes a thread blocked in recv
+
+    def watch(self, sock: socket.socket | None) -> None:
+        with self.lock:
+            self.sock = sock
+            if sock is not None and self.stop.is_set():
+                with suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+
+
 async def fetch(
-    client: httpx.AsyncClient,
+    client: httpx.Client,
     url: str,
     dest: Path,
     *,
@@ -118,12 +154,24 @@ async def fetch(
     dest.parent.mkdir(parents=True, exist_ok=True)
     part = partial_path(dest)
     meter = _Meter(on_progress)
-    state = _State.resume(part)
+    state = await asyncio.to_thread(_State.resume, part)  # re-hashing gigabytes takes a while
+    loop = asyncio.get_running_loop()
+
+    last_report = 0.0
+
+    def report(done: int, total: int | None) -> None:
+        # From the worker thread: wake the loop only as often as progress is shown.
+        nonlocal last_report
+        now = time.monotonic()
+        if now - last_report >= PROGRESS_INTERVAL_S:
+            last_report = now
+            loop.call_soon_threadsafe(meter.update, done, total)
+
     failures = 0
     while True:
         before = state.offset
         try:
-            await _attempt(client, url, part, state, headers, meter, stall_timeout_s)
+            await _in_thread(client, url, part, state, headers, report, stall_timeout_s)
             break
         except _Retryable as err:
             failures = 0 if state.offset > before else failures + 1
@@ -149,21 +197,47 @@ class _Retryable(Exception):
     """A failure worth another attempt: a reset, a stall, a 5xx."""
 
 
-async def _attempt(
-    client: httpx.AsyncClient,
+async def _in_thread(
+    client: httpx.Client,
     url: str,
     part: Path,
     state: _State,
     headers: dict[str, str] | None,
-    meter: _Meter,
+    report: Callable[[int, int | None], None],
     stall_timeout_s: float,
 ) -> None:
-    request_headers = dict(headers or {})
+    """One attempt in a worker thread; cancelling stops the thread and waits for it."""
+    control = _Control()
+    worker = asyncio.ensure_future(
+        asyncio.to_thread(_attempt, client, url, part, state, headers, report, stall_timeout_s, control)
+    )
+    try:
+        await asyncio.shield(worker)
+    except asyncio.CancelledError:
+        control.halt()
+        await asyncio.wait([worker])
+        if not worker.cancelled():
+            worker.exception()  # retrieved: a failure after a stop is no news
+        raise
+
+
+def _attempt(
+    client: httpx.Client,
+    url: str,
+    part: Path,
+    state: _State,
+    headers: dict[str, str] | None,
+    report: Callable[[int, int | None], None],
+    stall_timeout_s: float,
+    control: _Control,
+) -> None:
+    # identity: the bytes on disk (and their SHA-256) are the file's, never a compressed form of it.
+    request_headers = {"Accept-Encoding": "identity", **(headers or {})}
     if state.offset:
         request_headers["Range"] = f"bytes={state.offset}-"
     timeout = httpx.Timeout(stall_timeout_s, connect=min(stall_timeout_s, 15.0))
     try:
-        async with client.stream(
+        with client.stream(
             "GET", url, headers=request_headers, timeout=timeout, follow_redirects=True
         ) as response:
             if response.status_code == 416 and state.offset:
@@ -183,15 +257,93 @@ async def _attempt(
             if state.offset and response.status_code != 206:
                 state.restart()  # the server ignored Range: take the whole file
             state.total = _total_from(response, state.offset)
-            with part.open("r+b" if state.offset else "wb") as f:
+            with part.open("r+b" if state.offset else "wb") as f, _HashPipe(state.hasher) as hashing:
                 f.seek(state.offset)
                 f.truncate()
-                async for chunk in response.aiter_raw(CHUNK):
+                for chunk in _body(response, stall_timeout_s, control, hashing):
                     f.write(chunk)
-                    state.hasher.update(chunk)
+                    hashing.add(chunk)
                     state.offset += len(chunk)
-                    meter.update(state.offset, state.total)
-    except httpx.TransportError as err:
+                    report(state.offset, state.total)
+                    if control.stop.is_set():
+                        return
+    except (httpx.TransportError, OSError) as err:
+        if control.stop.is_set():
+            return
         raise _Retryable(type(err).__name__) from None
+    if control.stop.is_set():
+        return
     if state.total is not None and state.offset < state.total:
         raise _Retryable(f"the connection closed at {state.offset} of {state.total} bytes")
+
+
+class _HashPipe:
+    """SHA-256 on a second thread, a few buffers behind the writes, so hashing overlaps receiving.
+
+    Socket reads go into buffers lent by the pipe; a buffer comes back once it is hashed. Leaving
+    the ``with`` block waits until everything added is hashed, so the digest always covers exactly
+    the bytes written.
+    """
+
+    SLOTS = 4
+
+    def __init__(self, hasher: hashlib._Hash) -> None:
+        self.hasher = hasher
+        self.free: queue.SimpleQueue[bytearray] = queue.SimpleQueue()
+        for _ in range(self.SLOTS):
+            self.free.put(bytearray(CHUNK))
+        self.todo: queue.SimpleQueue[bytes | memoryview | None] = queue.SimpleQueue()
+        self.thread = threading.Thread(target=self._run, name="sha256", daemon=True)
+
+    def __enter__(self) -> _HashPipe:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.todo.put(None)
+        self.thread.join()
+
+    def borrow(self) -> bytearray:
+        return self.free.get()
+
+    def add(self, data: bytes | memoryview) -> None:
+        self.todo.put(data)
+
+    def _run(self) -> None:
+        while (data := self.todo.get()) is not None:
+            self.hasher.update(data)
+            if isinstance(data, memoryview) and isinstance(data.obj, bytearray):
+                self.free.put(data.obj)  # a lent buffer: it can be filled again
+
+
+def _body(
+    response: httpx.Response, stall_timeout_s: float, control: _Control, hashing: _HashPipe
+) -> Iterator[bytes | memoryview]:
+    """The response body in pieces of at most CHUNK bytes."""
+    stream = response.extensions.get("network_stream")
+    sock = stream.get_extra_info("socket") if stream is not None else None
+    control.watch(sock)
+    raw = response.iter_raw()
+    length = response.headers.get("Content-Length", "")
+    if (
+        stream is None
+        or not isinstance(sock, socket.socket)
+        # Through TLS the socket must be the one that decrypts (not TLS inside a proxy's tunnel).
+        or (stream.get_extra_info("ssl_object") is not None and not isinstance(sock, ssl.SSLSocket))
+        or response.http_version != "HTTP/1.1"
+        or not length.isdigit()
+    ):
+        yield from raw
+        return
+    # The first piece is what httpx buffered with the head; after it the socket holds the rest.
+    first = next(raw, b"")
+    yield first
+    remaining = int(length) - len(first)
+    sock.settimeout(stall_timeout_s)
+    while remaining > 0:
+        view = memoryview(hashing.borrow())
+        n = sock.recv_into(view[: min(CHUNK, remaining)])
+        if n == 0:
+            return  # closed early: the caller sees a short file and tries again
+        remaining -= n
+        yield view[:n]

@@ -25,6 +25,7 @@ class Fault:
     status: int | None = None  # answer this status with no body
     ignore_range: bool = False  # answer 200 with the whole file
     hold_after: int | None = None  # send this many body bytes, then keep the connection open, silent
+    no_length: bool = False  # send no Content-Length: the body ends when the connection closes
 
 
 @dataclass
@@ -103,7 +104,10 @@ class _Handler(BaseHTTPRequestHandler):
         payload: bytes | memoryview = memoryview(body)[start:end]
         if fault.corrupt:
             payload = bytes(b ^ 0xFF for b in payload)
-        self.send_header("Content-Length", str(len(payload)))
+        if fault.no_length:
+            self.close_connection = True
+        else:
+            self.send_header("Content-Length", str(len(payload)))
         self.send_header("Accept-Ranges", "bytes")
         for name, value in served.headers.get(path, {}).items():
             self.send_header(name, value)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
@@ -49,6 +50,7 @@ def private_keychain(data_dir: Path) -> Iterator[None]:
         ),
         None,
     )
+    _wait_for_unlocked_login_keyring()
     previous = keyring.get_keyring()
     keyring.set_keyring(SecretService.Keyring())
     try:
@@ -65,3 +67,31 @@ def private_keychain(data_dir: Path) -> Iterator[None]:
             os.environ.pop("DBUS_SESSION_BUS_ADDRESS", None)
         else:
             os.environ["DBUS_SESSION_BUS_ADDRESS"] = saved
+
+
+def _wait_for_unlocked_login_keyring(timeout_s: float = 15.0) -> None:
+    """Wait until the daemon started above owns the Secret Service name, and its login keyring is open.
+
+    Asking the Secret Service anything before the name is owned makes D-Bus start a second daemon of
+    its own, whose login keyring stays locked ("Failed to unlock the collection"); asking the bus who
+    owns the name starts nothing.
+    """
+    # Linux-only packages (keyring's Secret Service dependencies), like the daemon itself.
+    import secretstorage
+    from jeepney import DBusAddress, new_method_call
+    from jeepney.io.blocking import open_dbus_connection
+
+    deadline = time.monotonic() + timeout_s
+    bus = DBusAddress(
+        "/org/freedesktop/DBus", bus_name="org.freedesktop.DBus", interface="org.freedesktop.DBus"
+    )
+    with open_dbus_connection(bus="SESSION") as connection:
+        has_owner = new_method_call(bus, "NameHasOwner", "s", ("org.freedesktop.secrets",))
+        while not connection.send_and_get_reply(has_owner).body[0]:
+            if time.monotonic() > deadline:
+                raise RuntimeError("gnome-keyring-daemon did not take the Secret Service name")
+            time.sleep(0.02)
+        while secretstorage.Collection(connection).is_locked():
+            if time.monotonic() > deadline:
+                raise RuntimeError("gnome-keyring-daemon did not unlock its login keyring")
+            time.sleep(0.02)

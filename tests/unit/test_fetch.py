@@ -20,7 +20,7 @@ DIGEST = hashlib.sha256(BODY).hexdigest()
 
 def download(url: str, dest: Path, **kw: object) -> str:
     async def go() -> str:
-        async with httpx.AsyncClient() as client:
+        with httpx.Client() as client:
             return await fetch(client, url, dest, backoff_s=0.01, **kw)  # type: ignore[arg-type]
 
     return asyncio.run(go())
@@ -119,7 +119,7 @@ def test_cancel_keeps_the_partial_file_for_resume(served: Served, tmp_path: Path
             if p.done >= CHUNK:
                 started.set()
 
-        async with httpx.AsyncClient() as client:
+        with httpx.Client() as client:
             task = asyncio.create_task(fetch(client, f"{base}/f.bin", dest, on_progress=on_progress))
             await started.wait()
             task.cancel()
@@ -133,3 +133,10 @@ def test_cancel_keeps_the_partial_file_for_resume(served: Served, tmp_path: Path
         assert kept >= CHUNK
         assert download(f"{base}/f.bin", dest, sha256=DIGEST) == DIGEST
     assert served.bytes_sent("/f.bin")[-1] == f"bytes={kept}-"
+
+
+def test_a_body_without_a_length_is_read_to_the_end(served: Served, tmp_path: Path) -> None:
+    served.arm("/f.bin", Fault(no_length=True))
+    with serve(served) as base:
+        assert download(f"{base}/f.bin", tmp_path / "f.bin", sha256=DIGEST) == DIGEST
+    assert served.bytes_sent("/f.bin") == [None]
