@@ -31,6 +31,8 @@ def private_keychain(data_dir: Path) -> Iterator[None]:
     )
     assert bus.stdout is not None
     address = bus.stdout.readline().strip()
+    # The backend the process had before (chosen now, in its own environment, if not yet chosen).
+    previous = keyring.get_keyring()
     saved = os.environ.get("DBUS_SESSION_BUS_ADDRESS")
     os.environ["DBUS_SESSION_BUS_ADDRESS"] = address
     keyring_daemon = subprocess.run(
@@ -51,7 +53,6 @@ def private_keychain(data_dir: Path) -> Iterator[None]:
         None,
     )
     _wait_for_unlocked_login_keyring()
-    previous = keyring.get_keyring()
     keyring.set_keyring(SecretService.Keyring())
     try:
         yield
