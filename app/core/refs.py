@@ -46,10 +46,6 @@ def parse_ref(text: str) -> HubRef:
     return HubRef(repo_id, variant or None)
 
 
-def looks_like_ref(text: str) -> bool:
-    return bool(_REPO_ID.fullmatch(text.partition(":")[0]))
-
-
 @dataclass(frozen=True)
 class RepoFile:
     path: str  # inside the repo, "/"-separated
@@ -76,9 +72,6 @@ class RepoListing:
     revision: str  # the commit the file list belongs to
     files: tuple[RepoFile, ...]
     gated: bool = False  # the Hub wants an accepted licence and a token before it serves the files
-
-    def get(self, path: str) -> RepoFile | None:
-        return next((f for f in self.files if f.path == path), None)
 
 
 @dataclass(frozen=True)

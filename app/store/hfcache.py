@@ -75,13 +75,6 @@ class RepoCache:
         os.replace(tmp, dest)
         return dest
 
-    def has(self, revision: str, file: RepoFile) -> bool:
-        path = self.snapshot(revision) / file.path
-        try:
-            return path.resolve().name == file.oid and path.stat().st_size == file.size
-        except OSError:
-            return False
-
     def _snapshots(self) -> list[Path]:
         """Every snapshot folder, ``refs/main``'s first."""
         folder = self.folder / "snapshots"
@@ -167,12 +160,3 @@ def _prune_empty_dirs(top: Path) -> None:
             folder.rmdir()
     if top.is_dir() and not any(top.iterdir()):
         top.rmdir()
-
-
-def cached_repos(root: Path) -> list[str]:
-    """Repo ids of every model folder in the cache."""
-    if not root.is_dir():
-        return []
-    return sorted(
-        p.name.removeprefix("models--").replace("--", "/", 1) for p in root.glob("models--*") if p.is_dir()
-    )

@@ -92,7 +92,7 @@ class DownloadManager:
     ) -> None:
         self.cache_root = cache_root
         self.hub = hub
-        self.http = httpx.Client()  # file bytes move in worker threads (see fetch)
+        self._http: httpx.Client | None = None
         self.stall_timeout_s = stall_timeout_s
         self.backoff_s = backoff_s
         self._slots = asyncio.Semaphore(max_parallel)
@@ -101,12 +101,14 @@ class DownloadManager:
         self._subscribers: list[Subscriber] = []
         loaded = load_downloads()
         self.warning = loaded.warning
-        self.records = {
-            rid: r.with_state(DownloadState.PAUSED, INTERRUPTED, self._on_disk(r.files))
-            if r.state.active
-            else r
-            for rid, r in loaded.items.items()
-        }
+        self.records = {rid: self._recovered(r) for rid, r in loaded.items.items()}
+
+    @property
+    def http(self) -> httpx.Client:
+        """A blocking client: file bytes move in worker threads (see fetch)."""
+        if self._http is None:
+            self._http = httpx.Client()
+        return self._http
 
     def _recovered(self, record: DownloadRecord) -> DownloadRecord:
         """A record left active by a process that is gone comes back paused."""
@@ -174,13 +176,6 @@ class DownloadManager:
             self._set(rid, DownloadState.CANCELLED, done=0)
         return self._record(rid)
 
-    def forget(self, rid: str) -> None:
-        """Drop a finished or stopped download's record."""
-        if rid in self._tasks:
-            raise ModelError(f"The download of {rid} is still running.", "Pause or cancel it first.")
-        if self.records.pop(rid, None) is not None:
-            self._save(rid)
-
     async def wait(self, rid: str) -> DownloadRecord:
         task = self._tasks.get(rid)
         if task is not None:
@@ -191,7 +186,9 @@ class DownloadManager:
         """Pause everything (the app is quitting); partial files stay for next time."""
         for rid in list(self._tasks):
             await self._stop(rid, DownloadState.PAUSED)
-        self.http.close()
+        if self._http is not None:
+            self._http.close()
+            self._http = None
 
     def _record(self, rid: str) -> DownloadRecord:
         try:

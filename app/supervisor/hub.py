@@ -105,9 +105,9 @@ class HubClient:
         self.check(response, repo_id, path)
         return response
 
-    async def listing(self, repo_id: str, revision: str = "main") -> RepoListing:
-        base = f"{self.endpoint}/api/models/{repo_id}"
-        url = base if revision == "main" else f"{base}/revision/{quote(revision, safe='')}"
+    async def listing(self, repo_id: str) -> RepoListing:
+        """The files on the main branch, with sizes and checksums, and the commit they belong to."""
+        url = f"{self.endpoint}/api/models/{repo_id}"
         data = (await self._get(url, repo_id, params={"blobs": "true"})).json()
         try:
             files = tuple(

@@ -1,5 +1,5 @@
 """A model's shape before it is downloaded: GGUF metadata from the file's first megabytes (HTTP Range),
-or ``config.json`` for MLX; the same from local files for imported models.
+or ``config.json`` for MLX. Local GGUF files (imports) are read the same way.
 
 The GGUF walk uses the ``gguf`` package's format definitions (magic, versions, value types) but not its
 ``GGUFReader``, which turns every vocabulary entry into numpy views: two seconds for a 49k-token
@@ -10,7 +10,6 @@ check the two agree on a real model file.
 from __future__ import annotations
 
 import asyncio
-import json
 import struct
 from pathlib import Path
 from typing import Any
@@ -163,16 +162,3 @@ async def remote_shape(hub: HubClient, files: FileSet) -> ModelShape:
     if not isinstance(config, dict):
         raise ModelError(f"config.json in {files.repo_id} is not a JSON object.")
     return shape_from_config(config)
-
-
-def local_shape(path: Path) -> ModelShape:
-    """The shape of a GGUF file or of an MLX folder (its ``config.json``)."""
-    if path.is_dir():
-        try:
-            config = json.loads((path / "config.json").read_text())
-        except (OSError, ValueError) as err:
-            raise ModelError(f"Cannot read {path / 'config.json'} ({err}).") from None
-        if not isinstance(config, dict):
-            raise ModelError(f"{path / 'config.json'} is not a JSON object.")
-        return shape_from_config(config)
-    return shape_from_gguf(local_gguf_metadata(path))

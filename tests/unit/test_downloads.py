@@ -14,7 +14,7 @@ from huggingface_hub import hf_hub_download, try_to_load_from_cache
 
 from app.core.downloads import INTERRUPTED, DownloadRecord, DownloadState
 from app.core.refs import FileSet, parse_ref, select
-from app.store.downloads import downloads_path, load_downloads
+from app.store.downloads import DownloadLock, downloads_path, load_downloads, save_downloads
 from app.store.hfcache import RepoCache, hub_cache_dir
 from app.supervisor.downloads import (
     DownloadChanged,
@@ -60,7 +60,9 @@ def run_downloads(
                 manager.submit(rid, rid, files)
             if script is not None:
                 await script(manager, events)
-            return {rid: await manager.wait(rid) for rid, _ in jobs}
+            records = {rid: await manager.wait(rid) for rid, _ in jobs}
+            await manager.close()
+            return records
 
     return asyncio.run(go()), events
 
@@ -235,7 +237,9 @@ def test_download_state_survives_a_restart_and_resumes(hub: LoopbackHub) -> None
             assert (record.state, record.message) == (DownloadState.PAUSED, INTERRUPTED)
             assert record.done_bytes >= CHUNK
             manager.resume("q8")
-            return await manager.wait("q8")
+            record = await manager.wait("q8")
+            await manager.close()
+            return record
 
     assert asyncio.run(restart()).state is DownloadState.DONE
     assert hub.requests_for(BIG, "Big-Q8_0.gguf")[-1] == f"bytes={CHUNK + 5}-"
@@ -261,3 +265,30 @@ def test_files_another_tool_put_in_the_cache_are_not_fetched_again(hub: Loopback
     assert len(hub.byte_requests()) == asked_before  # not one byte fetched
     assert not [e for e in events if isinstance(e, DownloadProgress)]
     assert_in_cache(BIG, files, BIG_FILES)
+
+
+def test_a_download_another_process_runs_is_left_to_it(hub: LoopbackHub) -> None:
+    files = files_for(f"{BIG}:Q8_0")
+    save_downloads({"q8": DownloadRecord("q8", "q8", files, DownloadState.RUNNING)})
+    other = DownloadLock("q8")  # what a live `lemon-desk pull` of the same model holds
+    assert other.acquire()
+    try:
+        records, _ = run_downloads(("q8", files))
+        assert records["q8"].state is DownloadState.FAILED
+        assert "being downloaded by another Lemon Desk process" in records["q8"].message
+        assert full_gets(hub.requests_for(BIG, "Big-Q8_0.gguf")) == []
+
+        save_downloads({"q8": DownloadRecord("q8", "q8", files, DownloadState.RUNNING)})
+
+        async def look() -> DownloadRecord:
+            async with httpx.AsyncClient() as client:
+                return DownloadManager(cache(), HubClient(client)).records["q8"]
+
+        assert asyncio.run(look()).state is DownloadState.RUNNING  # alive elsewhere: not "interrupted"
+    finally:
+        other.release()
+    assert asyncio.run(look()).state is DownloadState.PAUSED
+
+
+def full_gets(ranges: list[str | None]) -> list[str | None]:
+    return [r for r in ranges if r is None or r.endswith("-")]
