@@ -90,7 +90,7 @@ def _library() -> Library:
 
 
 def _size(n: int) -> str:
-    return f"{n / GB:.2f} GB"
+    return f"{n / GB:.2f} GB" if n >= GB / 10 else f"{n / 1e6:.1f} MB"
 
 
 async def _fit(

@@ -212,24 +212,25 @@ class Library:
                 )
             cache.remove_partials(record.files.files)
             save_downloads(downloads)
-        files = self.cached_files(model)
-        paths = {f.path for f in files.files} if files else set()
-        if record is not None:
-            paths |= {f.path for f in record.files.files}
+        paths = self._paths(model) | ({f.path for f in record.files.files} if record else set())
         keep = {
-            f.path
+            path
             for other in self.models().values()
             if other.name != model.name and other.repo_id == model.repo_id
-            for f in (self.cached_files(other) or FileSet("", "", "", "", ())).files
+            for path in self._paths(other)
         }
+        if not paths and not model.user:
+            raise ModelError(f"{model.name} is not downloaded: there is nothing to remove.")
         freed = cache.remove(paths, keep) if paths else 0
         if model.user:
             self.unregister(model.name)
-        if not paths and record is None:
-            raise ModelError(f"{model.name} is not downloaded: there is nothing to remove.")
         shared = len(paths & keep)
         note = f" ({shared} file(s) kept: other models use them)" if shared else ""
         return f"Removed {model.name}: freed {freed / GB:.2f} GB{note}."
+
+    def _paths(self, model: Model) -> set[str]:
+        files = self.cached_files(model)
+        return {f.path for f in files.files} if files else set()
 
     def import_path(self, path: Path, name: str | None = None) -> Model:
         path = path.expanduser().resolve()
