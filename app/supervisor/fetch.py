@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import io
 import os
 import queue
 import socket
@@ -257,11 +258,15 @@ def _attempt(
             if state.offset and response.status_code != 206:
                 state.restart()  # the server ignored Range: take the whole file
             state.total = _total_from(response, state.offset)
-            with part.open("r+b" if state.offset else "wb") as f, _HashPipe(state.hasher) as hashing:
+            # Unbuffered: what was received is on disk at once, for a resume after a crash.
+            with (
+                part.open("r+b" if state.offset else "wb", buffering=0) as f,
+                _HashPipe(state.hasher) as hashing,
+            ):
                 f.seek(state.offset)
                 f.truncate()
                 for chunk in _body(response, stall_timeout_s, control, hashing):
-                    f.write(chunk)
+                    _write_all(f, chunk)
                     hashing.add(chunk)
                     state.offset += len(chunk)
                     report(state.offset, state.total)
@@ -275,6 +280,12 @@ def _attempt(
         return
     if state.total is not None and state.offset < state.total:
         raise _Retryable(f"the connection closed at {state.offset} of {state.total} bytes")
+
+
+def _write_all(f: io.RawIOBase, data: bytes | memoryview) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[f.write(view) or 0 :]
 
 
 class _HashPipe:

@@ -19,7 +19,6 @@ from app.cli import main
 from app.supervisor.modelmeta import local_gguf_metadata
 from tests.conftest import profile_path
 from tests.support.hubserver import HubRepo, LoopbackHub
-from tests.support.realmodels import llama_server, smollm2_gguf
 from tests.support.testrepos import loopback_hub
 
 pytestmark = pytest.mark.integration
@@ -28,9 +27,9 @@ CONTEXTS = (2048, 8192)
 
 
 @pytest.fixture
-def hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[LoopbackHub]:
+def hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, smol_gguf: Path) -> Iterator[LoopbackHub]:
     with loopback_hub(tmp_path / "hf-cache", monkeypatch) as running:
-        running.add(HubRepo(REPO, {"SmolLM2-135M-Instruct.Q4_1.gguf": smollm2_gguf().read_bytes()}))
+        running.add(HubRepo(REPO, {"SmolLM2-135M-Instruct.Q4_1.gguf": smol_gguf.read_bytes()}))
         yield running
 
 
@@ -40,13 +39,22 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def loaded_rss(model: Path, context: int) -> int:
+def loaded_rss(llama_dir: Path, model: Path, context: int) -> int:
     """Start llama-server on ``model`` at ``context`` tokens, wait until it serves, read its RSS, stop it."""
-    server = llama_server()
     port = free_port()
     proc = subprocess.Popen(
-        [str(server), "-m", str(model), "-c", str(context), "--host", "127.0.0.1", "--port", str(port)],
-        env={**os.environ, "LD_LIBRARY_PATH": str(server.parent)},
+        [
+            str(llama_dir / "llama-server"),
+            "-m",
+            str(model),
+            "-c",
+            str(context),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+        ],
+        env={**os.environ, "LD_LIBRARY_PATH": str(llama_dir)},
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -72,7 +80,11 @@ def loaded_rss(model: Path, context: int) -> int:
 
 
 def test_fit_estimate_is_within_a_quarter_of_the_real_footprint(
-    hub: LoopbackHub, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    hub: LoopbackHub,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    llama_dir: Path,
+    smol_gguf: Path,
 ) -> None:
     monkeypatch.setenv("LEMON_DESK_MOCK_HARDWARE", str(profile_path("cpu_only_x86")))
     for context in CONTEXTS:
@@ -80,17 +92,16 @@ def test_fit_estimate_is_within_a_quarter_of_the_real_footprint(
         assert main(["pull", f"{REPO}:Q4_1", "--dry-run", "--json", "--ctx-size", str(context)]) == 0
         fit = json.loads(capsys.readouterr().out)["fit"]
         assert fit["verdict"] == "fits"
-        rss = loaded_rss(smollm2_gguf(), context)
+        rss = loaded_rss(llama_dir, smol_gguf, context)
         error = (fit["need_bytes"] - rss) / rss
         figures = f"ctx {context}: estimate {fit['need_bytes'] / 2**20:.0f} MiB, RSS {rss / 2**20:.0f} MiB"
         assert abs(error) <= 0.25, f"{figures}, {error:+.1%}"
     assert all("/resolve/" not in p or (r and not r.endswith("-")) for p, r in hub.served.log)
 
 
-def test_metadata_walk_agrees_with_the_gguf_reader_on_a_real_model() -> None:
-    path = smollm2_gguf()
-    mine = local_gguf_metadata(path)
-    theirs = GGUFReader(path)
+def test_metadata_walk_agrees_with_the_gguf_reader_on_a_real_model(smol_gguf: Path) -> None:
+    mine = local_gguf_metadata(smol_gguf)
+    theirs = GGUFReader(smol_gguf)
     compared = 0
     for key, field in theirs.fields.items():
         if key.startswith(("GGUF.", "tokenizer.")):

@@ -166,6 +166,13 @@ def test_a_download_larger_than_the_free_disk_space_is_refused_up_front(hub: Loo
     assert not [p for p in hub.byte_requests() if "Huge" in p]
 
 
+async def until_held(files: FileSet) -> None:
+    """Wait until every byte the server sends before its hold (CHUNK + 5) is in the partial file."""
+    part = RepoCache(cache(), files.repo_id).blob(files.files[0].oid + ".part")
+    while not (part.exists() and part.stat().st_size == CHUNK + 5):
+        await asyncio.sleep(0.01)
+
+
 def test_pause_resume_cancel_with_a_bounded_number_at_once(hub: LoopbackHub) -> None:
     q8 = files_for(f"{BIG}:Q8_0")
     mlx = files_for(TINY_MLX)
@@ -173,8 +180,7 @@ def test_pause_resume_cancel_with_a_bounded_number_at_once(hub: LoopbackHub) -> 
     held: dict[str, int] = {}
 
     async def script(manager: DownloadManager, events: list[DownloadEvent]) -> None:
-        while not any(isinstance(e, DownloadProgress) and e.id == "q8" for e in events):
-            await asyncio.sleep(0.01)
+        await until_held(q8)
         assert manager.records["mlx"].state is DownloadState.QUEUED  # one slot, taken by q8
         # The connection is silent, not closed: pausing must not wait for the 60 s stall timeout.
         paused = await asyncio.wait_for(manager.pause("q8"), 20)
@@ -205,8 +211,7 @@ def test_pause_resume_cancel_with_a_bounded_number_at_once(hub: LoopbackHub) -> 
     hub.arm(BIG, "Big-Q8_0.gguf", Fault(hold_after=CHUNK + 5))
 
     async def cancel(manager: DownloadManager, events: list[DownloadEvent]) -> None:
-        while not any(isinstance(e, DownloadProgress) and e.id == "c" for e in events):
-            await asyncio.sleep(0.01)
+        await until_held(q8)
         assert (await manager.cancel("c")).state is DownloadState.CANCELLED
 
     records, _ = run_downloads(("c", q8), script=cancel, stall_timeout_s=60)
@@ -219,8 +224,7 @@ def test_download_state_survives_a_restart_and_resumes(hub: LoopbackHub) -> None
     hub.arm(BIG, "Big-Q8_0.gguf", Fault(hold_after=CHUNK + 5))
 
     async def quit_app(manager: DownloadManager, events: list[DownloadEvent]) -> None:
-        while not any(isinstance(e, DownloadProgress) for e in events):
-            await asyncio.sleep(0.01)
+        await until_held(files)
         await manager.close()
 
     records, _ = run_downloads(("q8", files), script=quit_app, stall_timeout_s=60)

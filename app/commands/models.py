@@ -1,4 +1,4 @@
-"""``lemon-desk search / pull / models / rm / import``: the model commands of the headless CLI."""
+"""``lemon-desk search / pull / models / rm / import``: Hugging Face models, downloads, the library."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import Any
 
 import httpx
 
-from app.cli import EXIT_INTERRUPTED, _print_json, _table
+from app.commands.output import load_settings_noting_problems, print_json, table
 from app.core.downloads import DownloadRecord, DownloadState
 from app.core.errors import ModelError
 from app.core.fit import DEFAULT_CONTEXT, FitEstimate, ModelShape, estimate, weights_bytes
@@ -32,7 +32,6 @@ from app.library import Library, ModelState
 from app.platform import detect_hardware
 from app.store.hfcache import RepoCache
 from app.store.secrets import get_hf_token
-from app.store.settings import load_settings
 from app.supervisor.downloads import DownloadEvent, DownloadManager, DownloadProgress
 from app.supervisor.hub import HubClient, SearchHit, gated_error
 from app.supervisor.modelmeta import remote_shape
@@ -42,8 +41,8 @@ BAR_WIDTH = 30
 SEARCH_CONCURRENCY = 4
 
 
-def add_model_commands(sub: Any) -> None:
-    """Add the model subcommands to the CLI's subparsers."""
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """search, pull, models, rm, import."""
     search = sub.add_parser("search", help="search Hugging Face for GGUF and MLX models, with a fit estimate")
     search.add_argument("query")
     search.add_argument("--recipe", choices=(GGUF_RECIPE, MLX_RECIPE), help="only models this recipe runs")
@@ -81,10 +80,7 @@ def _warn(library: Library) -> None:
 
 
 def _library() -> Library:
-    loaded = load_settings()
-    library = Library(loaded.settings)
-    if loaded.warning:
-        library.warnings.insert(0, loaded.warning)
+    library = Library(load_settings_noting_problems())
     _warn(library)
     return library
 
@@ -165,7 +161,7 @@ async def _search(args: argparse.Namespace) -> list[dict[str, Any]]:
 def cmd_search(args: argparse.Namespace) -> int:
     results = asyncio.run(_search(args))
     if args.json:
-        _print_json({"query": args.query, "context": args.ctx_size, "results": results})
+        print_json({"query": args.query, "context": args.ctx_size, "results": results})
         return 0
     if not results:
         print(f"No GGUF or MLX models match '{args.query}'.")
@@ -180,7 +176,7 @@ def cmd_search(args: argparse.Namespace) -> int:
             for v in r["variants"]
         ]
         if rows:
-            print(_table(rows))
+            print(table(rows))
     return 0
 
 
@@ -291,9 +287,9 @@ def cmd_pull(args: argparse.Namespace) -> int:
         report = asyncio.run(_pull(args, library))
     except KeyboardInterrupt:
         print(f"\nDownload paused; run `lemon-desk pull {args.model}` again to resume.", file=sys.stderr)
-        return EXIT_INTERRUPTED
+        raise
     if args.json:
-        _print_json(report)
+        print_json(report)
     elif not args.dry_run:
         if sys.stderr.isatty():
             sys.stderr.write("\n")
@@ -309,7 +305,7 @@ def cmd_models(args: argparse.Namespace) -> int:
     statuses = library.statuses()
     _warn(library)
     if args.json:
-        _print_json({"models": [s.to_json() for s in statuses]})
+        print_json({"models": [s.to_json() for s in statuses]})
         return 0
     rows = [["name", "recipe", "size", "state", "checkpoint"]]
     for s in statuses:
@@ -318,7 +314,7 @@ def cmd_models(args: argparse.Namespace) -> int:
             total = s.download.files.size or 1
             state += f" {s.download.done_bytes / total:.0%}"
         rows.append([s.model.name, s.model.recipe, f"{s.model.size_gb:g} GB", state, s.model.checkpoint])
-    print(_table(rows))
+    print(table(rows))
     return 0
 
 
