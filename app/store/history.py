@@ -8,7 +8,6 @@ A file that is not a database is set aside (kept, never deleted) and a new one i
 
 from __future__ import annotations
 
-import enum
 import json
 import re
 import sqlite3
@@ -19,18 +18,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from app.core.chat import MessageState
 from app.store.files import atomic_write_bytes, set_aside
 from app.store.paths import home
 
 SCHEMA_VERSION = 1
 DEFAULT_TITLE = "New chat"
-
-
-class MessageState(enum.Enum):
-    COMPLETE = "complete"  # a finished message
-    STREAMING = "streaming"  # a reply still arriving; found so after a crash, it was interrupted
-    STOPPED = "stopped"  # the user stopped the reply before it finished
-    FAILED = "failed"  # the reply ended with an error
 
 
 @dataclass(frozen=True)
@@ -49,6 +42,7 @@ class StoredMessage:
     reasoning: str = ""
     state: MessageState = MessageState.COMPLETE
     telemetry: dict[str, Any] | None = None
+    error: str = ""  # why a FAILED reply failed
     created_at: float = 0.0
 
 
@@ -83,6 +77,7 @@ _SCHEMA_V1 = """
             reasoning TEXT NOT NULL DEFAULT '',
             state TEXT NOT NULL,
             telemetry TEXT,
+            error TEXT NOT NULL DEFAULT '',
             created_at REAL NOT NULL,
             UNIQUE (conversation_id, position)
         );
@@ -241,6 +236,7 @@ class History:
                 m["reasoning"],
                 MessageState(m["state"]),
                 json.loads(m["telemetry"]) if m["telemetry"] else None,
+                m["error"],
                 m["created_at"],
             )
             for m in rows
@@ -349,6 +345,7 @@ class History:
         reasoning: str = "",
         state: MessageState | None = None,
         telemetry: dict[str, Any] | None = None,
+        error: str | None = None,
     ) -> None:
         """Replace a message's text (a streaming reply as it grows); optionally its state and telemetry."""
         sets, params = ["content = ?", "reasoning = ?"], [content, reasoning]
@@ -358,6 +355,9 @@ class History:
         if telemetry is not None:
             sets.append("telemetry = ?")
             params.append(json.dumps(telemetry, sort_keys=True))
+        if error is not None:
+            sets.append("error = ?")
+            params.append(error)
         self._db.execute(f"UPDATE messages SET {', '.join(sets)} WHERE id = ?", (*params, message_id))
 
     def sync_messages(self, conversation_id: str, messages: Sequence[tuple[str, str]]) -> None:
@@ -412,7 +412,7 @@ def to_markdown(conversation: Conversation) -> str:
             parts.append(f"> **Reasoning**\n>\n{quoted}\n")
         parts.append(f"{message.content}\n")
         if message.state is not MessageState.COMPLETE:
-            parts.append(f"*({message.state.value})*\n")
+            parts.append(f"*({message.state.value}{': ' + message.error if message.error else ''})*\n")
     return "\n".join(parts)
 
 
@@ -431,6 +431,7 @@ def to_json(conversation: Conversation) -> dict[str, Any]:
                 "reasoning": m.reasoning,
                 "state": m.state.value,
                 "telemetry": m.telemetry,
+                "error": m.error,
                 "created_at": m.created_at,
             }
             for m in conversation.messages

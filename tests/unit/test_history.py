@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from app.store.history import DEFAULT_TITLE, SCHEMA_VERSION, History, MessageState, history_path
+from app.core.chat import MessageState
+from app.store.history import DEFAULT_TITLE, SCHEMA_VERSION, History, history_path
 
 
 @pytest.fixture
