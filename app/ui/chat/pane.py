@@ -214,6 +214,12 @@ class ChatPane(QWidget):
         self.composer.setFocus()
         self.conversation_changed.emit(conversation_id)
 
+    def refresh_theme(self) -> None:
+        """Colours follow the system's scheme: show the conversation again in the new palette (when idle)."""
+        if self.state is PaneState.IDLE:
+            title, system = self.title.text(), self.system_prompt.toPlainText()
+            self.show_conversation(self.conversation_id, title, system, self.messages())
+
     def set_title(self, title: str) -> None:
         self.title.setText(title)
 
