@@ -87,14 +87,18 @@ class SingleInstance(QObject):
     def _accept(self) -> None:
         while (socket := self._server.nextPendingConnection()) is not None:
             self._clients.append(socket)
-            socket.readyRead.connect(lambda s=socket: self._read(s))
-            socket.disconnected.connect(lambda s=socket: self._drop(s))
+            # Slots are methods that find their socket with sender(): a lambda holding the socket would be
+            # released while Qt destroys it, which crashes PySide.
+            socket.readyRead.connect(self._read)
+            socket.disconnected.connect(self._drop)
 
-    def _read(self, socket: QLocalSocket) -> None:
-        if SHOW.strip() in bytes(socket.readAll().data()):
+    def _read(self) -> None:
+        socket = self.sender()
+        if isinstance(socket, QLocalSocket) and SHOW.strip() in bytes(socket.readAll().data()):
             self.activation_requested.emit()
 
-    def _drop(self, socket: QLocalSocket) -> None:
-        if socket in self._clients:
+    def _drop(self) -> None:
+        socket = self.sender()
+        if isinstance(socket, QLocalSocket) and socket in self._clients:
             self._clients.remove(socket)
-        socket.deleteLater()
+            socket.deleteLater()

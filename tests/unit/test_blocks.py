@@ -71,7 +71,9 @@ def test_an_open_fence_is_a_code_tail_and_long_code_comes_in_pieces() -> None:
     tail = splitter.tail()
     assert tail is not None and (tail.kind, tail.lang, tail.continued) == (CODE, "js", True)
     assert tail.text == "".join(lines[CODE_PIECE_LINES * 2 :])
-    assert splitter.feed("```\nafter\n") == [Block(CODE, "".join(lines[CODE_PIECE_LINES * 2 :])[:-1], "js", True)]
+    assert splitter.feed("```\nafter\n") == [
+        Block(CODE, "".join(lines[CODE_PIECE_LINES * 2 :])[:-1], "js", True)
+    ]
 
 
 def test_an_indented_fence_loses_its_indent_and_an_unclosed_fence_ends_with_the_text() -> None:

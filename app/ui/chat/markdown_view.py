@@ -172,7 +172,10 @@ class CodeBlockView(BlockColumn):
     def _copy(self) -> None:
         QGuiApplication.clipboard().setText(self.code().removesuffix("\n"))
         self.copy_button.setText("Copied")
-        QTimer.singleShot(COPIED_FEEDBACK_MS, self, lambda: self.copy_button.setText("Copy"))
+        QTimer.singleShot(COPIED_FEEDBACK_MS, self._copied_shown)
+
+    def _copied_shown(self) -> None:
+        self.copy_button.setText("Copy")
 
 
 class MarkdownView(BlockColumn):

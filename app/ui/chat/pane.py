@@ -12,7 +12,7 @@ import enum
 import uuid
 from typing import Any
 
-from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtCore import QObject, Qt, QTimer, Signal
 from PySide6.QtGui import QKeyEvent, QKeySequence, QShortcut
 from PySide6.QtWidgets import (
     QDoubleSpinBox,
@@ -170,9 +170,11 @@ class ChatPane(QWidget):
         layout.addWidget(self.transcript, 1)
         layout.addLayout(bottom)
 
-        stop = QShortcut(QKeySequence(Qt.Key.Key_Escape), self, self._escape)
+        stop = QShortcut(QKeySequence(Qt.Key.Key_Escape), self)
         stop.setContext(Qt.ShortcutContext.WidgetWithChildrenShortcut)
-        QShortcut(QKeySequence.StandardKey.New, self, self.new_conversation)
+        stop.activated.connect(self._escape)
+        new_chat = QShortcut(QKeySequence(QKeySequence.StandardKey.New), self)
+        new_chat.activated.connect(self.new_conversation)
         self.composer.setFocus()
 
     # What the bridge and the history read
@@ -293,10 +295,15 @@ class ChatPane(QWidget):
     def _add(self, message: ChatMessage) -> MessageView:
         view = self.transcript.add(message)
         if message.role == "user":
-            view.edit_clicked.connect(lambda: self.edit(self.transcript.views().index(view)))
+            view.edit_clicked.connect(self._edit_view)
         else:
             view.regenerate_clicked.connect(self.regenerate)
         return view
+
+    def _edit_view(self, view: QObject) -> None:
+        views = self.transcript.views()
+        if view in views:
+            self.edit(views.index(view))
 
     def _request_reply(self) -> None:
         self._reply = self._add(ChatMessage("assistant", "", state=MessageState.STREAMING))

@@ -42,6 +42,7 @@ class ConversationList(QWidget):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self._filling = False
+        self._deleting = ""  # the conversation the open delete question is about
         self.search = QLineEdit(self)
         self.search.setPlaceholderText("Search chats")
         self.search.setClearButtonEnabled(True)
@@ -157,14 +158,14 @@ class ConversationList(QWidget):
             self,
         )
         box.setDefaultButton(QMessageBox.StandardButton.Cancel)
-        yes = QMessageBox.StandardButton.Yes
-
-        def answered(button: QAbstractButton) -> None:
-            if box.standardButton(button) == yes:
-                self.delete_requested.emit(conversation_id)
-
-        box.buttonClicked.connect(answered)
+        self._deleting = conversation_id
+        box.buttonClicked.connect(self._delete_answered)
         self._open(box)
+
+    def _delete_answered(self, button: QAbstractButton) -> None:
+        box = self.sender()
+        if isinstance(box, QMessageBox) and box.standardButton(button) == QMessageBox.StandardButton.Yes:
+            self.delete_requested.emit(self._deleting)
 
     def _ask_export(self, fmt: str) -> None:
         item = self.list.currentItem()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from PySide6.QtCore import Qt, Signal
+from PySide6.QtCore import QObject, Qt, Signal
 from PySide6.QtGui import QGuiApplication, QPalette
 from PySide6.QtWidgets import (
     QFrame,
@@ -39,7 +39,7 @@ def _action_button(text: str, tip: str, parent: QWidget) -> QToolButton:
 class MessageView(QFrame):
     """One message: who said it, its reasoning (collapsible), its text, and what can be done with it."""
 
-    edit_clicked = Signal()
+    edit_clicked = Signal(QObject)  # this view
     regenerate_clicked = Signal()
 
     def __init__(self, message: ChatMessage, parent: QWidget | None = None) -> None:
@@ -62,7 +62,7 @@ class MessageView(QFrame):
         self.copy_button = _action_button("Copy", "Copy this message", self)
         self.copy_button.clicked.connect(self._copy)
         self.edit_button = _action_button("Edit", "Edit this message and send it again", self)
-        self.edit_button.clicked.connect(self.edit_clicked)
+        self.edit_button.clicked.connect(self._edit_clicked)
         self.regenerate_button = _action_button("Regenerate", "Ask for this reply again", self)
         self.regenerate_button.clicked.connect(self.regenerate_clicked)
         for button in (self.copy_button, self.edit_button, self.regenerate_button):
@@ -178,6 +178,11 @@ class MessageView(QFrame):
         self.reasoning.setVisible(shown)
         arrow = Qt.ArrowType.DownArrow if shown else Qt.ArrowType.RightArrow
         self.reasoning_toggle.setArrowType(arrow)
+
+    def _edit_clicked(self) -> None:
+        # The view travels in the signal: a lambda holding it would be released while Qt destroys
+        # the view, which crashes PySide.
+        self.edit_clicked.emit(self)
 
     def _copy(self) -> None:
         QGuiApplication.clipboard().setText(self.snapshot()[0])
