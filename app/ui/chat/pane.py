@@ -96,12 +96,6 @@ class ChatPane(QWidget):
         self.new_chat_button.setText("New chat")
         self.new_chat_button.setToolTip("Start a new conversation (Ctrl+N)")
         self.new_chat_button.clicked.connect(self.new_conversation)
-        top = QHBoxLayout()
-        top.setContentsMargins(16, 8, 12, 0)
-        top.addWidget(self.title, 1)
-        top.addWidget(self.new_chat_button)
-
-        self.transcript = TranscriptView(self)
 
         self.edit_banner = QLabel("Editing a message: Enter sends it again, Esc cancels.", self)
         self.edit_banner.setStyleSheet(f"color: {muted};")
@@ -118,6 +112,16 @@ class ChatPane(QWidget):
         self.system_prompt.setFixedHeight(self.fontMetrics().lineSpacing() * 4 + 12)
         self.system_prompt.hide()
         self.system_toggle.toggled.connect(self._toggle_system_prompt)
+        top = QHBoxLayout()
+        top.setContentsMargins(16, 8, 12, 0)
+        top.addWidget(self.title, 1)
+        top.addWidget(self.system_toggle)
+        top.addWidget(self.new_chat_button)
+        system_row = QHBoxLayout()
+        system_row.setContentsMargins(16, 4, 16, 0)
+        system_row.addWidget(self.system_prompt)
+
+        self.transcript = TranscriptView(self)
 
         self.temperature = QDoubleSpinBox(self)
         self.temperature.setRange(0.0, 2.0)
@@ -128,12 +132,11 @@ class ChatPane(QWidget):
         self.top_p.setSingleStep(0.05)
         self.top_p.setValue(DEFAULT_TOP_P)
         self.max_tokens = QSpinBox(self)
-        self.max_tokens.setRange(0, 1_000_000)
+        self.max_tokens.setRange(0, 262_144)
         self.max_tokens.setSingleStep(256)
         self.max_tokens.setSpecialValueText("no limit")
         self.max_tokens.setValue(0)
         options = QHBoxLayout()
-        options.addWidget(self.system_toggle)
         options.addStretch(1)
         for label, box, tip in (
             ("Temperature", self.temperature, "Higher is more varied, lower more focused"),
@@ -159,7 +162,6 @@ class ChatPane(QWidget):
         bottom.setContentsMargins(16, 4, 16, 12)
         bottom.setSpacing(6)
         bottom.addWidget(self.edit_banner)
-        bottom.addWidget(self.system_prompt)
         bottom.addLayout(options)
         bottom.addLayout(compose)
 
@@ -167,6 +169,7 @@ class ChatPane(QWidget):
         layout.setContentsMargins(0, 0, 0, 0)
         layout.setSpacing(0)
         layout.addLayout(top)
+        layout.addLayout(system_row)
         layout.addWidget(self.transcript, 1)
         layout.addLayout(bottom)
 
