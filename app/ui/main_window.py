@@ -39,6 +39,7 @@ class ModelList(QWidget):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.list = QListWidget(self)
+        self.list.setStyleSheet("QListWidget::item { padding: 4px 2px; }")
         self.list.currentItemChanged.connect(self._current_changed)
         self.empty = QLabel("No models yet.", self)
         self.empty.setStyleSheet(f"color: {theme_for(self).muted}; padding: 0 8px;")
@@ -46,7 +47,10 @@ class ModelList(QWidget):
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(_panel_title("Models", self))
         layout.addWidget(self.empty)
-        layout.addWidget(self.list, 1)
+        inset = QVBoxLayout()
+        inset.setContentsMargins(8, 0, 8, 4)
+        inset.addWidget(self.list, 1)
+        layout.addLayout(inset, 1)
         self._names: list[str] = []
 
     def set_models(self, names: list[str], loaded: set[str]) -> None:

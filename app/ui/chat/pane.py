@@ -109,7 +109,7 @@ class ChatPane(QWidget):
         self.system_toggle.setAutoRaise(True)
         self.system_prompt = QPlainTextEdit(self)
         self.system_prompt.setPlaceholderText("Instructions the model sees before the conversation")
-        self.system_prompt.setFixedHeight(self.fontMetrics().lineSpacing() * 4 + 12)
+        self.system_prompt.setFixedHeight(self.fontMetrics().lineSpacing() * 3 + 12)
         self.system_prompt.hide()
         self.system_toggle.toggled.connect(self._toggle_system_prompt)
         top = QHBoxLayout()

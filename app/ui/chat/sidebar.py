@@ -82,18 +82,17 @@ class ConversationList(QWidget):
         self.menu.addSeparator()
         self.menu.addActions([self.export_markdown_action, self.export_json_action])
         self.more_button = QToolButton(self)
-        self.more_button.setText("Actions")
+        self.more_button.setText("⋯")
+        self.more_button.setToolTip("Rename, delete or export the selected conversation")
         self.more_button.setPopupMode(QToolButton.ToolButtonPopupMode.InstantPopup)
         self.more_button.setMenu(self.menu)
+        top.addWidget(self.more_button)
+        self.list.setStyleSheet("QListWidget::item { padding: 4px 2px; }")
 
         layout = QVBoxLayout(self)
-        layout.setContentsMargins(8, 8, 8, 8)
+        layout.setContentsMargins(8, 4, 8, 8)
         layout.addLayout(top)
         layout.addWidget(self.list, 1)
-        bottom = QHBoxLayout()
-        bottom.addStretch(1)
-        bottom.addWidget(self.more_button)
-        layout.addLayout(bottom)
         self._update_actions()
         self.dialog: QMessageBox | QFileDialog | None = None  # the question open now, for tests and focus
 

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from PySide6.QtCore import QObject, Qt, Signal
+from PySide6.QtCore import QEvent, QObject, QSize, Qt, Signal
 from PySide6.QtGui import QGuiApplication, QPalette
 from PySide6.QtWidgets import (
     QFrame,
     QHBoxLayout,
     QLabel,
+    QLayout,
     QScrollArea,
     QSizePolicy,
     QToolButton,
@@ -193,7 +194,6 @@ class TranscriptView(QScrollArea):
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self.setWidgetResizable(True)
         self.setFrameShape(QFrame.Shape.NoFrame)
         self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         content = QWidget(self)
@@ -201,12 +201,15 @@ class TranscriptView(QScrollArea):
         self._layout = QVBoxLayout(content)
         self._layout.setContentsMargins(16, 12, 16, 12)
         self._layout.setSpacing(10)
+        self._layout.setSizeConstraint(QLayout.SizeConstraint.SetNoConstraint)
         self.placeholder = QLabel("Start a conversation: type a message below and press Enter.", content)
         self.placeholder.setAlignment(Qt.AlignmentFlag.AlignCenter)
         self.placeholder.setStyleSheet(f"color: {theme_for(self).muted};")
         self._layout.addWidget(self.placeholder, 1)
         self._layout.addStretch(0)
         self.setWidget(content)
+        content.installEventFilter(self)
+        self.viewport().installEventFilter(self)
         self._views: list[MessageView] = []
         self._follow = True
         bar = self.verticalScrollBar()
@@ -234,6 +237,22 @@ class TranscriptView(QScrollArea):
 
     def clear(self) -> None:
         self.remove_from(0)
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:
+        if event.type() in (QEvent.Type.LayoutRequest, QEvent.Type.Resize) and watched in (
+            self.widget(),
+            self.viewport(),
+        ):
+            self._fit()
+        return super().eventFilter(watched, event)
+
+    def _fit(self) -> None:
+        """The content is exactly as tall as its messages at the viewport's width (QScrollArea's own
+        resizing takes the messages' minimum sizes, which leaves blank space under the last one)."""
+        width = self.viewport().width()
+        height = max(self.widget().heightForWidth(width), self.viewport().height())
+        if self.widget().size() != QSize(width, height):
+            self.widget().resize(width, height)
 
     def _user_scrolled(self, value: int) -> None:
         self._follow = value >= self.verticalScrollBar().maximum() - 8
