@@ -249,10 +249,12 @@ class TranscriptView(QScrollArea):
     def _fit(self) -> None:
         """The content is exactly as tall as its messages at the viewport's width (QScrollArea's own
         resizing takes the messages' minimum sizes, which leaves blank space under the last one)."""
-        width = self.viewport().width()
-        height = max(self.widget().heightForWidth(width), self.viewport().height())
-        if self.widget().size() != QSize(width, height):
-            self.widget().resize(width, height)
+        content, width = self.widget(), self.viewport().width()
+        if content is None:
+            return
+        height = max(content.heightForWidth(width), self.viewport().height())
+        if content.size() != QSize(width, height):
+            content.resize(width, height)
 
     def _user_scrolled(self, value: int) -> None:
         self._follow = value >= self.verticalScrollBar().maximum() - 8
