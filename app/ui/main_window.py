@@ -15,7 +15,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.core.chat import ChatMessage, MessageState, format_telemetry
-from app.ui.chat.markdown_view import theme_for
+from app.ui.chat.markdown_view import current_theme
 from app.ui.chat.pane import ChatPane
 from app.ui.chat.sidebar import ConversationList
 
@@ -42,7 +42,7 @@ class ModelList(QWidget):
         self.list.setStyleSheet("QListWidget::item { padding: 4px 2px; }")
         self.list.currentItemChanged.connect(self._current_changed)
         self.empty = QLabel("No models yet.", self)
-        self.empty.setStyleSheet(f"color: {theme_for(self).muted}; padding: 0 8px;")
+        self.empty.setStyleSheet(f"color: {current_theme().muted}; padding: 0 8px;")
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(_panel_title("Models", self))
@@ -107,7 +107,7 @@ class MainWindow(QMainWindow):
         options_layout.addWidget(_panel_title("Options", self.options))
         self.options_note = QLabel("Select a model to see how it loads.", self.options)
         self.options_note.setWordWrap(True)
-        self.options_note.setStyleSheet(f"color: {theme_for(self).muted}; padding: 0 8px;")
+        self.options_note.setStyleSheet(f"color: {current_theme().muted}; padding: 0 8px;")
         options_layout.addWidget(self.options_note)
         options_layout.addStretch(1)
 

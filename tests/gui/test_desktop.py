@@ -11,12 +11,15 @@ from pathlib import Path
 
 import pytest
 from PySide6.QtCore import Qt
-from PySide6.QtGui import QIcon
+from PySide6.QtGui import QColor, QGuiApplication, QIcon, QPalette
 from PySide6.QtWidgets import QApplication, QLineEdit, QMessageBox
 from pytestqt.qtbot import QtBot
 
+from app.core.chat import ChatMessage
 from app.store import secrets
 from app.store.settings import load_settings, save_settings
+from app.ui.chat.markdown_view import CodeBlockView
+from app.ui.chat.render import DARK, LIGHT
 from app.ui.desktop import DesktopApp
 from app.ui.main_window import WINDOW_TITLE
 from app.ui.settings_dialog import SettingsDialog
@@ -294,3 +297,27 @@ def test_install_desktop_entry_into_an_unwritable_place_is_one_clear_error(tmp_p
     assert done.returncode == 1
     assert done.stderr.startswith("error: Could not write the desktop entry")
     assert "Traceback" not in done.stderr
+
+
+def test_colours_follow_the_system_scheme(
+    qtbot: QtBot, desktop: Callable[[], DesktopApp], qapp: QApplication
+) -> None:
+    app = desktop()
+    chat = app.window.chat
+    chat.show_conversation(
+        "c", "Code", "", [ChatMessage("user", "x"), ChatMessage("assistant", "```py\nx = 1\n```")]
+    )
+    (block,) = chat.transcript.views()[-1].body.findChildren(CodeBlockView)
+    assert LIGHT.code_background in block.styleSheet()
+    light = qapp.palette()
+    dark = QPalette(light)
+    for role, colour in ((QPalette.ColorRole.Window, "#232629"), (QPalette.ColorRole.WindowText, "#eff0f1")):
+        dark.setColor(role, QColor(colour))
+    qapp.setPalette(dark)
+    try:
+        QGuiApplication.styleHints().colorSchemeChanged.emit(Qt.ColorScheme.Dark)
+        (block,) = chat.transcript.views()[-1].body.findChildren(CodeBlockView)
+        assert DARK.code_background in block.styleSheet()
+        assert [m.content for m in chat.messages()] == ["x", "```py\nx = 1\n```"]
+    finally:
+        qapp.setPalette(light)

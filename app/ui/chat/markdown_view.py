@@ -23,9 +23,9 @@ COPIED_FEEDBACK_MS = 1500
 _W = TypeVar("_W", bound=QWidget)
 
 
-def theme_for(widget: QWidget) -> Theme:
-    """Light or dark, following the palette (which follows the system's scheme)."""
-    return DARK if widget.palette().color(QPalette.ColorRole.Window).lightness() < 128 else LIGHT
+def current_theme() -> Theme:
+    """Light or dark, following the application's palette (which follows the system's scheme)."""
+    return DARK if QGuiApplication.palette().color(QPalette.ColorRole.Window).lightness() < 128 else LIGHT
 
 
 def _rich_label(parent: QWidget) -> QLabel:
@@ -188,7 +188,7 @@ class MarkdownView(BlockColumn):
         self._tail_label: QLabel | None = None  # the text tail's widget
         self._open_code: CodeBlockView | None = None  # the code block that is still streaming
         self._dirty = 0  # the first block changed since the last placement
-        self._theme = theme_for(self)
+        self._theme = current_theme()
 
     def text(self) -> str:
         return self._splitter.text + "".join(self._pending)

@@ -28,7 +28,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.core.chat import ChatMessage, MessageState
-from app.ui.chat.markdown_view import theme_for
+from app.ui.chat.markdown_view import current_theme
 from app.ui.chat.transcript import MessageView, TranscriptView
 
 FRAME_MS = 16
@@ -88,7 +88,7 @@ class ChatPane(QWidget):
         self._frame.setSingleShot(True)
         self._frame.setInterval(FRAME_MS)
         self._frame.timeout.connect(self._render_frame)
-        muted = theme_for(self).muted
+        muted = current_theme().muted
 
         self.title = QLabel("New chat", self)
         self.title.setStyleSheet("font-weight: 600; font-size: 14px;")

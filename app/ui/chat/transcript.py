@@ -19,7 +19,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.core.chat import ChatMessage, MessageState, format_telemetry
-from app.ui.chat.markdown_view import MarkdownView, theme_for
+from app.ui.chat.markdown_view import MarkdownView, current_theme
 
 _ROLE_NAMES = {"user": "You", "assistant": "Assistant"}
 _STATE_NOTES = {
@@ -47,9 +47,9 @@ class MessageView(QFrame):
         super().__init__(parent)
         self.message = message
         self.setObjectName("userMessage" if message.role == "user" else "assistantMessage")
-        theme = theme_for(self)
+        theme = current_theme()
         if message.role == "user":
-            bubble = self.palette().color(QPalette.ColorRole.AlternateBase).name()
+            bubble = QGuiApplication.palette().color(QPalette.ColorRole.AlternateBase).name()
             self.setStyleSheet(f"#userMessage {{ background-color: {bubble}; border-radius: 8px; }}")
         layout = QVBoxLayout(self)
         layout.setContentsMargins(12, 8, 12, 8)
@@ -204,7 +204,7 @@ class TranscriptView(QScrollArea):
         self._layout.setSizeConstraint(QLayout.SizeConstraint.SetNoConstraint)
         self.placeholder = QLabel("Start a conversation: type a message below and press Enter.", content)
         self.placeholder.setAlignment(Qt.AlignmentFlag.AlignCenter)
-        self.placeholder.setStyleSheet(f"color: {theme_for(self).muted};")
+        self.placeholder.setStyleSheet(f"color: {current_theme().muted};")
         self._layout.addWidget(self.placeholder, 1)
         self._layout.addStretch(0)
         self.setWidget(content)
