@@ -125,8 +125,10 @@ def test_escape_stops_the_reply_and_keeps_what_arrived(qtbot: QtBot) -> None:
         qtbot.keyClick(pane.composer, Qt.Key.Key_Escape)
     assert finished.args[1].state is MessageState.STOPPED
     assert finished.args[1].content == "one two"
-    pane.append_reply(" three")  # late tokens of the stopped reply are dropped
+    pane.begin_reply()  # late calls for the stopped reply change nothing
+    pane.append_reply(" three")
     pane.finish_reply(None)
+    assert len(pane.messages()) == 2
     assert pane.messages()[-1].content == "one two"
     assert pane.transcript.views()[-1].status.text() == "Stopped."
     assert pane.state is PaneState.IDLE

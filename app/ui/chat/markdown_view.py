@@ -153,6 +153,8 @@ class CodeBlockView(BlockColumn):
         return "".join(self._pieces) + self._tail_code
 
     def show_tail(self, code: str) -> None:
+        if code == self._tail_code and self._tail.text():
+            return
         self._tail_code = code
         self._tail.setText(code_html(code.removesuffix("\n"), self._lang, self._theme))
         self.relayout(self.count() - 1)
@@ -186,6 +188,7 @@ class MarkdownView(BlockColumn):
         self._splitter = BlockSplitter()
         self._pending: list[str] = []
         self._tail_label: QLabel | None = None  # the text tail's widget
+        self._tail_source = ""  # the markdown the tail label shows
         self._open_code: CodeBlockView | None = None  # the code block that is still streaming
         self._dirty = 0  # the first block changed since the last placement
         self._theme = current_theme()
@@ -231,12 +234,18 @@ class MarkdownView(BlockColumn):
     def _touch(self, widget: QWidget) -> None:
         self._dirty = min(self._dirty, self.index(widget))
 
+    def _show_text(self, label: QLabel, source: str) -> None:
+        """Render ``source`` into ``label`` unless it shows that already (a tail that became final)."""
+        if label is self._tail_label and source == self._tail_source:
+            return
+        label.setText(markdown_html(source, self._theme))
+        self._touch(label)
+
     def _show_final(self, block: Block) -> None:
         if block.kind is BlockKind.TEXT:
             label = self._tail_label or self.add(_rich_label(self))
-            self._tail_label = None
-            label.setText(markdown_html(block.text, self._theme))
-            self._touch(label)
+            self._show_text(label, block.text)
+            self._tail_label, self._tail_source = None, ""
             return
         view = self._code_view(block)
         if block.closed:
@@ -256,8 +265,8 @@ class MarkdownView(BlockColumn):
             return
         if self._tail_label is None:
             self._tail_label = self.add(_rich_label(self))
-        self._tail_label.setText(markdown_html(block.text, self._theme))
-        self._touch(self._tail_label)
+        self._show_text(self._tail_label, block.text)
+        self._tail_source = block.text
 
     def _code_view(self, block: Block) -> CodeBlockView:
         if self._open_code is None:
@@ -270,4 +279,4 @@ class MarkdownView(BlockColumn):
         if self._tail_label is not None:
             self._dirty = min(self._dirty, self.index(self._tail_label))
             self.remove(self._tail_label)
-            self._tail_label = None
+            self._tail_label, self._tail_source = None, ""

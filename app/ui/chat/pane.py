@@ -268,11 +268,11 @@ class ChatPane(QWidget):
     # The bridge's side
 
     def begin_reply(self) -> None:
-        """The reply has started (it was asked for with ``send_requested``)."""
+        """The reply asked for with ``send_requested`` has started (ignored once it was stopped)."""
         if self._reply is None:
-            self._reply = self._add(ChatMessage("assistant", "", state=MessageState.STREAMING))
+            return
         self.state = PaneState.STREAMING
-        self._update_actions()
+        self._reply.clear_status()
 
     def append_reply(self, content: str, reasoning: str = "") -> None:
         """Text of the reply in flight; cheap: it is shown with the next frame."""
