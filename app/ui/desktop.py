@@ -56,7 +56,7 @@ class DesktopApp(QObject):
         self._apply_tray_setting()
         self.window.restore_state(window_state_store())
         self.dialog: SettingsDialog | None = None
-        self._quitting = False
+        self.quitting = False
 
         self.window.settings_requested.connect(self.open_settings)
         self.window.quit_requested.connect(self.quit)
@@ -105,9 +105,9 @@ class DesktopApp(QObject):
             self._warn(str(err))
 
     def quit(self) -> None:
-        if self._quitting:
+        if self.quitting:
             return
-        self._quitting = True
+        self.quitting = True
         self.window.save_state(window_state_store())
         self.tray.hide()
         self.history.close()

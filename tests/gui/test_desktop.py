@@ -94,9 +94,9 @@ def test_closing_the_window_keeps_the_app_in_the_tray_when_set(
         app.tray.open_action.trigger()
     assert app.window.isVisible()
     app.window.keep_in_tray = False
-    with qtbot.waitSignal(app.window.closed), qtbot.waitSignal(qapp.aboutToQuit, raising=False, timeout=50):
+    with qtbot.waitSignal(app.window.closed):
         app.window.close()
-    assert app._quitting
+    assert app.quitting
 
 
 def test_tray_notifications_show_in_the_status_bar(qtbot: QtBot, desktop: Callable[[], DesktopApp]) -> None:
