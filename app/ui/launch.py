@@ -37,8 +37,11 @@ def run_window() -> int:
     app.setApplicationName("Lemon Desk")
     app.setOrganizationName("lemon-desk")
     instance = SingleInstance()
-    if not instance.claim():
-        return 0  # the running instance was asked to show its window
+    try:
+        if not instance.claim():
+            return 0  # the running instance was asked to show its window
+    except OSError as err:
+        print(f"warning: {err}; another launch will open a second window.", file=sys.stderr)
     desktop = DesktopApp(app, instance)
     notifier = _quit_on_signals(app, desktop.quit)
     window = desktop.window
