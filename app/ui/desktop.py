@@ -108,7 +108,9 @@ class DesktopApp(QObject):
         if self.quitting:
             return
         self.quitting = True
-        self.window.save_state(window_state_store())
+        store = window_state_store()
+        self.window.save_state(store)
+        store.sync()
         self.tray.hide()
         self.history.close()
         if self.instance is not None:

@@ -180,7 +180,6 @@ class MainWindow(QMainWindow):
         store.setValue("window/main_splitter", self.splitter.saveState())
         store.setValue("window/left_splitter", self.left.saveState())
         store.setValue("window/last_model", self._last_model)
-        store.sync()
 
     def restore_state(self, store: QSettings) -> None:
         for key, restore in (

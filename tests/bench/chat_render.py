@@ -122,6 +122,7 @@ class Frames:
     shown: int = 0
     received: int = 0
     last_shown_at: float = 0.0
+    painting: bool = False  # a frame was rendered and its paint has not finished yet
 
 
 def instrument(pane: ChatPane, frames: Frames) -> None:
@@ -133,6 +134,7 @@ def instrument(pane: ChatPane, frames: Frames) -> None:
         frames.records.append((batch[0], batch[1], time.thread_time() - started[1]))
         frames.wall.append(now - started[0])
         frames.last_shown_at = now
+        frames.painting = False
 
     marker = _PaintedMarker(painted)
     render = pane._render_frame
@@ -141,6 +143,7 @@ def instrument(pane: ChatPane, frames: Frames) -> None:
         started[0], started[1] = time.perf_counter(), time.thread_time()
         batch[0], batch[1] = frames.shown, frames.received - frames.shown
         frames.shown = frames.received
+        frames.painting = True
         render()
         QCoreApplication.postEvent(marker, QEvent(QEvent.Type.User), Qt.EventPriority.LowEventPriority.value)
 
@@ -163,9 +166,8 @@ async def stream(pane: ChatPane, deltas: list[tuple[str, str]], frames: Frames) 
         for content, reasoning in deltas[sent:due]:
             pane.append_reply(content, reasoning)
         frames.received = sent = due
-    while frames.shown < len(deltas) or frames.last_shown_at < start:
-        await asyncio.sleep(FEED_TICK_S)
-    while frames.records and frames.records[-1][0] + frames.records[-1][1] < len(deltas):
+    reply = pane.transcript.views()[-1]
+    while reply.has_pending() or frames.painting or frames.last_shown_at < start:
         await asyncio.sleep(FEED_TICK_S)
     elapsed = frames.last_shown_at - start
     pane.finish_reply({"completion_tokens": len(deltas)})
@@ -182,7 +184,8 @@ async def heartbeat(stalls: list[float], stop: asyncio.Event) -> None:
 
 
 def per_token(records: list[tuple[int, int, float]], low: int, high: int) -> float:
-    chosen = [(n, s) for before, n, s in records if low <= before < high and n > 0]
+    # Frames that only caught up on finished blocks showed no new tokens; their time counts all the same.
+    chosen = [(n, s) for before, n, s in records if low <= before < high]
     return sum(s for _, s in chosen) / sum(n for n, _ in chosen)
 
 

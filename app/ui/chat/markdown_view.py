@@ -9,6 +9,7 @@ makes each token cost more as the reply grows. Here a change re-places only the 
 
 from __future__ import annotations
 
+from collections import deque
 from typing import TypeVar
 
 from PySide6.QtCore import QSize, Qt, QTimer
@@ -19,6 +20,7 @@ from app.ui.chat.blocks import Block, BlockKind, BlockSplitter
 from app.ui.chat.render import DARK, LIGHT, Theme, code_html, markdown_html
 
 COPIED_FEEDBACK_MS = 1500
+BLOCKS_PER_FRAME = 3
 
 _W = TypeVar("_W", bound=QWidget)
 
@@ -187,6 +189,7 @@ class MarkdownView(BlockColumn):
         super().__init__(6, parent)
         self._splitter = BlockSplitter()
         self._pending: list[str] = []
+        self._backlog: deque[Block] = deque()  # finished blocks not shown yet
         self._tail_label: QLabel | None = None  # the text tail's widget
         self._tail_source = ""  # the markdown the tail label shows
         self._open_code: CodeBlockView | None = None  # the code block that is still streaming
@@ -197,26 +200,32 @@ class MarkdownView(BlockColumn):
         return self._splitter.text + "".join(self._pending)
 
     def has_pending(self) -> bool:
-        return bool(self._pending)
+        """Text appended, or finished blocks, not shown yet."""
+        return bool(self._pending or self._backlog)
 
     def append(self, text: str) -> None:
         self._pending.append(text)
 
-    def show_pending(self) -> None:
-        """Show what was appended since the last call: finished blocks once, then the tail."""
-        if not self._pending:
+    def show_pending(self, max_blocks: int | None = BLOCKS_PER_FRAME) -> None:
+        """Show what was appended: finished blocks once (at most ``max_blocks``, so a frame that has
+        to catch up stays short; the rest waits for the next call; None: all), then the tail."""
+        if self._pending:
+            text = "".join(self._pending)
+            self._pending.clear()
+            self._backlog.extend(self._splitter.feed(text))
+        elif not self._backlog:
             return
-        text = "".join(self._pending)
-        self._pending.clear()
         self._dirty = self.count()
-        for block in self._splitter.feed(text):
-            self._show_final(block)
-        self._show_tail(self._splitter.tail())
+        shown = len(self._backlog) if max_blocks is None else min(max_blocks, len(self._backlog))
+        for _ in range(shown):
+            self._show_final(self._backlog.popleft())
+        if not self._backlog:  # the tail follows the last finished block
+            self._show_tail(self._splitter.tail())
         self.relayout(self._dirty)
 
     def finish(self) -> None:
         """The text is complete: render the rest and make the tail final."""
-        self.show_pending()
+        self.show_pending(max_blocks=None)
         self._dirty = self.count()
         for block in self._splitter.finish():
             self._show_final(block)

@@ -328,6 +328,8 @@ class ChatPane(QWidget):
     def _render_frame(self) -> None:
         if self._reply is not None:
             self._reply.show_pending()
+            if self._reply.has_pending():  # blocks left over for the next frame
+                self._frame.start()
 
     def _end_reply(
         self, state: MessageState, telemetry: dict[str, Any] | None = None, error: str = ""

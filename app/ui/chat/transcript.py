@@ -130,6 +130,10 @@ class MessageView(QFrame):
         if content and isinstance(self.body, MarkdownView):
             self.body.append(content)
 
+    def has_pending(self) -> bool:
+        body = isinstance(self.body, MarkdownView) and self.body.has_pending()
+        return body or self.reasoning.has_pending()
+
     def show_pending(self) -> None:
         self.reasoning.show_pending()
         if isinstance(self.body, MarkdownView):
