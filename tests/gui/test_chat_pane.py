@@ -8,7 +8,7 @@ from PySide6.QtWidgets import QLabel
 from pytestqt.qtbot import QtBot
 
 from app.core.chat import ChatMessage, MessageState
-from app.ui.chat.markdown_view import CodeBlockView, MarkdownView
+from app.ui.chat.markdown_view import BLOCKS_PER_FRAME, CodeBlockView, MarkdownView
 from app.ui.chat.pane import ChatPane, PaneState
 
 REPLY = "Use this:\n\n```python\nprint('hi')\n```\n\nThen **run** it.\n"
@@ -232,3 +232,21 @@ def test_stored_messages_show_with_their_state(qtbot: QtBot) -> None:
     assert not reply.reasoning_toggle.isHidden() and reply.reasoning.isHidden()  # collapsed when stored
     assert not pane.system_prompt.isHidden() and pane.system_prompt.toPlainText() == "Be nice."
     assert pane.title.text() == "Greeting" and pane.conversation_id == "abc"
+
+
+def test_a_frame_shows_at_most_a_few_finished_blocks_and_the_rest_follows(qtbot: QtBot) -> None:
+    view = MarkdownView()
+    qtbot.addWidget(view)
+    view.resize(600, 400)
+    view.show()
+    view.append("".join(f"Paragraph {i}.\n\n" for i in range(10)) + "Tail\n")
+    view.show_pending()
+    assert view.count() == BLOCKS_PER_FRAME and view.has_pending()  # the tail waits for its turn
+    frames = 1
+    while view.has_pending():
+        view.show_pending()
+        frames += 1
+    assert view.count() == 11 and frames == 4
+    labels = [w for w in view.findChildren(QLabel) if w.isVisibleTo(view)]
+    assert [label.text() for label in labels][-1] == "<p>Tail</p>\n"
+    assert view.height() > 11 * view.fontMetrics().lineSpacing()
