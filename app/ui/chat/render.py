@@ -35,6 +35,9 @@ LIGHT = Theme(False, "#f3f4f6", "#d0d4da", "#5f6670", "#1f2328")
 DARK = Theme(True, "#272822", "#4a4f57", "#a0a6ae", "#f8f8f2")
 
 
+_HEADING_SIZES = {"h1": "1.5em", "h2": "1.3em", "h3": "1.15em", "h4": "1em", "h5": "1em", "h6": "1em"}
+
+
 def _md(theme: Theme) -> MarkdownIt:
     md = MarkdownIt("commonmark", {"html": False, "breaks": False}).enable(["table", "strikethrough"])
     code = f"background-color:{theme.code_background}; font-family:monospace;"
@@ -48,6 +51,20 @@ def _md(theme: Theme) -> MarkdownIt:
     def table_open(_self: Any, _tokens: Any, _idx: int, _options: Any, _env: Any) -> str:
         return f'<table border="1" cellspacing="0" cellpadding="5" style="border-color:{theme.border}">'
 
+    def heading_open(_self: Any, tokens: Any, idx: int, _options: Any, _env: Any) -> str:
+        # Headings a step smaller than a document's: a chat reply is not a page.
+        size = _HEADING_SIZES[tokens[idx].tag]
+        return f'<p style="font-size:{size}; font-weight:600; margin-top:6px">'
+
+    def heading_close(_self: Any, _tokens: Any, _idx: int, _options: Any, _env: Any) -> str:
+        return "</p>\n"
+
+    def image(_self: Any, tokens: Any, idx: int, _options: Any, _env: Any) -> str:
+        # A link, not a picture: a reply must not make the app load files or hosts of its choosing.
+        src = html.escape(tokens[idx].attrGet("src") or "", quote=True)
+        alt = html.escape(tokens[idx].content or tokens[idx].attrGet("src") or "image")
+        return f'<a href="{src}">{alt}</a>'
+
     def blockquote_open(_self: Any, _tokens: Any, _idx: int, _options: Any, _env: Any) -> str:
         return f'<blockquote style="color:{theme.muted}; margin-left:12px">'
 
@@ -57,17 +74,10 @@ def _md(theme: Theme) -> MarkdownIt:
     rules("fence", code_block)
     rules("table_open", table_open)
     rules("blockquote_open", blockquote_open)
+    rules("heading_open", heading_open)
+    rules("heading_close", heading_close)
+    rules("image", image)
     return md
-
-
-_HEADING_SIZES = {
-    "<h1>": "1.5em",
-    "<h2>": "1.3em",
-    "<h3>": "1.15em",
-    "<h4>": "1em",
-    "<h5>": "1em",
-    "<h6>": "1em",
-}
 
 
 @lru_cache(maxsize=2)
@@ -76,13 +86,9 @@ def _parser(theme: Theme) -> MarkdownIt:
 
 
 def markdown_html(source: str, theme: Theme) -> str:
-    """Markdown source as rich text. Headings are scaled down: a chat reply is not a document."""
-    out: str = _parser(theme).render(source)
-    for tag, size in _HEADING_SIZES.items():
-        level = tag[2]
-        out = out.replace(tag, f'<p style="font-size:{size}; font-weight:600; margin-top:6px">')
-        out = out.replace(f"</h{level}>", "</p>")
-    return out
+    """Markdown source as rich text."""
+    html_text: str = _parser(theme).render(source)
+    return html_text
 
 
 @lru_cache(maxsize=64)
