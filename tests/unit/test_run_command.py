@@ -139,3 +139,8 @@ def test_a_file_that_is_not_gguf(
     (tmp_path / "notes.txt").write_text("hi")
     code, _, err = run(capsys, str(tmp_path / "notes.txt"), "--prompt", "hi")
     assert code == 1 and "notes.txt is not a .gguf file" in err
+
+
+def test_json_without_prompt_is_refused(capsys: pytest.CaptureFixture[str], gguf: Path) -> None:
+    code, _, err = run(capsys, str(gguf), "--json")
+    assert code == 1 and "--json needs --prompt or --dry-run" in err
