@@ -41,20 +41,27 @@ BAR_WIDTH = 30
 SEARCH_CONCURRENCY = 4
 
 
+def _positive(text: str) -> int:
+    value = int(text) if text.isdigit() else 0
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive whole number")
+    return value
+
+
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """search, pull, models, rm, import."""
     search = sub.add_parser("search", help="search Hugging Face for GGUF and MLX models, with a fit estimate")
     search.add_argument("query")
     search.add_argument("--recipe", choices=(GGUF_RECIPE, MLX_RECIPE), help="only models this recipe runs")
-    search.add_argument("--limit", type=int, default=10, help="how many repos (default 10)")
-    search.add_argument("--ctx-size", type=int, default=DEFAULT_CONTEXT, help="context size for the fit")
+    search.add_argument("--limit", type=_positive, default=10, help="how many repos (default 10)")
+    search.add_argument("--ctx-size", type=_positive, default=DEFAULT_CONTEXT, help="tokens, for the fit")
     search.add_argument("--json", action="store_true", help="print JSON")
     search.set_defaults(handler=cmd_search)
 
     pull = sub.add_parser("pull", help="download a model (a name, or org/repo[:VARIANT])")
     pull.add_argument("model")
     pull.add_argument("--recipe", choices=(GGUF_RECIPE, MLX_RECIPE), help="for a repo that has both formats")
-    pull.add_argument("--ctx-size", type=int, default=DEFAULT_CONTEXT, help="context size for the fit")
+    pull.add_argument("--ctx-size", type=_positive, default=DEFAULT_CONTEXT, help="tokens, for the fit")
     pull.add_argument("--dry-run", action="store_true", help="show the files and the fit; download nothing")
     pull.add_argument("--json", action="store_true", help="print JSON")
     pull.set_defaults(handler=cmd_pull)

@@ -3,7 +3,8 @@
     .venv/bin/python tests/bench/download.py [--mib 512] [--rounds 5]
 
 The server runs in its own process (so it does not share the app's interpreter), serving random bytes
-from memory. Rounds alternate curl and the app; each writes to a fresh file on the same disk. The app's
+from memory. Each round runs curl and the app, in turns going first, each after a sync (so neither
+pays for the other's dirty pages) and into a fresh file on the same disk. The app's
 run is ``app.supervisor.fetch.fetch`` as model and engine downloads use it: into ``<dest>.part``, SHA-256
 verified, renamed. Prints each round and the ratio of the medians (target: >= 0.9).
 """
@@ -13,6 +14,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import hashlib
+import os
 import shutil
 import statistics
 import subprocess
@@ -65,8 +67,13 @@ def main() -> int:
             (folder / "reference.bin").unlink()
             curl_s, app_s = [], []
             for n in range(1, args.rounds + 1):
-                curl_s.append(timed(lambda: curl(url, folder / "curl.bin")))
-                app_s.append(timed(lambda: fetch_once(client, url, folder / "app.bin", expected)))
+                runs = [
+                    (curl_s, lambda: curl(url, folder / "curl.bin")),
+                    (app_s, lambda: fetch_once(client, url, folder / "app.bin", expected)),
+                ]
+                for times, run in runs if n % 2 else reversed(runs):  # neither always goes first
+                    os.sync()  # start each run with no dirty pages left by the one before
+                    times.append(timed(run))
                 for name in ("curl.bin", "app.bin"):
                     (folder / name).unlink()
                 speeds = f"curl {args.mib / curl_s[-1]:7.0f} MiB/s   app {args.mib / app_s[-1]:7.0f} MiB/s"
