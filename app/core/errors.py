@@ -38,6 +38,14 @@ class UnsupportedError(LemonDeskError):
     """The requested backend cannot run on this machine."""
 
 
+class DownloadError(LemonDeskError):
+    """An HTTP download failed; ``status`` is the HTTP status when there was one."""
+
+    def __init__(self, message: str, hint: str = "", status: int | None = None) -> None:
+        super().__init__(message, hint)
+        self.status = status
+
+
 class InstallError(LemonDeskError):
     """Installing an engine failed."""
 

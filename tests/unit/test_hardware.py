@@ -194,3 +194,20 @@ def test_backend_versions_override(tmp_path: Path) -> None:
     assert json.loads(done.stdout)["recipes"]["llamacpp"]["backends"]["cpu"]["asset"] == (
         "llama-b99999-bin-ubuntu-x64.tar.gz"
     )
+
+
+def test_cli_output_into_a_closed_pipe_is_not_a_traceback() -> None:
+    import os
+
+    reader, writer = os.pipe()
+    os.close(reader)
+    done = subprocess.run(
+        [sys.executable, "-m", "app", "system-info"],
+        stdout=writer,
+        stderr=subprocess.PIPE,
+        text=True,
+        timeout=60,
+    )
+    os.close(writer)
+    assert done.returncode == 0
+    assert "Traceback" not in done.stderr

@@ -1,0 +1,125 @@
+"""A loopback HTTP file server with Range support that can misbehave on purpose.
+
+Faults are armed per path and fire once each: cut the connection after N bytes, stall, send wrong
+bytes, answer an HTTP error, or ignore Range. Every request is logged for assertions.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+@dataclass
+class Fault:
+    cut_after: int | None = None  # close the connection after this many body bytes
+    stall_s: float = 0.0  # sleep this long before the first body byte
+    corrupt: bool = False  # flip the bytes of the body
+    status: int | None = None  # answer this status with no body
+    ignore_range: bool = False  # answer 200 with the whole file
+
+
+@dataclass
+class Served:
+    files: dict[str, bytes] = field(default_factory=dict)
+    faults: dict[str, list[Fault]] = field(default_factory=dict)
+    log: list[tuple[str, str | None]] = field(default_factory=list)  # (path, Range header)
+    required_headers: dict[str, dict[str, str]] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def arm(self, path: str, fault: Fault) -> None:
+        with self.lock:
+            self.faults.setdefault(path, []).append(fault)
+
+    def take_fault(self, path: str) -> Fault:
+        with self.lock:
+            queue = self.faults.get(path) or []
+            return queue.pop(0) if queue else Fault()
+
+    def bytes_sent(self, path: str) -> list[str | None]:
+        return [rng for p, rng in self.log if p == path]
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: _Server
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args: object) -> None:
+        return
+
+    def do_GET(self) -> None:
+        served = self.server.served
+        path = self.path.split("?", 1)[0]
+        rng = self.headers.get("Range")
+        with served.lock:
+            served.log.append((path, rng))
+        for name, value in served.required_headers.get(path, {}).items():
+            if self.headers.get(name) != value:
+                self._empty(401)
+                return
+        body = served.files.get(path)
+        if body is None:
+            self._empty(404)
+            return
+        fault = served.take_fault(path)
+        if fault.status:
+            self._empty(fault.status)
+            return
+        start = 0
+        match = re.fullmatch(r"bytes=(\d+)-", rng or "")
+        if match and not fault.ignore_range:
+            start = int(match.group(1))
+            if start >= len(body):
+                self.send_response(416)
+                self.send_header("Content-Range", f"bytes */{len(body)}")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
+            self.send_response(206)
+            self.send_header("Content-Range", f"bytes {start}-{len(body) - 1}/{len(body)}")
+        else:
+            self.send_response(200)
+        payload = body[start:]
+        if fault.corrupt:
+            payload = bytes(b ^ 0xFF for b in payload)
+        self.send_header("Content-Length", str(len(payload)))
+        self.send_header("Accept-Ranges", "bytes")
+        self.end_headers()
+        if fault.stall_s:
+            time.sleep(fault.stall_s)
+        if fault.cut_after is not None:
+            self.wfile.write(payload[: fault.cut_after])
+            self.wfile.flush()
+            self.close_connection = True
+            return
+        self.wfile.write(payload)
+
+    def _empty(self, status: int) -> None:
+        self.send_response(status)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    served: Served
+
+
+@contextmanager
+def serve(served: Served) -> Iterator[str]:
+    """Serve ``served`` on 127.0.0.1; yields the base URL."""
+    server = _Server(("127.0.0.1", 0), _Handler)
+    server.served = served
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()

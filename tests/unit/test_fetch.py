@@ -1,0 +1,135 @@
+"""Resumable downloads against a real loopback server that cuts, stalls, corrupts and errors."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+from pathlib import Path
+
+import httpx
+import pytest
+
+from app.core.errors import DownloadError
+from app.supervisor.fetch import CHUNK, Progress, fetch, partial_path
+from tests.support.fileserver import Fault, Served, serve
+
+BODY = os.urandom(3 * CHUNK + 12345)
+DIGEST = hashlib.sha256(BODY).hexdigest()
+
+
+def download(url: str, dest: Path, **kw: object) -> str:
+    async def go() -> str:
+        async with httpx.AsyncClient() as client:
+            return await fetch(client, url, dest, backoff_s=0.01, **kw)  # type: ignore[arg-type]
+
+    return asyncio.run(go())
+
+
+@pytest.fixture
+def served() -> Served:
+    return Served(files={"/f.bin": BODY})
+
+
+def test_whole_download_with_progress(served: Served, tmp_path: Path) -> None:
+    seen: list[Progress] = []
+    with serve(served) as base:
+        digest = download(f"{base}/f.bin", tmp_path / "f.bin", sha256=DIGEST, on_progress=seen.append)
+    assert digest == DIGEST
+    assert (tmp_path / "f.bin").read_bytes() == BODY
+    assert not partial_path(tmp_path / "f.bin").exists()
+    assert seen[-1].done == len(BODY) and seen[-1].total == len(BODY)
+    assert [p.done for p in seen] == sorted(p.done for p in seen)
+
+
+def test_cut_connection_resumes_from_where_it_stopped(served: Served, tmp_path: Path) -> None:
+    served.arm("/f.bin", Fault(cut_after=CHUNK + 100))
+    with serve(served) as base:
+        digest = download(f"{base}/f.bin", tmp_path / "f.bin", sha256=DIGEST)
+    assert digest == DIGEST
+    ranges = served.bytes_sent("/f.bin")
+    assert len(ranges) == 2 and ranges[0] is None
+    resumed_at = int(ranges[1].removeprefix("bytes=").rstrip("-"))  # type: ignore[union-attr]
+    assert CHUNK <= resumed_at <= CHUNK + 100
+
+
+def test_partial_file_from_an_earlier_run_is_resumed(served: Served, tmp_path: Path) -> None:
+    dest = tmp_path / "f.bin"
+    partial_path(dest).write_bytes(BODY[: 2 * CHUNK])
+    with serve(served) as base:
+        assert download(f"{base}/f.bin", dest, sha256=DIGEST) == DIGEST
+    assert served.bytes_sent("/f.bin") == [f"bytes={2 * CHUNK}-"]
+
+
+def test_complete_partial_file_is_finished_without_refetching(served: Served, tmp_path: Path) -> None:
+    dest = tmp_path / "f.bin"
+    partial_path(dest).write_bytes(BODY)
+    with serve(served) as base:
+        assert download(f"{base}/f.bin", dest, sha256=DIGEST) == DIGEST
+    assert dest.read_bytes() == BODY
+
+
+def test_wrong_bytes_are_caught_and_deleted(served: Served, tmp_path: Path) -> None:
+    served.arm("/f.bin", Fault(corrupt=True))
+    with serve(served) as base, pytest.raises(DownloadError, match="corrupt"):
+        download(f"{base}/f.bin", tmp_path / "f.bin", sha256=DIGEST)
+    assert not (tmp_path / "f.bin").exists()
+    assert not partial_path(tmp_path / "f.bin").exists()
+
+
+def test_server_errors_and_stalls_are_retried(served: Served, tmp_path: Path) -> None:
+    served.arm("/f.bin", Fault(status=503))
+    served.arm("/f.bin", Fault(stall_s=2.0))
+    with serve(served) as base:
+        assert download(f"{base}/f.bin", tmp_path / "f.bin", sha256=DIGEST, stall_timeout_s=0.5) == DIGEST
+    assert len(served.bytes_sent("/f.bin")) == 3
+
+
+def test_missing_file_fails_at_once_with_its_status(served: Served, tmp_path: Path) -> None:
+    with serve(served) as base, pytest.raises(DownloadError) as err:
+        download(f"{base}/nope.bin", tmp_path / "nope.bin")
+    assert err.value.status == 404
+    assert len(served.bytes_sent("/nope.bin")) == 1
+
+
+def test_endless_failure_gives_up_with_a_clear_error(served: Served, tmp_path: Path) -> None:
+    for _ in range(10):
+        served.arm("/f.bin", Fault(status=502))
+    with serve(served) as base, pytest.raises(DownloadError, match="after 2 retries"):
+        download(f"{base}/f.bin", tmp_path / "f.bin", retries=2)
+    assert len(served.bytes_sent("/f.bin")) == 3
+
+
+def test_server_that_ignores_range_still_gives_the_right_file(served: Served, tmp_path: Path) -> None:
+    dest = tmp_path / "f.bin"
+    partial_path(dest).write_bytes(BODY[:CHUNK])
+    served.arm("/f.bin", Fault(ignore_range=True))
+    with serve(served) as base:
+        assert download(f"{base}/f.bin", dest, sha256=DIGEST) == DIGEST
+
+
+def test_cancel_keeps_the_partial_file_for_resume(served: Served, tmp_path: Path) -> None:
+    dest = tmp_path / "f.bin"
+    served.arm("/f.bin", Fault(cut_after=2 * CHUNK, stall_s=0))
+
+    async def go(base: str) -> None:
+        started = asyncio.Event()
+
+        def on_progress(p: Progress) -> None:
+            if p.done >= CHUNK:
+                started.set()
+
+        async with httpx.AsyncClient() as client:
+            task = asyncio.create_task(fetch(client, f"{base}/f.bin", dest, on_progress=on_progress))
+            await started.wait()
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+
+    with serve(served) as base:
+        asyncio.run(go(base))
+        assert not dest.exists()
+        kept = partial_path(dest).stat().st_size
+        assert kept >= CHUNK
+        assert download(f"{base}/f.bin", dest, sha256=DIGEST) == DIGEST
+    assert served.bytes_sent("/f.bin")[-1] == f"bytes={kept}-"
