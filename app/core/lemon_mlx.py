@@ -40,7 +40,9 @@ SERVER_VALUE_FLAGS = frozenset(
 SERVER_OWNED_FLAGS = ("--host", "--port", "--ctx-size")
 MLX_LM_OWNED_FLAGS = ("--model", "--host", "--port")
 # mlx-lm's switches; every other flag of its server takes a value.
-MLX_LM_SWITCHES = frozenset({"--trust-remote-code", "--use-default-chat-template", "--pipeline", "-h", "--help"})
+MLX_LM_SWITCHES = frozenset(
+    {"--trust-remote-code", "--use-default-chat-template", "--pipeline", "-h", "--help"}
+)
 
 
 class DeviceType(Enum):
@@ -205,6 +207,4 @@ def parse_tps_line(line: str) -> TpsLine | None:
     match = _TPS.search(line)
     if match is None:
         return None
-    return TpsLine(
-        TpsKind(match["kind"]), int(match["tokens"]), float(match["tps"]), float(match["secs"])
-    )
+    return TpsLine(TpsKind(match["kind"]), int(match["tokens"]), float(match["tps"]), float(match["secs"]))

@@ -24,7 +24,7 @@ from pathlib import Path
 from app.core.backends import BackendKind, BackendSpec
 from app.core.errors import InstallError
 from app.store.installs import InstallManifest, install_dir, write_manifest
-from app.store.paths import engines_dir
+from app.store.paths import home
 
 KILL_GRACE_S = 5.0
 ERROR_TAIL_LINES = 12
@@ -119,15 +119,16 @@ async def _run(
         )
 
 
-def _staging(recipe: str, backend: str) -> Path:
-    return engines_dir() / ".staging" / recipe / backend
+def staging_dir(recipe: str, backend: str) -> Path:
+    """Where an install is built: beside the engines folder (same disk, so renames are atomic), but
+    outside it, so a half-made install is never listed as installed."""
+    return home() / "partial" / f"{recipe}-{backend}"
 
 
 def _swap_into_place(staging: Path, final: Path) -> None:
     """Replace ``final`` with ``staging`` by renames: the old install stays until the new one is in."""
-    old = engines_dir() / ".old" / final.parent.name / final.name
+    old = staging.with_name(staging.name + ".old")
     shutil.rmtree(old, ignore_errors=True)
-    old.parent.mkdir(parents=True, exist_ok=True)
     final.parent.mkdir(parents=True, exist_ok=True)
     if final.exists():
         os.replace(final, old)
@@ -143,7 +144,7 @@ async def install_pip_backend(
 ) -> Path:
     """Install a pip backend (``lemon-mlx:mlx-lm``) and return its folder."""
     requirements = _requirements(spec, os_name)
-    staging = _staging(spec.recipe, spec.name)
+    staging = staging_dir(spec.recipe, spec.name)
     shutil.rmtree(staging, ignore_errors=True)  # what a crashed or cancelled install left
     staging.parent.mkdir(parents=True, exist_ok=True)
     packages = 0

@@ -70,4 +70,3 @@ def tiny_mlx_model() -> Path:
         subprocess.run([str(python), str(HERE / "mlx_model.py"), str(folder)], check=True)
 
     return _build_once(cache_root() / f"tiny-mlx-model-v{MODEL_VERSION}", build)
-

@@ -63,9 +63,9 @@ def test_no_ctx_size_flag_without_a_context_size() -> None:
 
 def test_model_argument_prefers_the_repo_id_over_a_local_folder() -> None:
     catalog = Model("Qwen3-0.6B-MLX", "lemon-mlx", "mlx-community/Qwen3-0.6B-4bit")
-    assert model_argument(catalog.repo_id, "/hf/hub/models--mlx-community--Qwen3-0.6B-4bit/snapshots/abc") == (
-        "mlx-community/Qwen3-0.6B-4bit"
-    )
+    assert model_argument(
+        catalog.repo_id, "/hf/hub/models--mlx-community--Qwen3-0.6B-4bit/snapshots/abc"
+    ) == ("mlx-community/Qwen3-0.6B-4bit")
     imported = Model("mine", "lemon-mlx", "/data/my-mlx-model", user=True)
     assert model_argument(imported.repo_id, "/data/my-mlx-model") == "/data/my-mlx-model"
     with pytest.raises(ModelError):
@@ -85,7 +85,9 @@ def test_existing_library_path_is_kept_after_the_unpacked_folder() -> None:
 
 
 def test_macos_uses_dyld_library_path() -> None:
-    cmd = command(os_name="macos", backend="metal", folder="/e/lemon-mlx/metal", environ={"DYLD_LIBRARY_PATH": "/x"})
+    cmd = command(
+        os_name="macos", backend="metal", folder="/e/lemon-mlx/metal", environ={"DYLD_LIBRARY_PATH": "/x"}
+    )
     assert cmd.env["DYLD_LIBRARY_PATH"] == "/e/lemon-mlx/metal:/x"
     assert "LD_LIBRARY_PATH" not in cmd.env
 
