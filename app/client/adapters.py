@@ -1,20 +1,22 @@
-"""What each engine accepts, in one place: requests are adapted here and nowhere else.
+"""Per-engine request adaptation: the one seam where engines that differ from OpenAI's API are bent into it.
 
-llama.cpp takes OpenAI requests as they are. lemon-mlx (and mlx-lm serving the same recipe) differs:
-it ignores ``max_completion_tokens``, rejects a bare-string ``stop`` and content given as parts, does
-not stream ``/v1/completions``, and has no Responses or embeddings route.
+An adapter says which requests its engine cannot answer (``check``), may rewrite the request body
+(``adapt_body``), and may re-split the streamed deltas (``splitter``). llama.cpp needs none of it.
+lemon-mlx (and mlx-lm serving the same recipe) ignores ``max_completion_tokens``, rejects a bare-string
+``stop`` and content given as parts, does not stream ``/v1/completions``, has no Responses or
+embeddings route, and puts its reasoning inside ``content`` as ``<think>...</think>``.
 """
 
 from __future__ import annotations
 
-import copy
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable
 from enum import Enum
-from typing import Any
+from typing import Any, Protocol
 
+from app.client.events import ChatDelta
 from app.core.errors import RequestError, UnsupportedRequestError
-from app.core.lemon_mlx import MLX_LM
+from app.core.reasoning import ThinkSplitter
 
 IMAGE_PARTS = frozenset({"image_url", "input_image", "image"})
 
@@ -26,30 +28,57 @@ class Route(Enum):
     EMBEDDINGS = "/v1/embeddings"  # embeddings
 
 
-class RequestAdapter:
-    """llama.cpp's adapter: it speaks OpenAI's API as it is, so requests pass through unchanged."""
+class DeltaSplitter(Protocol):
+    """Per-stream state that turns the engine's deltas into the app's."""
 
-    engine = "llama.cpp"
-    unsupported: frozenset[Route] = frozenset()
-    no_streaming: frozenset[Route] = frozenset()
+    def feed(self, delta: ChatDelta) -> Iterable[ChatDelta]: ...
+
+    def flush(self) -> Iterable[ChatDelta]:
+        """What is still held back when the stream ends."""
+        ...
+
+
+class EngineAdapter(Protocol):
+    def check(self, route: Route, stream: bool) -> None:
+        """Raise UnsupportedRequestError when the engine cannot answer such a request."""
+        ...
+
+    def adapt_body(self, body: dict[str, Any], route: Route = Route.CHAT) -> dict[str, Any]:
+        """The request body as this engine wants it (may modify and return ``body``)."""
+        ...
+
+    def splitter(self) -> DeltaSplitter | None:
+        """A fresh splitter for one stream, or None to pass deltas through untouched."""
+        ...
+
+
+class LlamaCppAdapter:
+    """llama-server speaks OpenAI's API and streams ``reasoning_content`` itself: nothing to adapt."""
 
     def check(self, route: Route, stream: bool) -> None:
-        """Raise UnsupportedRequestError when this engine cannot answer such a request."""
-        if route in self.unsupported:
-            raise UnsupportedRequestError(
-                f"{self.engine} has no {route.value} endpoint.",
-                "Use /v1/chat/completions, or load the model with llama.cpp.",
-            )
-        if stream and route in self.no_streaming:
-            raise UnsupportedRequestError(
-                f"{self.engine} cannot stream {route.value}.",
-                'Send it with "stream": false, or use /v1/chat/completions, which streams.',
-            )
+        return None
 
-    def adapt(self, route: Route, body: Mapping[str, Any]) -> dict[str, Any]:
-        """The request body this engine needs (a copy; the caller's is left alone)."""
-        self.check(route, bool(body.get("stream")))
-        return copy.deepcopy(dict(body))
+    def adapt_body(self, body: dict[str, Any], route: Route = Route.CHAT) -> dict[str, Any]:
+        return body
+
+    def splitter(self) -> DeltaSplitter | None:
+        return None
+
+
+class ThinkDeltaSplitter:
+    """Moves ``<think>...</think>`` out of ``content`` into ``reasoning``, across chunk boundaries."""
+
+    def __init__(self) -> None:
+        self._think = ThinkSplitter()
+
+    def feed(self, delta: ChatDelta) -> Iterable[ChatDelta]:
+        split = self._think.feed(delta.content)
+        reasoning = delta.reasoning + split.reasoning
+        return [ChatDelta(split.content, reasoning)] if split.content or reasoning else []
+
+    def flush(self) -> Iterable[ChatDelta]:
+        split = self._think.finish()
+        return [ChatDelta(split.content, split.reasoning)] if split else []
 
 
 def _text_of(content: Any, where: str) -> str:
@@ -75,13 +104,26 @@ def _text_of(content: Any, where: str) -> str:
     return "\n".join(texts)
 
 
-class LemonMlxAdapter(RequestAdapter):
+class LemonMlxAdapter:
     engine = "lemon-mlx"
     unsupported = frozenset({Route.RESPONSES, Route.EMBEDDINGS})
     no_streaming = frozenset({Route.COMPLETIONS})
 
-    def adapt(self, route: Route, body: Mapping[str, Any]) -> dict[str, Any]:
-        out = super().adapt(route, body)
+    def check(self, route: Route, stream: bool) -> None:
+        if route in self.unsupported:
+            raise UnsupportedRequestError(
+                f"{self.engine} has no {route.value} endpoint.",
+                "Use /v1/chat/completions, or load a model that runs on llama.cpp.",
+            )
+        if stream and route in self.no_streaming:
+            raise UnsupportedRequestError(
+                f"{self.engine} cannot stream {route.value}.",
+                'Send it with "stream": false, or use /v1/chat/completions, which streams.',
+            )
+
+    def adapt_body(self, body: dict[str, Any], route: Route = Route.CHAT) -> dict[str, Any]:
+        self.check(route, bool(body.get("stream")))
+        out = dict(body)
         # The engine ignores max_completion_tokens: it becomes max_tokens, and is always removed.
         if "max_completion_tokens" in out:
             limit = out.pop("max_completion_tokens")
@@ -101,34 +143,26 @@ class LemonMlxAdapter(RequestAdapter):
             out["prompt"] = self._one_prompt(out.get("prompt"))
         return out
 
-    @staticmethod
-    def _one_prompt(prompt: Any) -> str:
+    def splitter(self) -> DeltaSplitter | None:
+        return ThinkDeltaSplitter()
+
+    def _one_prompt(self, prompt: Any) -> str:
         if isinstance(prompt, list) and len(prompt) == 1:
             prompt = prompt[0]
         if not isinstance(prompt, str):
             raise UnsupportedRequestError(
-                f"{LemonMlxAdapter.engine} takes one prompt string per completion request.",
+                f"{self.engine} takes one prompt string per completion request.",
                 "Send the prompts one at a time, as text.",
             )
         return prompt
 
 
-class MlxLmAdapter(LemonMlxAdapter):
-    """mlx-lm serving the lemon-mlx recipe: the same rules, and it reports usage when asked."""
-
-    engine = "mlx-lm"
-
-    def adapt(self, route: Route, body: Mapping[str, Any]) -> dict[str, Any]:
-        out = super().adapt(route, body)
-        if out.get("stream"):
-            out["stream_options"] = {**(out.get("stream_options") or {}), "include_usage": True}
-        return out
+ADAPTERS: dict[str, EngineAdapter] = {"llamacpp": LlamaCppAdapter(), "lemon-mlx": LemonMlxAdapter()}
 
 
-def adapter_for(recipe: str, backend: str) -> RequestAdapter:
-    if recipe == "lemon-mlx":
-        return MlxLmAdapter() if backend == MLX_LM else LemonMlxAdapter()
-    return RequestAdapter()
+def adapter_for(recipe: str) -> EngineAdapter:
+    """The adapter of a recipe's engine; engines without one get llama.cpp's (plain OpenAI)."""
+    return ADAPTERS.get(recipe) or ADAPTERS["llamacpp"]
 
 
 def sse_error(error: RequestError) -> bytes:

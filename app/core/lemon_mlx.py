@@ -8,15 +8,13 @@ rule are in reference/lemon-mlx-engine.md and the seed change (reference/seed-le
 from __future__ import annotations
 
 import re
-import shlex
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import PurePath
 
 from app.core.errors import ConfigError, ModelError
 
-HOST = "127.0.0.1"
 MLX_LM = "mlx-lm"
 
 # Flags of lemon-mlx's ``server`` that take a value; the others (--no-think, ...) are switches.
@@ -36,9 +34,6 @@ SERVER_VALUE_FLAGS = frozenset(
         "--n-draft-tokens",
     }
 )
-# What the app sets itself; a user's extra args may not: the app would lose track of its engine.
-SERVER_OWNED_FLAGS = ("--host", "--port", "--ctx-size")
-MLX_LM_OWNED_FLAGS = ("--model", "--host", "--port")
 # mlx-lm's switches; every other flag of its server takes a value.
 MLX_LM_SWITCHES = frozenset(
     {"--trust-remote-code", "--use-default-chat-template", "--pipeline", "-h", "--help"}
@@ -48,16 +43,6 @@ MLX_LM_SWITCHES = frozenset(
 class DeviceType(Enum):
     GPU = "gpu"  # the engine computes on a GPU (Metal, ROCm)
     CPU = "cpu"  # the engine computes on the CPU
-
-
-@dataclass(frozen=True)
-class EngineCommand:
-    """A ready-to-run engine: argv, the variables to set on top of the app's environment, device."""
-
-    argv: tuple[str, ...]
-    env: dict[str, str]
-    device: DeviceType
-    model_arg: str  # the model as the engine was given it; requests name it so
 
 
 def device_type(backend: str, os_name: str) -> DeviceType:
@@ -80,53 +65,37 @@ def model_argument(repo_id: str | None, local_dir: str | None) -> str:
     raise ModelError("This MLX model has neither a Hugging Face repo id nor a local folder.")
 
 
-def split_extra_args(
-    text: str,
-    owned: Collection[str],
-    takes_value: Callable[[str], bool],
-    option: str = "lemon_mlx_args",
-) -> list[str]:
-    """Split extra engine args as a shell would; refuse flags the app owns and a stray model argument."""
-    try:
-        tokens = shlex.split(text)
-    except ValueError as err:
-        raise ConfigError(f"{option} cannot be split ({err}).", "Check its quotes.") from None
+def check_no_model_argument(args: Sequence[str], takes_value: Callable[[str], bool]) -> None:
+    """Refuse a bare word in the extra args: the engine would take it for a second model."""
     expects_value = False
-    for token in tokens:
+    for arg in args:
         if expects_value:
             expects_value = False
-            continue
-        if not token.startswith("-"):
+        elif not arg.startswith("-"):
             raise ConfigError(
-                f"{option} holds '{token}', which the engine would read as the model.",
-                "The app passes the model itself; remove it.",
+                f"The extra engine argument '{arg}' would be read as the model.",
+                "Lemon Desk passes the model itself; remove it.",
             )
-        flag, has_inline_value = token.split("=", 1)[0], "=" in token
-        if flag in owned:
-            raise ConfigError(
-                f"{option} may not set {flag}: the app sets it.",
-                "Remove it; use the model's options (such as context size) where there is one.",
-            )
-        expects_value = takes_value(flag) and not has_inline_value
-    return tokens
+        else:
+            expects_value = "=" not in arg and takes_value(arg)
 
 
-def _server_takes_value(flag: str) -> bool:
+def server_takes_value(flag: str) -> bool:
     return flag in SERVER_VALUE_FLAGS
 
 
-def _mlx_lm_takes_value(flag: str) -> bool:
+def mlx_lm_takes_value(flag: str) -> bool:
     return flag not in MLX_LM_SWITCHES
 
 
-def library_path_env(os_name: str, folder: str, environ: Mapping[str, str]) -> dict[str, str]:
+def library_path_env(os_name: str, folder: str, parent_env: Mapping[str, str]) -> dict[str, str]:
     """The unpacked folder first on the loader path: the binaries have no RUNPATH.
 
     Every Linux variant needs it (the cpu asset bundles libopenblas, liblapacke, libgfortran and
     exits 127 without it); macOS's loader reads ``DYLD_LIBRARY_PATH``.
     """
     var = "DYLD_LIBRARY_PATH" if os_name == "macos" else "LD_LIBRARY_PATH"
-    existing = environ.get(var, "")
+    existing = parent_env.get(var, "")
     return {var: f"{folder}:{existing}" if existing else folder}
 
 
@@ -137,48 +106,6 @@ def hf_cache_env(hub_cache: str) -> dict[str, str]:
     if path.name == "hub":  # the usual layout: $HF_HOME/hub, so tools that read only HF_HOME agree
         env["HF_HOME"] = str(path.parent)
     return env
-
-
-def lemon_mlx_command(
-    *,
-    server: str,
-    folder: str,
-    backend: str,
-    os_name: str,
-    model_arg: str,
-    port: int,
-    ctx_size: int | None,
-    extra_args: str,
-    hub_cache: str,
-    environ: Mapping[str, str],
-) -> EngineCommand:
-    """``server <MODEL> --host 127.0.0.1 --port P [--ctx-size N] <user args>``."""
-    argv = [server, model_arg, "--host", HOST, "--port", str(port)]
-    if ctx_size:
-        argv += ["--ctx-size", str(ctx_size)]
-    argv += split_extra_args(extra_args, SERVER_OWNED_FLAGS, _server_takes_value)
-    env = {**hf_cache_env(hub_cache), **library_path_env(os_name, folder, environ)}
-    return EngineCommand(tuple(argv), env, device_type(backend, os_name), model_arg)
-
-
-def mlx_lm_command(
-    *,
-    python: str,
-    os_name: str,
-    model_arg: str,
-    port: int,
-    extra_args: str,
-    hub_cache: str,
-) -> EngineCommand:
-    """``python -m mlx_lm server --model MODEL --host 127.0.0.1 --port P <user args>``.
-
-    mlx-lm has no context-size flag: it grows its cache as needed. The app owns downloads, so the
-    Hub client inside mlx-lm works offline from the app's cache.
-    """
-    argv = [python, "-m", "mlx_lm", "server", "--model", model_arg, "--host", HOST, "--port", str(port)]
-    argv += split_extra_args(extra_args, MLX_LM_OWNED_FLAGS, _mlx_lm_takes_value)
-    env = {**hf_cache_env(hub_cache), "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
-    return EngineCommand(tuple(argv), env, device_type(MLX_LM, os_name), model_arg)
 
 
 # lemon-mlx prints per-request speed to stderr only, e.g.

@@ -2,48 +2,60 @@
 
 from __future__ import annotations
 
-from typing import Any
+import json
 
 import pytest
 
 from app.core.errors import ConfigError, ModelError
+from app.core.hardware import Hardware, hardware_from_json
+from app.core.launch import LaunchPlan, LaunchRequest, child_environment, plan_launch, split_args
 from app.core.lemon_mlx import (
     DeviceType,
     TpsKind,
     TpsLine,
     device_type,
     hf_cache_env,
-    lemon_mlx_command,
-    mlx_lm_command,
     model_argument,
     parse_tps_line,
 )
 from app.core.models import Model
+from tests.conftest import profile_path
 
 HUB = "/home/u/.local/share/lemon-desk/hf/hub"
+ENGINES = "/home/u/.local/share/lemon-desk/engines/lemon-mlx"
+REPO = "mlx-community/Qwen3-0.6B-4bit"
 
 
-def command(**kw: Any) -> Any:
-    args: dict[str, Any] = {
-        "server": "/e/lemon-mlx/rocm/server",
-        "folder": "/e/lemon-mlx/rocm",
-        "backend": "rocm",
-        "os_name": "linux",
-        "model_arg": "mlx-community/Qwen3-0.6B-4bit",
-        "port": 8123,
-        "ctx_size": None,
-        "extra_args": "",
-        "hub_cache": HUB,
-        "environ": {},
+def hw(profile: str) -> Hardware:
+    return hardware_from_json(json.loads(profile_path(profile).read_text()))
+
+
+def plan(
+    backend: str = "rocm",
+    profile: str = "strix_halo",
+    extra: str = "",
+    parent_env: dict[str, str] | None = None,
+    **kw: object,
+) -> LaunchPlan:
+    folder = f"{ENGINES}/{backend}"
+    values: dict[str, object] = {
+        "recipe": "lemon-mlx",
+        "backend": backend,
+        "binary": f"{folder}/bin/python" if backend == "mlx-lm" else f"{folder}/server",
+        "library_dir": "" if backend == "mlx-lm" else folder,
+        "model": REPO,
+        "user_args": split_args(extra),
+        "hf_hub_cache": HUB,
+        **kw,
     }
-    return lemon_mlx_command(**{**args, **kw})
+    return plan_launch(LaunchRequest(**values), hw(profile), "8123", "<unused>", parent_env or {})  # type: ignore[arg-type]
 
 
 def test_argv_is_model_first_then_host_port_ctx_then_user_args() -> None:
-    cmd = command(ctx_size=8192, extra_args="--max-tokens 512 --no-think")
-    assert cmd.argv == (
-        "/e/lemon-mlx/rocm/server",
-        "mlx-community/Qwen3-0.6B-4bit",
+    p = plan(ctx_size=8192, extra="--max-tokens 512 --no-think")
+    assert p.argv == (
+        f"{ENGINES}/rocm/server",
+        REPO,
         "--host",
         "127.0.0.1",
         "--port",
@@ -54,18 +66,17 @@ def test_argv_is_model_first_then_host_port_ctx_then_user_args() -> None:
         "512",
         "--no-think",
     )
-    assert cmd.model_arg == "mlx-community/Qwen3-0.6B-4bit"
+    assert p.api_key_file is None  # the engine takes no key; it listens on loopback only
 
 
 def test_no_ctx_size_flag_without_a_context_size() -> None:
-    assert "--ctx-size" not in command().argv
+    assert "--ctx-size" not in plan().argv
 
 
 def test_model_argument_prefers_the_repo_id_over_a_local_folder() -> None:
-    catalog = Model("Qwen3-0.6B-MLX", "lemon-mlx", "mlx-community/Qwen3-0.6B-4bit")
-    assert model_argument(
-        catalog.repo_id, "/hf/hub/models--mlx-community--Qwen3-0.6B-4bit/snapshots/abc"
-    ) == ("mlx-community/Qwen3-0.6B-4bit")
+    catalog = Model("Qwen3-0.6B-MLX", "lemon-mlx", REPO)
+    snapshot = "/hf/hub/models--mlx-community--Qwen3-0.6B-4bit/snapshots/abc"
+    assert model_argument(catalog.repo_id, snapshot) == REPO
     imported = Model("mine", "lemon-mlx", "/data/my-mlx-model", user=True)
     assert model_argument(imported.repo_id, "/data/my-mlx-model") == "/data/my-mlx-model"
     with pytest.raises(ModelError):
@@ -74,34 +85,39 @@ def test_model_argument_prefers_the_repo_id_over_a_local_folder() -> None:
 
 @pytest.mark.parametrize("backend", ["rocm", "cpu"])
 def test_every_linux_variant_gets_the_unpacked_folder_on_ld_library_path(backend: str) -> None:
-    cmd = command(backend=backend, folder=f"/e/lemon-mlx/{backend}", environ={})
-    assert cmd.env["LD_LIBRARY_PATH"] == f"/e/lemon-mlx/{backend}"
-    assert "DYLD_LIBRARY_PATH" not in cmd.env
+    p = plan(backend=backend)
+    assert p.env["LD_LIBRARY_PATH"] == f"{ENGINES}/{backend}"
+    assert "DYLD_LIBRARY_PATH" not in p.env
 
 
 def test_existing_library_path_is_kept_after_the_unpacked_folder() -> None:
-    cmd = command(environ={"LD_LIBRARY_PATH": "/opt/rocm/lib"})
-    assert cmd.env["LD_LIBRARY_PATH"] == "/e/lemon-mlx/rocm:/opt/rocm/lib"
-
-
-def test_macos_uses_dyld_library_path() -> None:
-    cmd = command(
-        os_name="macos", backend="metal", folder="/e/lemon-mlx/metal", environ={"DYLD_LIBRARY_PATH": "/x"}
+    p = plan(parent_env={"LD_LIBRARY_PATH": "/opt/rocm/lib"})
+    assert p.env["LD_LIBRARY_PATH"] == f"{ENGINES}/rocm:/opt/rocm/lib"
+    assert (
+        child_environment({"LD_LIBRARY_PATH": "/opt/rocm/lib"}, p)["LD_LIBRARY_PATH"]
+        == p.env["LD_LIBRARY_PATH"]
     )
-    assert cmd.env["DYLD_LIBRARY_PATH"] == "/e/lemon-mlx/metal:/x"
-    assert "LD_LIBRARY_PATH" not in cmd.env
+
+
+@pytest.mark.parametrize("backend", ["metal", "cpu"])
+def test_macos_uses_dyld_library_path(backend: str) -> None:
+    p = plan(backend=backend, profile="apple_silicon", parent_env={"DYLD_LIBRARY_PATH": "/x"})
+    assert p.env["DYLD_LIBRARY_PATH"] == f"{ENGINES}/{backend}:/x"
+    assert "LD_LIBRARY_PATH" not in p.env
 
 
 def test_hf_home_points_at_the_apps_cache() -> None:
-    assert command().env["HF_HOME"] == "/home/u/.local/share/lemon-desk/hf"
-    assert command().env["HF_HUB_CACHE"] == HUB
-    # A hub folder not named "hub" is still the cache; HF_HOME is then left to the user.
+    env = child_environment({"HF_HOME": "/elsewhere", "HF_TOKEN": "secret"}, plan())
+    assert env["HF_HOME"] == "/home/u/.local/share/lemon-desk/hf"
+    assert env["HF_HUB_CACHE"] == HUB
+    assert "HF_TOKEN" not in env
+    # A cache folder not named "hub" is still the cache; HF_HOME is then not guessed.
     assert hf_cache_env("/models") == {"HF_HUB_CACHE": "/models"}
 
 
 def test_extra_args_are_split_like_a_shell() -> None:
-    cmd = command(extra_args="--memory-limit 4096   --kv-bits=8 --temperature '0.7'")
-    assert cmd.argv[6:] == ("--memory-limit", "4096", "--kv-bits=8", "--temperature", "0.7")
+    p = plan(extra="--memory-limit 4096   --kv-bits=8 --temperature '0.7'")
+    assert p.argv[6:] == ("--memory-limit", "4096", "--kv-bits=8", "--temperature", "0.7")
 
 
 @pytest.mark.parametrize(
@@ -115,60 +131,52 @@ def test_extra_args_are_split_like_a_shell() -> None:
     ],
 )
 def test_app_owned_flags_are_refused_by_name(extra: str, flag: str) -> None:
-    with pytest.raises(ConfigError) as err:
-        command(extra_args=extra)
-    assert f"lemon_mlx_args may not set {flag}" in str(err.value)
+    with pytest.raises(ConfigError, match=f"argument {flag} is set by Lemon Desk"):
+        plan(extra=extra)
 
 
 def test_a_second_model_in_extra_args_is_refused() -> None:
-    with pytest.raises(ConfigError, match="would read as the model"):
-        command(extra_args="--no-think other/model")
-    # A flag's value is not a model.
-    assert command(extra_args="--max-loaded 2").argv[-2:] == ("--max-loaded", "2")
-
-
-def test_unbalanced_quotes_say_so() -> None:
-    with pytest.raises(ConfigError, match="cannot be split"):
-        command(extra_args="--temperature '0.7")
+    with pytest.raises(ConfigError, match="'other/model' would be read as the model"):
+        plan(extra="--no-think other/model")
+    assert plan(extra="--max-loaded 2").argv[-2:] == ("--max-loaded", "2")  # a flag's value is no model
 
 
 def test_device_type_gpu_by_default_cpu_for_cpu_backend() -> None:
-    assert command(backend="rocm").device is DeviceType.GPU
-    assert command(os_name="macos", backend="metal").device is DeviceType.GPU
-    assert command(backend="cpu").device is DeviceType.CPU
+    assert device_type("rocm", "linux") is DeviceType.GPU
+    assert device_type("metal", "macos") is DeviceType.GPU
+    assert device_type("cpu", "linux") is DeviceType.CPU
+    assert device_type("cpu", "macos") is DeviceType.CPU
     assert device_type("mlx-lm", "linux") is DeviceType.CPU  # mlx[cpu]
     assert device_type("mlx-lm", "macos") is DeviceType.GPU  # Metal
 
 
 def test_mlx_lm_command() -> None:
-    cmd = mlx_lm_command(
-        python="/e/lemon-mlx/mlx-lm/bin/python",
-        os_name="linux",
-        model_arg="mlx-community/Qwen3-0.6B-4bit",
-        port=8200,
-        extra_args="--temp 0.2 --trust-remote-code",
-        hub_cache=HUB,
-    )
-    assert cmd.argv == (
-        "/e/lemon-mlx/mlx-lm/bin/python",
+    p = plan(backend="mlx-lm", profile="linux_arm64", extra="--temp 0.2 --trust-remote-code", ctx_size=4096)
+    assert p.argv == (
+        f"{ENGINES}/mlx-lm/bin/python",
         "-m",
         "mlx_lm",
         "server",
         "--model",
-        "mlx-community/Qwen3-0.6B-4bit",
+        REPO,
         "--host",
         "127.0.0.1",
         "--port",
-        "8200",
+        "8123",
         "--temp",
         "0.2",
         "--trust-remote-code",
     )
-    assert cmd.env["HF_HUB_CACHE"] == HUB and cmd.env["HF_HUB_OFFLINE"] == "1"
-    with pytest.raises(ConfigError, match="may not set --model"):
-        mlx_lm_command(
-            python="p", os_name="linux", model_arg="m", port=1, extra_args="--model x", hub_cache=HUB
-        )
+    assert p.env == {
+        "HF_HUB_CACHE": HUB,
+        "HF_HOME": "/home/u/.local/share/lemon-desk/hf",
+        "HF_HUB_OFFLINE": "1",
+        "PYTHONUNBUFFERED": "1",
+    }
+    with pytest.raises(ConfigError, match="argument --model is set by Lemon Desk"):
+        plan(backend="mlx-lm", extra="--model x")
+    with pytest.raises(ConfigError, match="'x' would be read as the model"):
+        plan(backend="mlx-lm", extra="--trust-remote-code x")
 
 
 def test_tps_lines() -> None:

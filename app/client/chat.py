@@ -1,0 +1,228 @@
+"""An OpenAI-compatible chat client for one engine: streaming over httpx, with telemetry per reply.
+
+Streaming requests have no overall or read timeout (a long answer, or a long prompt being read, is not a
+hang: the engine's watchdog decides that); non-streaming ones use ``request_timeout_s``. Cancelling or
+closing a stream closes its connection, which makes llama-server stop generating.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
+from types import TracebackType
+from typing import Any, Protocol
+
+import httpx
+
+from app.client.adapters import DeltaSplitter, EngineAdapter, LlamaCppAdapter
+from app.client.events import ChatDelta, ChatDone, ChatEvent, ChatReply
+from app.client.sse import SSEEvent, SSEParser
+from app.core.errors import LemonDeskError, RequestError
+from app.core.telemetry import ClientTimes, telemetry_from
+
+CONNECT_TIMEOUT_S = 10.0
+CHAT_PATH = "/v1/chat/completions"
+
+Messages = Sequence[dict[str, Any]]  # OpenAI chat messages: {"role", "content"}
+
+
+class RequestObserver(Protocol):
+    """Who watches this client's traffic: the engine's watchdog."""
+
+    def request_started(self) -> None: ...
+
+    def data_received(self) -> None: ...
+
+    def request_finished(self) -> None: ...
+
+    async def explain(self, error: RequestError) -> LemonDeskError:
+        """A broken request's real cause (e.g. the engine crashed), or ``error`` itself."""
+        ...
+
+
+def _error_text(payload: Any) -> str:
+    err = payload.get("error") if isinstance(payload, dict) else None
+    if isinstance(err, dict):
+        return str(err.get("message") or json.dumps(err))
+    return str(err) if err else json.dumps(payload)[:500]
+
+
+def _status_error(response: httpx.Response) -> RequestError:
+    try:
+        detail = _error_text(response.json())
+    except ValueError:
+        detail = response.text[:500] or response.reason_phrase
+    if response.status_code == 401:
+        return RequestError(
+            f"The engine refused the app's key (HTTP 401: {detail}).",
+            "Another program may be using this port; reload the model.",
+        )
+    return RequestError(f"The engine refused the request (HTTP {response.status_code}): {detail}")
+
+
+class _Stream:
+    """One streamed reply being read: its deltas, finish reason, engine timings and client times."""
+
+    def __init__(self, splitter: DeltaSplitter | None) -> None:
+        self.splitter = splitter
+        self.sent = 0.0
+        self.first: float | None = None
+        self.deltas = 0
+        self.finish: str | None = None
+        self.timings: dict[str, Any] | None = None
+        self.usage: dict[str, Any] | None = None
+        self.done = False
+
+    def consume(self, events: list[SSEEvent]) -> Iterator[ChatDelta]:
+        for event in events:
+            if event.data == "[DONE]":
+                self.done = True
+                return
+            try:
+                payload = json.loads(event.data)
+            except ValueError:
+                raise RequestError(f"The engine sent an unreadable event: {event.data[:200]!r}") from None
+            if not isinstance(payload, dict):
+                continue
+            if "error" in payload:
+                raise RequestError(f"The engine reported an error: {_error_text(payload)}")
+            for choice in payload.get("choices") or ():
+                delta = choice.get("delta") or {}
+                content = delta.get("content") or ""
+                reasoning = delta.get("reasoning_content") or ""
+                if content or reasoning:
+                    if self.first is None:
+                        self.first = time.perf_counter()
+                    self.deltas += 1
+                    if self.splitter is None:
+                        yield ChatDelta(content, reasoning)
+                    else:
+                        yield from self.splitter.feed(ChatDelta(content, reasoning))
+                self.finish = choice.get("finish_reason") or self.finish
+            self.timings = payload.get("timings") or self.timings
+            self.usage = payload.get("usage") or self.usage
+
+    def flush(self) -> Iterable[ChatDelta]:
+        return self.splitter.flush() if self.splitter is not None else ()
+
+    def result(self, end: float) -> ChatDone:
+        times = ClientTimes(self.sent, self.first, end, self.deltas)
+        return ChatDone(self.finish, telemetry_from(times, self.timings, self.usage))
+
+
+class ChatClient:
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str | None,
+        *,
+        adapter: EngineAdapter | None = None,
+        observer: RequestObserver | None = None,
+        request_timeout_s: float = 300.0,
+    ) -> None:
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        # trust_env=False: a proxy from the environment must never see loopback traffic or the key.
+        self._http = httpx.AsyncClient(base_url=base_url, headers=headers, trust_env=False)
+        self._adapter = adapter or LlamaCppAdapter()
+        self._observer = observer
+        self._request_timeout = httpx.Timeout(request_timeout_s, connect=CONNECT_TIMEOUT_S)
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def __aenter__(self) -> ChatClient:
+        return self
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, err: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+    def _body(self, messages: Messages, stream: bool, params: dict[str, Any]) -> dict[str, Any]:
+        body: dict[str, Any] = {"messages": list(messages), **params, "stream": stream}
+        if stream:
+            body["stream_options"] = {"include_usage": True}
+        return self._adapter.adapt_body(body)
+
+    async def _broken(self, error: RequestError) -> LemonDeskError:
+        return await self._observer.explain(error) if self._observer else error
+
+    async def stream_chat(self, messages: Messages, **params: Any) -> AsyncIterator[ChatEvent]:
+        """Yield ``ChatDelta``s as the reply arrives, then one ``ChatDone``.
+
+        Raises RequestError (or the engine's EngineError when it crashed meanwhile) on any failure,
+        including an ``{"error": ...}`` event mid-stream.
+        """
+        body = self._body(messages, True, params)
+        stream = _Stream(self._adapter.splitter())
+        observer = self._observer
+        if observer:
+            observer.request_started()
+        stream.sent = time.perf_counter()
+        try:
+            async with self._http.stream(
+                "POST", CHAT_PATH, json=body, timeout=httpx.Timeout(None, connect=CONNECT_TIMEOUT_S)
+            ) as response:
+                if response.status_code != 200:
+                    await response.aread()
+                    raise _status_error(response)
+                parser = SSEParser()
+                async for chunk in response.aiter_bytes():
+                    if observer:
+                        observer.data_received()
+                    for delta in stream.consume(parser.feed(chunk)):
+                        yield delta
+                    if stream.done:
+                        break
+                else:
+                    for delta in stream.consume(parser.close()):
+                        yield delta
+        except httpx.TransportError as err:
+            raise await self._broken(
+                RequestError(f"The connection to the engine broke during the reply ({type(err).__name__}).")
+            ) from None
+        finally:
+            if observer:
+                observer.request_finished()
+        if not stream.done and stream.finish is None:
+            raise await self._broken(RequestError("The engine ended the reply before finishing it."))
+        for delta in stream.flush():
+            yield delta
+        yield stream.result(time.perf_counter())
+
+    async def chat(self, messages: Messages, **params: Any) -> ChatReply:
+        """One whole reply, without streaming; gives up after ``request_timeout_s``."""
+        body = self._body(messages, False, params)
+        observer = self._observer
+        if observer:
+            observer.request_started()
+        sent = time.perf_counter()
+        try:
+            response = await self._http.post(CHAT_PATH, json=body, timeout=self._request_timeout)
+        except httpx.TimeoutException:
+            raise RequestError(
+                f"The engine did not answer within {self._request_timeout.read:g} s.",
+                "Raise the request timeout in Settings, or ask for a shorter reply.",
+            ) from None
+        except httpx.TransportError as err:
+            raise await self._broken(
+                RequestError(f"The connection to the engine broke ({type(err).__name__}).")
+            ) from None
+        finally:
+            if observer:
+                observer.request_finished()
+        end = time.perf_counter()
+        if response.status_code != 200:
+            raise _status_error(response)
+        try:
+            payload = response.json()
+            choice = payload["choices"][0]
+            message = choice.get("message") or {}
+        except (ValueError, KeyError, IndexError, TypeError, AttributeError):
+            raise RequestError(f"The engine sent an unreadable reply: {response.text[:200]!r}") from None
+        content = message.get("content") or ""
+        reasoning = message.get("reasoning_content") or ""
+        times = ClientTimes(sent, end, end, 1 if content or reasoning else 0)
+        telemetry = telemetry_from(times, payload.get("timings"), payload.get("usage"))
+        return ChatReply(content, reasoning, choice.get("finish_reason"), telemetry)

@@ -1,0 +1,32 @@
+"""What a chat stream yields: deltas as they arrive, then one ``ChatDone`` with the telemetry."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from app.core.telemetry import Telemetry
+
+
+@dataclass(frozen=True, slots=True)
+class ChatDelta:
+    content: str = ""  # answer text
+    reasoning: str = ""  # "thinking" text (``delta.reasoning_content``, or split out of <think> tags)
+
+
+@dataclass(frozen=True)
+class ChatDone:
+    finish_reason: str | None  # "stop", "length", ... as the engine said; None if it did not say
+    telemetry: Telemetry
+
+
+ChatEvent = ChatDelta | ChatDone
+
+
+@dataclass(frozen=True)
+class ChatReply:
+    """A whole reply from a non-streaming request."""
+
+    content: str
+    reasoning: str
+    finish_reason: str | None
+    telemetry: Telemetry

@@ -1,0 +1,80 @@
+"""Server-sent events, parsed incrementally from network chunks (WHATWG ``text/event-stream`` rules).
+
+Chunks may split an event, a line, a ``\\r\\n`` pair or a UTF-8 character anywhere: bytes are split into
+lines first and each line is decoded whole. Comments (heartbeats) are dropped. Unlike a browser, an
+event still pending when the stream ends is delivered, so an engine's last words are not lost.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+_BOM = b"\xef\xbb\xbf"
+
+
+@dataclass(frozen=True, slots=True)
+class SSEEvent:
+    data: str
+    event: str = "message"
+    id: str | None = None
+
+
+class SSEParser:
+    def __init__(self) -> None:
+        self._rest = b""  # an unfinished line
+        self._skip_lf = False  # the last chunk ended in "\r": a "\n" first in the next one ends that line
+        self._started = False
+        self._data: list[str] = []
+        self._event = ""
+        self._id: str | None = None
+
+    def feed(self, chunk: bytes) -> list[SSEEvent]:
+        """The events completed by ``chunk``."""
+        if not self._started and chunk:
+            buf = self._rest + chunk
+            if len(buf) < len(_BOM) and _BOM.startswith(buf):
+                self._rest = buf
+                return []
+            self._started = True
+            chunk, self._rest = buf.removeprefix(_BOM), b""
+        if self._skip_lf and chunk[:1] == b"\n":
+            chunk = chunk[1:]
+        self._skip_lf = False
+        events: list[SSEEvent] = []
+        pieces = (self._rest + chunk).splitlines(keepends=True)
+        self._rest = b""
+        for piece in pieces:
+            if piece.endswith((b"\n", b"\r")):
+                self._line(piece.rstrip(b"\r\n"), events)
+            else:
+                self._rest = piece
+        self._skip_lf = not self._rest and bool(pieces) and pieces[-1].endswith(b"\r")
+        return events
+
+    def close(self) -> list[SSEEvent]:
+        """End of stream: the last unterminated line, and an event that was never followed by a blank line."""
+        events: list[SSEEvent] = []
+        if self._rest:
+            self._line(self._rest, events)
+            self._rest = b""
+        self._line(b"", events)
+        return events
+
+    def _line(self, raw: bytes, events: list[SSEEvent]) -> None:
+        if not raw:
+            if self._data:
+                events.append(SSEEvent("\n".join(self._data), self._event or "message", self._id))
+            self._data, self._event = [], ""
+            return
+        if raw[:1] == b":":
+            return  # a comment, e.g. a heartbeat
+        line = raw.decode("utf-8", errors="replace")
+        name, colon, value = line.partition(":")
+        if colon and value[:1] == " ":
+            value = value[1:]
+        if name == "data":
+            self._data.append(value)
+        elif name == "event":
+            self._event = value
+        elif name == "id" and "\0" not in value:
+            self._id = value

@@ -1,0 +1,207 @@
+"""How an engine is launched: its command line and environment, per recipe. Pure: no processes here.
+
+Each recipe has a ``Launcher`` in ``LAUNCHERS``; the supervisor calls ``plan_launch`` with a free port
+and the path of the per-launch API key file, and runs what comes back.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from app.core.errors import ConfigError, UnsupportedError
+from app.core.hardware import Hardware
+from app.core.lemon_mlx import (
+    MLX_LM,
+    check_no_model_argument,
+    hf_cache_env,
+    library_path_env,
+    mlx_lm_takes_value,
+    server_takes_value,
+)
+
+DEFAULT_CTX_SIZE = 4096
+# amdgpu's 2 s scheduler timeout kills long prefills on Linux Vulkan.
+VULKAN_CTX_CAP = 65536
+
+# What --dry-run shows in place of values that only exist at launch.
+PORT_PLACEHOLDER = "<free port per launch>"
+KEY_FILE_PLACEHOLDER = "<private key file, random per launch>"
+
+# Variables of the app's environment an engine may need; everything else stays out (tokens, the app's
+# own settings, LLAMA_ARG_* that would silently change the engine's arguments).
+PASSTHROUGH = frozenset(
+    {
+        "PATH",
+        "HOME",
+        "USER",
+        "LOGNAME",
+        "LANG",
+        "LANGUAGE",
+        "TZ",
+        "TMPDIR",
+        "XDG_RUNTIME_DIR",
+        "XDG_CONFIG_DIRS",
+        "XDG_DATA_DIRS",  # the Vulkan loader finds its drivers through these
+        "LD_LIBRARY_PATH",
+    }
+)
+PASSTHROUGH_PREFIXES = ("LC_", "HIP_", "ROCR_", "HSA_", "ROCM_", "CUDA_", "VK_", "GGML_", "MESA_", "RADV_")
+
+
+@dataclass(frozen=True)
+class LaunchRequest:
+    """What to run: an installed (or system) engine binary and a model, with the user's options."""
+
+    recipe: str
+    backend: str
+    binary: str  # the executable
+    library_dir: str  # the unpacked engine folder ("" for a system binary): goes on LD_LIBRARY_PATH
+    model: str  # a model file or folder (or, for lemon-mlx, a repo id)
+    ctx_size: int | None = None  # None: DEFAULT_CTX_SIZE (lemon-mlx: the engine's own default)
+    user_args: tuple[str, ...] = ()
+    hf_hub_cache: str = ""  # the app's Hugging Face cache (``hub`` folder), for engines that resolve repo ids
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    argv: tuple[str, ...]
+    env: dict[str, str] = field(default_factory=dict)  # only the variables the app sets
+    api_key_file: str | None = None  # where the engine reads its per-launch key; None: no key
+
+
+def split_args(text: str) -> tuple[str, ...]:
+    """The user's extra engine arguments, split as a shell would."""
+    try:
+        return tuple(shlex.split(text))
+    except ValueError as err:
+        raise ConfigError(
+            f"The extra engine arguments cannot be read ({err}).", "Check their quotes."
+        ) from None
+
+
+def check_reserved(args: Sequence[str], reserved: Mapping[str, str]) -> None:
+    """Refuse user arguments that repeat a flag the app owns; ``reserved`` maps flag -> what to do."""
+    for arg in args:
+        flag = arg.split("=", 1)[0]
+        if flag in reserved:
+            raise ConfigError(f"The extra engine argument {flag} is set by Lemon Desk.", reserved[flag])
+
+
+_REMOVE = "Remove it from the extra arguments."
+LLAMACPP_RESERVED: dict[str, str] = {
+    **dict.fromkeys(("-m", "--model", "-mu", "--model-url"), "Pick the model itself instead."),
+    **dict.fromkeys(("-hf", "-hfr", "--hf-repo", "-hff", "--hf-file"), "Pick the model itself instead."),
+    **dict.fromkeys(("-c", "--ctx-size"), "Use the context size option instead."),
+    **dict.fromkeys(("-dev", "--device"), _REMOVE),
+    **dict.fromkeys(("--host", "--port", "--api-key", "--api-key-file"), _REMOVE),
+    **dict.fromkeys(("--jinja", "--no-jinja", "--metrics", "--mmproj", "-mm"), _REMOVE),
+}
+
+
+def _linux_library_env(req: LaunchRequest, hw: Hardware, parent_env: Mapping[str, str]) -> dict[str, str]:
+    if hw.os != "linux" or not req.library_dir:
+        return {}
+    existing = parent_env.get("LD_LIBRARY_PATH", "")
+    return {"LD_LIBRARY_PATH": f"{req.library_dir}:{existing}" if existing else req.library_dir}
+
+
+def llamacpp_plan(
+    req: LaunchRequest, hw: Hardware, port: str, key_file: str, parent_env: Mapping[str, str]
+) -> LaunchPlan:
+    """llama-server's command line in Lemonade's order, then the user's arguments."""
+    check_reserved(req.user_args, LLAMACPP_RESERVED)
+    ctx = req.ctx_size or DEFAULT_CTX_SIZE
+    if req.backend == "vulkan" and hw.os == "linux":
+        ctx = min(ctx, VULKAN_CTX_CAP)
+    argv = (
+        req.binary,
+        "-m",
+        req.model,
+        "--ctx-size",
+        str(ctx),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        port,
+        "--jinja",
+        "--metrics",
+        "--api-key-file",
+        key_file,
+        *req.user_args,
+    )
+    env = _linux_library_env(req, hw, parent_env)
+    if req.backend == "rocm" and hw.nvidia_gpu:
+        env["CUDA_VISIBLE_DEVICES"] = ""  # keep ggml from counting the NVIDIA card in its memory budget
+    return LaunchPlan(argv, env, key_file)
+
+
+LEMON_MLX_RESERVED: dict[str, str] = {
+    "--ctx-size": "Use the context size option instead.",
+    **dict.fromkeys(("--host", "--port"), _REMOVE),
+}
+MLX_LM_RESERVED: dict[str, str] = {
+    "--model": "Pick the model itself instead.",
+    **dict.fromkeys(("--host", "--port"), _REMOVE),
+}
+
+
+def lemon_mlx_plan(
+    req: LaunchRequest, hw: Hardware, port: str, key_file: str, parent_env: Mapping[str, str]
+) -> LaunchPlan:
+    """``server <MODEL> --host 127.0.0.1 --port P [--ctx-size N] <user args>``, or for the mlx-lm
+    backend ``python -m mlx_lm server --model MODEL --host 127.0.0.1 --port P <user args>``.
+
+    MODEL is the repo id whenever the model has one, resolved by the engine in the app's HF cache.
+    Neither engine takes an API key: like every engine, it listens on loopback only.
+    """
+    env = hf_cache_env(req.hf_hub_cache) if req.hf_hub_cache else {}
+    if req.backend == MLX_LM:
+        check_reserved(req.user_args, MLX_LM_RESERVED)
+        check_no_model_argument(req.user_args, mlx_lm_takes_value)
+        argv = (req.binary, "-m", "mlx_lm", "server", "--model", req.model, "--host", "127.0.0.1")
+        # The app owns downloads: the Hub client inside mlx-lm only reads the cache.
+        env.update(HF_HUB_OFFLINE="1", PYTHONUNBUFFERED="1")
+        return LaunchPlan((*argv, "--port", port, *req.user_args), env)
+    check_reserved(req.user_args, LEMON_MLX_RESERVED)
+    check_no_model_argument(req.user_args, server_takes_value)
+    ctx = ("--ctx-size", str(req.ctx_size)) if req.ctx_size else ()
+    argv = (req.binary, req.model, "--host", "127.0.0.1", "--port", port, *ctx, *req.user_args)
+    if req.library_dir:
+        env.update(library_path_env(hw.os, req.library_dir, parent_env))
+    return LaunchPlan(argv, env)
+
+
+# (request, hardware, port, key file, the app's environment) -> plan
+Launcher = Callable[[LaunchRequest, Hardware, str, str, Mapping[str, str]], LaunchPlan]
+
+LAUNCHERS: dict[str, Launcher] = {"llamacpp": llamacpp_plan, "lemon-mlx": lemon_mlx_plan}
+
+# The executable each recipe's release archive holds.
+ENGINE_BINARY = {"llamacpp": "llama-server", "lemon-mlx": "server"}
+
+
+def plan_launch(
+    req: LaunchRequest,
+    hw: Hardware,
+    port: str,
+    key_file: str,
+    parent_env: Mapping[str, str],
+) -> LaunchPlan:
+    """The command line and the variables to set for ``req``; ``parent_env`` is the app's environment."""
+    plan = LAUNCHERS.get(req.recipe)
+    if plan is None:
+        raise UnsupportedError(f"This build of Lemon Desk cannot launch {req.recipe} engines yet.")
+    return plan(req, hw, port, key_file, parent_env)
+
+
+def child_environment(parent_env: Mapping[str, str], plan: LaunchPlan) -> dict[str, str]:
+    """The engine's whole environment: what it may need from the app's, then what the app sets."""
+    env = {
+        name: value
+        for name, value in parent_env.items()
+        if name in PASSTHROUGH or name.startswith(PASSTHROUGH_PREFIXES)
+    }
+    env.update(plan.env)
+    return env

@@ -1,0 +1,74 @@
+"""Per-reply telemetry: time to first token, prompt and decode speed, token counts.
+
+Engine-measured numbers (llama-server's ``timings``, the OpenAI ``usage`` chunk) win; what the engine
+does not report is measured on the client. Time to first token is always the client's: it is what the
+user waits for.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Telemetry:
+    ttft_s: float  # request sent -> first content or reasoning token, on the client
+    prompt_tokens: int
+    prompt_tps: float  # prompt tokens processed per second
+    completion_tokens: int
+    decode_tps: float  # generated tokens per second after the first one
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class ClientTimes:
+    """What the client saw, in seconds on one monotonic clock."""
+
+    sent: float
+    first_token: float | None  # None: the reply had no tokens
+    end: float
+    deltas: int  # content/reasoning deltas received (one token each on llama.cpp)
+
+
+def _number(data: Mapping[str, Any] | None, key: str) -> float | None:
+    value = data.get(key) if data else None
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def telemetry_from(
+    times: ClientTimes,
+    timings: Mapping[str, Any] | None = None,
+    usage: Mapping[str, Any] | None = None,
+) -> Telemetry:
+    """Combine the engine's ``timings``/``usage`` (either may be missing) with the client's times."""
+    ttft = (times.first_token - times.sent) if times.first_token is not None else 0.0
+
+    prompt_tokens = _number(usage, "prompt_tokens")
+    if prompt_tokens is None:
+        processed, cached = _number(timings, "prompt_n"), _number(timings, "cache_n")
+        prompt_tokens = (processed or 0.0) + (cached or 0.0) if processed is not None else 0.0
+    prompt_tps = _number(timings, "prompt_per_second")
+    if prompt_tps is None:
+        prompt_tps = prompt_tokens / ttft if ttft > 0 else 0.0
+
+    completion = _number(usage, "completion_tokens")
+    if completion is None:
+        completion = _number(timings, "predicted_n")
+    if completion is None:
+        completion = float(times.deltas)
+    decode_tps = _number(timings, "predicted_per_second")
+    if decode_tps is None:
+        span = times.end - times.first_token if times.first_token is not None else 0.0
+        decode_tps = (completion - 1) / span if completion > 1 and span > 0 else 0.0
+
+    return Telemetry(
+        ttft_s=round(ttft, 6),
+        prompt_tokens=int(prompt_tokens),
+        prompt_tps=round(prompt_tps, 3),
+        completion_tokens=int(completion),
+        decode_tps=round(decode_tps, 3),
+    )

@@ -1,0 +1,177 @@
+"""Engine command lines and environments: order, reserved flags, what is set and what stays out."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from app.core.errors import ConfigError, UnsupportedError
+from app.core.hardware import Hardware, hardware_from_json
+from app.core.launch import (
+    DEFAULT_CTX_SIZE,
+    LLAMACPP_RESERVED,
+    LaunchRequest,
+    child_environment,
+    plan_launch,
+    split_args,
+)
+from tests.conftest import profile_path
+
+ENGINE_DIR = "/home/u/.local/share/lemon-desk/engines/llamacpp/cpu"
+
+
+def hw(profile: str) -> Hardware:
+    return hardware_from_json(json.loads(profile_path(profile).read_text()))
+
+
+def request(backend: str = "cpu", **kw: object) -> LaunchRequest:
+    values: dict[str, object] = {
+        "recipe": "llamacpp",
+        "backend": backend,
+        "binary": f"{ENGINE_DIR}/llama-server",
+        "library_dir": ENGINE_DIR,
+        "model": "/models/smol.gguf",
+        **kw,
+    }
+    return LaunchRequest(**values)  # type: ignore[arg-type]
+
+
+def test_llamacpp_arguments_in_order_with_user_args_last() -> None:
+    req = request(ctx_size=8192, user_args=("--threads", "2", "-ngl", "99"))
+    plan = plan_launch(req, hw("cpu_only_x86"), "41234", "/run/key", {})
+    assert plan.argv == (
+        f"{ENGINE_DIR}/llama-server",
+        "-m",
+        "/models/smol.gguf",
+        "--ctx-size",
+        "8192",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "41234",
+        "--jinja",
+        "--metrics",
+        "--api-key-file",
+        "/run/key",
+        "--threads",
+        "2",
+        "-ngl",
+        "99",
+    )
+    assert plan.api_key_file == "/run/key"
+
+
+def test_default_context_size_and_vulkan_cap() -> None:
+    plan = plan_launch(request(), hw("cpu_only_x86"), "1", "k", {})
+    assert plan.argv[plan.argv.index("--ctx-size") + 1] == str(DEFAULT_CTX_SIZE)
+    vulkan = plan_launch(request("vulkan", ctx_size=131072), hw("rdna3_radeon_7900"), "1", "k", {})
+    assert vulkan.argv[vulkan.argv.index("--ctx-size") + 1] == "65536"
+    rocm = plan_launch(request("rocm", ctx_size=131072), hw("rdna3_radeon_7900"), "1", "k", {})
+    assert rocm.argv[rocm.argv.index("--ctx-size") + 1] == "131072"
+
+
+@pytest.mark.parametrize(
+    ("user_args", "flag"),
+    [
+        (("-m", "/other.gguf"), "-m"),
+        (("--model=/other.gguf",), "--model"),
+        (("-c", "2048"), "-c"),
+        (("--ctx-size", "2048"), "--ctx-size"),
+        (("--port", "80"), "--port"),
+        (("--host", "0.0.0.0"), "--host"),
+        (("--api-key", "x"), "--api-key"),
+        (("--api-key-file=/tmp/k",), "--api-key-file"),
+        (("--threads", "4", "--no-jinja"), "--no-jinja"),
+        (("-hf", "org/repo"), "-hf"),
+        (("-dev", "Vulkan0"), "-dev"),
+        (("--mmproj", "x.gguf"), "--mmproj"),
+        (("--metrics",), "--metrics"),
+    ],
+)
+def test_reserved_flags_are_refused_by_name(user_args: tuple[str, ...], flag: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        plan_launch(request(user_args=user_args), hw("cpu_only_x86"), "1", "k", {})
+    assert f"argument {flag} is set by Lemon Desk" in str(err.value)
+    assert err.value.hint == LLAMACPP_RESERVED[flag]
+
+
+def test_flags_that_only_look_alike_pass() -> None:
+    args = ("--ctx-checkpoints", "2", "--port-file", "x", "--model-draft", "d.gguf", "--host-buffer")
+    plan = plan_launch(request(user_args=args), hw("cpu_only_x86"), "1", "k", {})
+    assert plan.argv[-len(args) :] == args
+
+
+def test_split_args_like_a_shell() -> None:
+    assert split_args("--threads 4 --chat-template-kwargs '{\"a\": 1}'") == (
+        "--threads",
+        "4",
+        "--chat-template-kwargs",
+        '{"a": 1}',
+    )
+    with pytest.raises(ConfigError, match="cannot be read"):
+        split_args("--alias 'unclosed")
+
+
+def test_library_path_on_linux_prepends_the_engine_folder() -> None:
+    alone = plan_launch(request(), hw("cpu_only_x86"), "1", "k", {})
+    assert alone.env == {"LD_LIBRARY_PATH": ENGINE_DIR}
+    joined = plan_launch(request(), hw("cpu_only_x86"), "1", "k", {"LD_LIBRARY_PATH": "/opt/rocm/lib"})
+    assert joined.env == {"LD_LIBRARY_PATH": f"{ENGINE_DIR}:/opt/rocm/lib"}
+
+
+def test_no_library_path_for_a_system_binary_or_on_macos() -> None:
+    system = request("system", binary="/usr/bin/llama-server", library_dir="")
+    assert plan_launch(system, hw("cpu_only_x86"), "1", "k", {}).env == {}
+    assert plan_launch(request("metal"), hw("apple_silicon"), "1", "k", {}).env == {}
+
+
+def test_rocm_on_a_hybrid_host_hides_the_nvidia_gpu() -> None:
+    plan = plan_launch(request("rocm"), hw("amd_nvidia_hybrid"), "1", "k", {"CUDA_VISIBLE_DEVICES": "0"})
+    assert plan.env["CUDA_VISIBLE_DEVICES"] == ""
+    assert child_environment({"CUDA_VISIBLE_DEVICES": "0"}, plan)["CUDA_VISIBLE_DEVICES"] == ""
+
+
+def test_cuda_visibility_untouched_elsewhere() -> None:
+    cases = (("rocm", "strix_halo"), ("cuda", "amd_nvidia_hybrid"), ("cpu", "amd_nvidia_hybrid"))
+    for backend, profile in cases:
+        assert "CUDA_VISIBLE_DEVICES" not in plan_launch(request(backend), hw(profile), "1", "k", {}).env
+
+
+def test_child_environment_lets_nothing_else_leak_in() -> None:
+    parent = {
+        "PATH": "/usr/bin",
+        "HOME": "/home/u",
+        "LANG": "C.UTF-8",
+        "LC_ALL": "C.UTF-8",
+        "HSA_OVERRIDE_GFX_VERSION": "11.0.0",
+        "HIP_VISIBLE_DEVICES": "1",
+        "GGML_VK_VISIBLE_DEVICES": "0",
+        "XDG_DATA_DIRS": "/usr/share",
+        "HF_TOKEN": "hf_secret",
+        "OPENAI_API_KEY": "sk-secret",
+        "LLAMA_API_KEY": "other-key",
+        "LLAMA_ARG_HOST": "0.0.0.0",
+        "LEMON_DESK_HOME": "/home/u/lemon",
+        "AWS_SECRET_ACCESS_KEY": "x",
+        "PYTHONPATH": "/src",
+        "QT_QPA_PLATFORM": "offscreen",
+    }
+    plan = plan_launch(request(), hw("cpu_only_x86"), "1", "k", parent)
+    assert child_environment(parent, plan) == {
+        "PATH": "/usr/bin",
+        "HOME": "/home/u",
+        "LANG": "C.UTF-8",
+        "LC_ALL": "C.UTF-8",
+        "HSA_OVERRIDE_GFX_VERSION": "11.0.0",
+        "HIP_VISIBLE_DEVICES": "1",
+        "GGML_VK_VISIBLE_DEVICES": "0",
+        "XDG_DATA_DIRS": "/usr/share",
+        "LD_LIBRARY_PATH": ENGINE_DIR,
+    }
+
+
+def test_a_recipe_without_a_launcher_is_refused_clearly() -> None:
+    req = request(recipe="no-such-engine")
+    with pytest.raises(UnsupportedError, match="cannot launch no-such-engine engines"):
+        plan_launch(req, hw("cpu_only_x86"), "1", "k", {})

@@ -1,0 +1,75 @@
+"""The SSE parser: the spec's line and field rules, and the same events however the bytes are chunked."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from app.client.sse import SSEEvent, SSEParser
+
+
+def parse(*chunks: bytes) -> list[SSEEvent]:
+    parser = SSEParser()
+    events = [e for chunk in chunks for e in parser.feed(chunk)]
+    return events + parser.close()
+
+
+STREAM = (
+    "\ufeff: a heartbeat comment\n"
+    'data: {"choices":[{"delta":{"content":"Grüße, 世界 🍋"}}]}\n\n'
+    "event: ping\r\n"
+    "id: 7\r\n"
+    "data: first line\r\n"
+    "data: second line\r\n"
+    "\r\n"
+    "data:no-space\r\r"
+    "retry: 1000\n"
+    "data\n"
+    "data:  two spaces keep one\n\n"
+    ": only a comment, then a blank line\n\n"
+    'data: {"error":{"message":"out of memory"}}\n\n'
+    "data: [DONE]\n\n"
+).encode()
+
+EXPECTED = [
+    SSEEvent('{"choices":[{"delta":{"content":"Grüße, 世界 🍋"}}]}'),
+    SSEEvent("first line\nsecond line", "ping", "7"),
+    SSEEvent("no-space", "message", "7"),
+    SSEEvent("\n two spaces keep one", "message", "7"),
+    SSEEvent('{"error":{"message":"out of memory"}}', "message", "7"),
+    SSEEvent("[DONE]", "message", "7"),
+]
+
+
+def test_whole_stream_in_one_chunk() -> None:
+    assert parse(STREAM) == EXPECTED
+
+
+def test_one_byte_at_a_time() -> None:
+    assert parse(*(STREAM[i : i + 1] for i in range(len(STREAM)))) == EXPECTED
+
+
+@pytest.mark.parametrize("seed", range(300))
+def test_fuzzed_chunk_boundaries(seed: int) -> None:
+    rng = random.Random(seed)
+    cuts = sorted(rng.sample(range(1, len(STREAM)), rng.randint(1, 40)))
+    chunks = [STREAM[a:b] for a, b in zip([0, *cuts], [*cuts, len(STREAM)], strict=True)]
+    assert parse(*chunks) == EXPECTED
+
+
+def test_crlf_split_across_chunks_is_one_line_end() -> None:
+    assert parse(b"data: a\r", b"\n", b"\r", b"\ndata: b\r\n\r\n") == [SSEEvent("a"), SSEEvent("b")]
+
+
+def test_utf8_character_split_across_chunks() -> None:
+    raw = "data: 🍋\n\n".encode()
+    assert parse(raw[:8], raw[8:]) == [SSEEvent("🍋")]
+
+
+def test_event_without_a_final_blank_line_is_still_delivered() -> None:
+    assert parse(b'data: {"error":"engine died"}') == [SSEEvent('{"error":"engine died"}')]
+
+
+def test_comments_and_empty_events_yield_nothing() -> None:
+    assert parse(b": keep-alive\n\n:\n\nevent: x\n\n") == []
