@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum
 from pathlib import PurePath
 
 from app.core.errors import ConfigError, ModelError
+from app.core.telemetry import Telemetry
 
 MLX_LM = "mlx-lm"
 
@@ -135,3 +136,45 @@ def parse_tps_line(line: str) -> TpsLine | None:
     if match is None:
         return None
     return TpsLine(TpsKind(match["kind"]), int(match["tokens"]), float(match["tps"]), float(match["secs"]))
+
+
+class TpsCollector:
+    """The ``[TPS]`` lines of one request, fed from the engine's stderr as they come.
+
+    lemon-mlx sends no usage or timings in its stream; these lines are its own measurements, so they
+    replace the client's estimates. Time to first token stays the client's.
+    """
+
+    def __init__(self) -> None:
+        self.prompt: TpsLine | None = None
+        self.generation: TpsLine | None = None
+
+    def reset(self) -> None:
+        """Forget the previous request's lines (call as a request starts)."""
+        self.prompt = self.generation = None
+
+    def feed(self, line: str) -> None:
+        tps = parse_tps_line(line)
+        if tps is None:
+            return
+        if tps.kind is TpsKind.PROMPT:
+            self.prompt = tps
+        else:
+            self.generation = tps
+
+    @property
+    def complete(self) -> bool:
+        return self.generation is not None
+
+    def apply(self, telemetry: Telemetry) -> Telemetry:
+        if self.prompt is not None:
+            telemetry = replace(
+                telemetry, prompt_tokens=self.prompt.tokens, prompt_tps=self.prompt.tokens_per_s
+            )
+        if self.generation is not None:
+            telemetry = replace(
+                telemetry,
+                completion_tokens=self.generation.tokens,
+                decode_tps=self.generation.tokens_per_s,
+            )
+        return telemetry

@@ -11,6 +11,7 @@ from app.core.hardware import Hardware, hardware_from_json
 from app.core.launch import LaunchPlan, LaunchRequest, child_environment, plan_launch, split_args
 from app.core.lemon_mlx import (
     DeviceType,
+    TpsCollector,
     TpsKind,
     TpsLine,
     device_type,
@@ -19,6 +20,7 @@ from app.core.lemon_mlx import (
     parse_tps_line,
 )
 from app.core.models import Model
+from app.core.telemetry import Telemetry
 from tests.conftest import profile_path
 
 HUB = "/home/u/.local/share/lemon-desk/hf/hub"
@@ -188,3 +190,19 @@ def test_tps_lines() -> None:
     )
     assert parse_tps_line("Loading model mlx-community/Qwen3-0.6B-4bit") is None
     assert parse_tps_line("[TPS] Generation: tokens") is None
+
+
+def test_tps_lines_replace_the_client_estimates_but_not_ttft() -> None:
+    client = Telemetry(ttft_s=0.25, prompt_tokens=0, prompt_tps=0.0, completion_tokens=30, decode_tps=20.0)
+    tps = TpsCollector()
+    assert tps.apply(client) == client and not tps.complete
+    for line in [
+        "loading...",
+        "[TPS] Prompt: 12 tokens, 340.5 tokens/s, 0.035s",
+        "[TPS] Generation: 31 tokens, 41.5 tokens/s, 0.75s",
+    ]:
+        tps.feed(line)
+    assert tps.complete
+    assert tps.apply(client) == Telemetry(0.25, 12, 340.5, 31, 41.5)
+    tps.reset()
+    assert tps.apply(client) == client
