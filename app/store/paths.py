@@ -29,6 +29,19 @@ def logs_dir() -> Path:
     return path
 
 
+def run_dir() -> Path:
+    """Per-launch secrets (engine API key files): a folder only the user can enter."""
+    path = home() / "run"
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    path.chmod(0o700)
+    return path
+
+
+def staging_dir() -> Path:
+    """Downloads and unpacked archives on their way into ``engines_dir()`` (same file system)."""
+    return home() / "staging"
+
+
 def resource(name: str) -> Path:
     """A bundled file from resources/."""
     return Path(str(resources.files("app.resources").joinpath(name)))

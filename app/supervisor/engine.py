@@ -1,0 +1,411 @@
+"""One running engine: a child process with an explicit state machine, readiness, a watchdog and a clean stop.
+
+Life of an engine::
+
+    STOPPED -> STARTING -> READY -> STOPPING -> STOPPED
+                  |          '---> CRASHED (exited, or hung and killed)
+                  '---> FAILED (never became ready: bad model, port taken, timeout)
+
+``_TRANSITIONS`` is the one place that says which moves are legal; ``_set_state`` the one place that
+makes them. Every path out of a running process reaps it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import re
+import secrets
+import signal
+import time
+from collections import deque
+from collections.abc import Callable
+from enum import Enum
+from pathlib import Path
+
+import httpx
+
+from app.client.adapters import adapter_for
+from app.client.chat import ChatClient
+from app.core.errors import EngineError, LemonDeskError, RequestError
+from app.core.hardware import Hardware
+from app.core.launch import LaunchPlan, LaunchRequest, child_environment, plan_launch
+from app.store.files import atomic_write_bytes
+from app.store.paths import logs_dir, run_dir
+from app.supervisor.process import RotatingLog, describe_exit, die_with_parent, free_port, signal_group
+
+log = logging.getLogger(__name__)
+
+HEALTH_POLL_S = 0.1
+HEALTH_TIMEOUT_S = 2.0
+HANG_PROBES = 3  # /health failures in a row, after the grace period, that make a hang
+EXPLAIN_WAIT_S = 5.0  # how long a broken request waits to learn whether the engine died
+OUTPUT_LINES = 2000
+LAST_WORDS = 20  # output lines quoted in an error
+
+
+class EngineState(Enum):
+    STOPPED = "stopped"  # no process: not started yet, or stopped on request
+    STARTING = "starting"  # process running, model loading: /health has not answered 200 yet
+    READY = "ready"  # /health answered 200: serving requests
+    STOPPING = "stopping"  # stop requested: SIGTERM sent, SIGKILL after the grace period
+    FAILED = "failed"  # never became ready (bad model, port taken, timeout); ``error`` says why
+    CRASHED = "crashed"  # died or hung after it was ready (a hung one is killed); ``error`` says why
+
+
+_TRANSITIONS: dict[EngineState, frozenset[EngineState]] = {
+    EngineState.STOPPED: frozenset({EngineState.STARTING}),
+    EngineState.STARTING: frozenset({EngineState.READY, EngineState.FAILED, EngineState.STOPPING}),
+    EngineState.READY: frozenset({EngineState.STOPPING, EngineState.CRASHED}),
+    EngineState.STOPPING: frozenset({EngineState.STOPPED}),
+    EngineState.FAILED: frozenset({EngineState.STARTING}),
+    EngineState.CRASHED: frozenset({EngineState.STARTING}),
+}
+
+
+def can_transition(old: EngineState, new: EngineState) -> bool:
+    return new in _TRANSITIONS[old]
+
+
+StateListener = Callable[[EngineState], None]
+OutputListener = Callable[[str], None]
+
+
+def _safe_name(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("._") or "engine"
+
+
+class _Watch:
+    """The engine's view of its client's traffic, for the hang check (a ``RequestObserver``)."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+        self.in_flight = 0
+        self.last_activity = time.monotonic()
+
+    def request_started(self) -> None:
+        self.in_flight += 1
+        self.last_activity = time.monotonic()
+
+    def data_received(self) -> None:
+        self.last_activity = time.monotonic()
+
+    def request_finished(self) -> None:
+        self.in_flight -= 1
+        self.last_activity = time.monotonic()
+
+    def silent_for(self, grace_s: float) -> bool:
+        return self.in_flight > 0 and time.monotonic() - self.last_activity > grace_s
+
+    async def explain(self, error: RequestError) -> LemonDeskError:
+        return await self._engine.explain(error)
+
+
+class Engine:
+    """An engine process for one model. Not thread-safe: use it from the supervisor's event loop."""
+
+    def __init__(
+        self,
+        engine_id: str,
+        request: LaunchRequest,
+        hardware: Hardware,
+        *,
+        load_timeout_s: float = 600.0,
+        hang_grace_s: float = 90.0,
+        stop_grace_s: float = 10.0,
+        port: int | None = None,
+        log_path: Path | None = None,
+    ) -> None:
+        self.id = engine_id
+        self.request = request
+        self.hardware = hardware
+        self.load_timeout_s = load_timeout_s
+        self.hang_grace_s = hang_grace_s
+        self.stop_grace_s = stop_grace_s
+        self.log_path = log_path or logs_dir() / f"engine-{_safe_name(engine_id)}.log"
+        self.name = os.path.basename(request.binary)  # e.g. "llama-server", for messages
+        self.state = EngineState.STOPPED
+        self.error: EngineError | None = None  # why it FAILED or CRASHED
+        self.output: deque[str] = deque(maxlen=OUTPUT_LINES)  # stdout and stderr lines, newest last
+        self.port: int | None = None
+        self.pid: int | None = None
+        self.api_key: str | None = None
+        self.watch = _Watch(self)
+        self._fixed_port = port
+        self._state_listeners: list[StateListener] = []
+        self._output_listeners: list[OutputListener] = []
+        self._changed = asyncio.Event()
+        self._proc: asyncio.subprocess.Process | None = None
+        self._reader: asyncio.Task[None] | None = None
+        self._exited: asyncio.Task[int] | None = None
+        self._watchdog: asyncio.Task[None] | None = None
+        self._starting: asyncio.Task[object] | None = None
+        self._http: httpx.AsyncClient | None = None
+        self._log: RotatingLog | None = None
+        self._hang: str | None = None
+
+    # --- what others read and listen to -------------------------------------------------------------
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}" if self.port else ""
+
+    def add_state_listener(self, listener: StateListener) -> Callable[[], None]:
+        """Call ``listener(new_state)`` on every change; returns a function that removes it."""
+        self._state_listeners.append(listener)
+        return lambda: self._state_listeners.remove(listener)
+
+    def add_output_listener(self, listener: OutputListener) -> Callable[[], None]:
+        """Call ``listener(line)`` for each line the engine prints; returns a function that removes it."""
+        self._output_listeners.append(listener)
+        return lambda: self._output_listeners.remove(listener)
+
+    def last_output(self, lines: int = LAST_WORDS) -> str:
+        return "\n".join(list(self.output)[-lines:])
+
+    async def wait_for_state(self, *states: EngineState) -> EngineState:
+        while self.state not in states:
+            await self._changed.wait()
+        return self.state
+
+    def chat_client(self, request_timeout_s: float = 300.0) -> ChatClient:
+        """A client for this engine, watched by its watchdog; close it when done."""
+        if self.state is not EngineState.READY:
+            raise EngineError(f"The {self.name} engine for {self.id} is not running ({self.state.value}).")
+        return ChatClient(
+            self.base_url,
+            self.api_key,
+            adapter=adapter_for(self.request.recipe),
+            observer=self.watch,
+            request_timeout_s=request_timeout_s,
+        )
+
+    # --- transitions -------------------------------------------------------------------------------
+
+    def _set_state(self, new: EngineState) -> None:
+        if not can_transition(self.state, new):
+            raise RuntimeError(f"engine {self.id}: {self.state.value} -> {new.value} is not a legal move")
+        self.state = new
+        self._changed.set()
+        self._changed = asyncio.Event()
+        for listener in list(self._state_listeners):
+            try:
+                listener(new)
+            except Exception:
+                log.exception("engine %s: a state listener failed", self.id)
+
+    # --- start --------------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Launch and wait until ready. Raises EngineError (state FAILED) with the engine's last words.
+
+        Bad options (a reserved flag, an unknown recipe) raise before anything starts.
+        """
+        self.port = self._fixed_port or free_port()
+        key_file = run_dir() / f"{_safe_name(self.id)}-{secrets.token_hex(8)}.key"
+        plan = plan_launch(self.request, self.hardware, str(self.port), str(key_file), os.environ)
+        self._set_state(EngineState.STARTING)
+        self.error = None
+        self._hang = None
+        self._starting = asyncio.current_task()
+        try:
+            await self._spawn(plan)
+            await self._wait_ready()
+        except asyncio.CancelledError:
+            self._set_state(EngineState.STOPPING)
+            await self._terminate()
+            self._set_state(EngineState.STOPPED)
+            raise
+        except BaseException as err:
+            await self._terminate()
+            self.error = err if isinstance(err, EngineError) else EngineError(f"{self.name} failed: {err}")
+            self._set_state(EngineState.FAILED)
+            raise
+        finally:
+            self._starting = None
+            key_file.unlink(missing_ok=True)  # read at start-up: the secret need not stay on disk
+        self._set_state(EngineState.READY)
+        self._watchdog = asyncio.create_task(self._watch_ready(), name=f"watchdog {self.id}")
+
+    async def _spawn(self, plan: LaunchPlan) -> None:
+        self.api_key = None
+        if plan.api_key_file:
+            self.api_key = secrets.token_urlsafe(32)
+            atomic_write_bytes(Path(plan.api_key_file), f"{self.api_key}\n".encode())  # 0600 (mkstemp)
+        self.output.clear()
+        self._log = RotatingLog(self.log_path)
+        self._emit([f"=== {time.strftime('%Y-%m-%d %H:%M:%S')} starting: {' '.join(plan.argv)}"])
+        try:
+            self._proc = await asyncio.create_subprocess_exec(
+                *plan.argv,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.STDOUT,
+                env=child_environment(os.environ, plan),
+                start_new_session=True,  # Ctrl-C in a terminal reaches the app, which stops the engine
+                preexec_fn=die_with_parent(),
+            )
+        except OSError as err:
+            raise EngineError(
+                f"Could not run {plan.argv[0]}: {err.strerror}.", "Reinstall the backend and try again."
+            ) from None
+        self.pid = self._proc.pid
+        assert self._proc.stdout is not None
+        self._reader = asyncio.create_task(self._read_output(self._proc.stdout))
+        self._exited = asyncio.create_task(self._wait_exit(self._proc))
+        self._http = httpx.AsyncClient(base_url=self.base_url, trust_env=False)
+
+    async def _wait_ready(self) -> None:
+        assert self._exited is not None and self._http is not None
+        deadline = time.monotonic() + self.load_timeout_s
+        while True:
+            probe = asyncio.create_task(self._http.get("/health", timeout=HEALTH_TIMEOUT_S))
+            await asyncio.wait({probe, self._exited}, return_when=asyncio.FIRST_COMPLETED)
+            if self._exited.done():
+                probe.cancel()
+                await asyncio.gather(probe, return_exceptions=True)
+                raise EngineError(
+                    f"{self.name} exited while loading {self._model_name()} "
+                    f"({describe_exit(self._exited.result())}).",
+                    "Its last words are below.",
+                    self.last_output(),
+                )
+            with contextlib.suppress(httpx.HTTPError):
+                if probe.result().status_code == 200:
+                    return
+            if time.monotonic() > deadline:
+                raise EngineError(
+                    f"{self.name} did not become ready within {self.load_timeout_s:g} s.",
+                    "Big models can take minutes: raise the load timeout in Settings.",
+                    self.last_output(),
+                )
+            await asyncio.wait({self._exited}, timeout=HEALTH_POLL_S)
+
+    def _model_name(self) -> str:
+        return os.path.basename(self.request.model.rstrip("/")) or self.request.model
+
+    # --- output -------------------------------------------------------------------------------------
+
+    async def _read_output(self, stream: asyncio.StreamReader) -> None:
+        rest = b""
+        while chunk := await stream.read(1 << 16):
+            *lines, rest = (rest + chunk).split(b"\n")
+            if lines:
+                self._emit([line.decode("utf-8", "replace").rstrip("\r") for line in lines])
+        if rest:
+            self._emit([rest.decode("utf-8", "replace").rstrip("\r")])
+
+    def _emit(self, lines: list[str]) -> None:
+        self.output.extend(lines)
+        if self._log is not None:
+            self._log.write_lines(lines)
+        for listener in list(self._output_listeners):
+            for line in lines:
+                try:
+                    listener(line)
+                except Exception:
+                    log.exception("engine %s: an output listener failed", self.id)
+
+    async def _wait_exit(self, proc: asyncio.subprocess.Process) -> int:
+        returncode = await proc.wait()
+        if self._reader is not None:
+            # The last lines may still be in the pipe; a grandchild holding it open must not block us.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(self._reader), 2.0)
+        return returncode
+
+    # --- watchdog -----------------------------------------------------------------------------------
+
+    async def _watch_ready(self) -> None:
+        """Notice an engine that exits, or one that hangs (a request in flight, silent past the grace)."""
+        assert self._exited is not None
+        tick = min(1.0, self.hang_grace_s / 4)
+        while not self._exited.done():
+            await asyncio.wait({self._exited}, timeout=tick)
+            silent = not self._exited.done() and self.watch.silent_for(self.hang_grace_s)
+            if silent and await self._unhealthy():
+                self._hang = (
+                    f"{self.name} stopped responding: no reply data for {self.hang_grace_s:g} s and "
+                    f"/health failed {HANG_PROBES} times, so it was killed."
+                )
+                self._emit([f"=== {self._hang}"])
+                assert self._proc is not None
+                signal_group(self._proc.pid, signal.SIGKILL)
+                await asyncio.shield(self._exited)
+        if self.state is EngineState.READY:
+            message = self._hang or (
+                f"{self.name} stopped unexpectedly ({describe_exit(self._exited.result())})."
+            )
+            self.error = EngineError(message, "Load the model again.", self.last_output())
+            await self._release()  # before CRASHED: a listener may start the engine again at once
+            self._set_state(EngineState.CRASHED)
+
+    async def _unhealthy(self) -> bool:
+        """True when /health fails HANG_PROBES times in a row; a success restarts the grace period."""
+        assert self._http is not None
+        timeout = min(5.0, self.hang_grace_s)
+        for _ in range(HANG_PROBES):
+            with contextlib.suppress(httpx.HTTPError):
+                if (await self._http.get("/health", timeout=timeout)).status_code == 200:
+                    self.watch.last_activity = time.monotonic()
+                    return False
+        return True
+
+    async def explain(self, error: RequestError) -> LemonDeskError:
+        """Why a request broke: the engine's crash (waiting briefly to learn of it), else ``error``."""
+        settled = (EngineState.CRASHED, EngineState.STOPPING, EngineState.STOPPED, EngineState.FAILED)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.wait_for_state(*settled), EXPLAIN_WAIT_S)
+        if self.state is EngineState.CRASHED and self.error is not None:
+            return self.error
+        return error
+
+    # --- stop ---------------------------------------------------------------------------------------
+
+    async def stop(self) -> None:
+        """SIGTERM, a grace period, SIGKILL; always reaped. Safe in any state and to call twice."""
+        if self.state is EngineState.STARTING and self._starting is not None:
+            starting = self._starting
+            starting.cancel()
+            await asyncio.gather(starting, return_exceptions=True)
+            return
+        if self.state is EngineState.STOPPING:
+            await self.wait_for_state(EngineState.STOPPED)
+            return
+        if self.state is not EngineState.READY:
+            return
+        self._set_state(EngineState.STOPPING)
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+            await asyncio.gather(self._watchdog, return_exceptions=True)
+        await self._terminate()
+        self._set_state(EngineState.STOPPED)
+
+    async def _terminate(self) -> None:
+        proc, exited = self._proc, self._exited
+        if proc is not None and exited is not None:
+            if proc.returncode is None:
+                signal_group(proc.pid, signal.SIGTERM)
+                try:
+                    await asyncio.wait_for(asyncio.shield(exited), self.stop_grace_s)
+                except TimeoutError:
+                    signal_group(proc.pid, signal.SIGKILL)
+                except asyncio.CancelledError:
+                    signal_group(proc.pid, signal.SIGKILL)  # asyncio's child watcher still reaps it
+                    raise
+            await asyncio.shield(exited)
+        await self._release()
+
+    async def _release(self) -> None:
+        """After the process is gone: its connection pool, its log, its key."""
+        if self._exited is not None and self._exited.done() and self._log is not None:
+            self._emit([f"=== stopped ({describe_exit(self._exited.result())})"])
+        if self._http is not None:
+            await self._http.aclose()
+            self._http = None
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+        self.api_key = None

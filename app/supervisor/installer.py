@@ -1,0 +1,201 @@
+"""Install, update and uninstall engine backends from their pinned release assets.
+
+An install downloads into ``<home>/staging/<recipe>-<backend>/`` (resuming a partial file left by a
+crashed run), verifies the SHA-256 the versions file gives, unpacks and checks the archive there, writes
+the manifest, then swaps the folder into ``<home>/engines/<recipe>/<backend>/`` in one step. Until that
+step the old install is untouched and usable; after it, or after any failure or cancellation, the
+staging folder is gone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import fcntl
+import os
+import secrets
+import shutil
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from enum import Enum
+from pathlib import Path
+
+import httpx
+
+from app.core.backends import BackendKind, BackendSpec, BackendState
+from app.core.errors import DownloadError, InstallError, UnsupportedError
+from app.core.launch import ENGINE_BINARY
+from app.core.matrix import BackendStatus
+from app.store.installs import InstallManifest, install_dir, read_manifest, write_manifest
+from app.store.paths import staging_dir
+from app.supervisor.archive import Cancelled, find_binary, make_executable, unpack
+from app.supervisor.fetch import Progress, fetch, partial_path
+
+
+class InstallPhase(Enum):
+    DOWNLOADING = "downloading"  # fetching the release asset; updates carry bytes, speed and ETA
+    UNPACKING = "unpacking"  # checking and unpacking the archive into the staging folder
+
+
+@dataclass(frozen=True)
+class InstallUpdate:
+    phase: InstallPhase
+    progress: Progress | None = None
+
+
+UpdateCallback = Callable[[InstallUpdate], None]
+
+
+def installed_binary(recipe: str, backend: str) -> Path | None:
+    """The engine executable of a complete install, or None."""
+    folder = install_dir(recipe, backend)
+    if read_manifest(folder) is None:
+        return None
+    return find_binary(folder, ENGINE_BINARY.get(recipe, recipe))
+
+
+async def install_backend(
+    spec: BackendSpec,
+    status: BackendStatus,
+    client: httpx.AsyncClient,
+    on_update: UpdateCallback | None = None,
+) -> InstallManifest:
+    """Install (or update) one backend. Refuses, before any download, what cannot run here."""
+    if status.state is BackendState.UNSUPPORTED:
+        raise UnsupportedError(f"{spec.key} cannot run on this machine: {status.message}")
+    if spec.kind is BackendKind.SYSTEM:
+        raise InstallError(
+            f"{spec.key} uses a {spec.binary} you install yourself; Lemon Desk does not install it.",
+            f"Put {spec.binary} on your PATH, or set its path in Settings.",
+        )
+    if spec.kind is not BackendKind.RELEASE or not status.asset or not status.url:
+        raise InstallError(f"This build of Lemon Desk cannot install {spec.key} yet.")
+    current = read_manifest(install_dir(spec.recipe, spec.name))
+    if current is not None and current.version == spec.version:
+        return current
+    return await _install_release(spec, status.asset, status.url, client, on_update or (lambda _u: None))
+
+
+async def _install_release(
+    spec: BackendSpec, asset: str, url: str, client: httpx.AsyncClient, report: UpdateCallback
+) -> InstallManifest:
+    work = staging_dir() / f"{spec.recipe}-{spec.name}"
+    with _claimed(work, spec.key):
+        try:
+            _clear_leftovers(work, keep=partial_path(work / asset))
+            report(InstallUpdate(InstallPhase.DOWNLOADING))
+            try:
+                digest = await fetch(
+                    client,
+                    url,
+                    work / asset,
+                    sha256=spec.sha256.get(asset),
+                    on_progress=lambda p: report(InstallUpdate(InstallPhase.DOWNLOADING, p)),
+                )
+            except DownloadError as err:
+                raise InstallError(f"Could not install {spec.key}: {err.message}", err.hint) from None
+            report(InstallUpdate(InstallPhase.UNPACKING))
+            unpacked = work / "unpacked"
+            await _in_thread(lambda cancel: _unpack_checked(work / asset, unpacked, spec.recipe, cancel))
+            manifest = InstallManifest(spec.version, asset, digest)
+            write_manifest(unpacked, manifest)
+            _swap_into_place(unpacked, install_dir(spec.recipe, spec.name), work / "previous")
+            return manifest
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+            with contextlib.suppress(OSError):
+                staging_dir().rmdir()  # only when empty
+
+
+def _unpack_checked(archive: Path, dest: Path, recipe: str, cancel: threading.Event) -> None:
+    unpack(archive, dest, cancel)
+    name = ENGINE_BINARY.get(recipe, recipe)
+    binary = find_binary(dest, name)
+    if binary is None:
+        raise InstallError(
+            f"{archive.name} holds no {name}, so it is not a {recipe} release. Nothing was installed.",
+            "Check the release mirror, or report the pin as broken.",
+        )
+    make_executable(binary)
+
+
+async def _in_thread(job: Callable[[threading.Event], None]) -> None:
+    """Run blocking file work in a thread; on cancellation, tell it to stop and wait until it has."""
+    cancel = threading.Event()
+    task = asyncio.ensure_future(asyncio.to_thread(job, cancel))
+    try:
+        await asyncio.shield(task)
+    except asyncio.CancelledError:
+        cancel.set()
+        with contextlib.suppress(Cancelled, InstallError):
+            await task
+        raise
+
+
+@contextlib.contextmanager
+def _claimed(work: Path, key: str) -> Iterator[None]:
+    """An exclusive lock on the staging folder: two app processes never install one backend at once."""
+    work.mkdir(parents=True, exist_ok=True)
+    fd = os.open(work, os.O_RDONLY)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise InstallError(
+                f"{key} is being installed by another Lemon Desk right now.", "Wait for it to finish."
+            ) from None
+        yield
+    finally:
+        os.close(fd)
+
+
+def _clear_leftovers(work: Path, keep: Path) -> None:
+    """Remove what a crashed run left, except its partial download (resumed with a Range request)."""
+    for item in work.iterdir():
+        if item == keep:
+            continue
+        if item.is_dir() and not item.is_symlink():
+            shutil.rmtree(item)
+        else:
+            item.unlink()
+
+
+_AT_FDCWD = -100
+_RENAME_EXCHANGE = 2
+_libc = ctypes.CDLL(None, use_errno=True) if sys.platform == "linux" else None
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap two paths in one atomic step (Linux renameat2); False where the system cannot."""
+    if _libc is None or not hasattr(_libc, "renameat2"):
+        return False
+    return bool(_libc.renameat2(_AT_FDCWD, bytes(a), _AT_FDCWD, bytes(b), _RENAME_EXCHANGE) == 0)
+
+
+def _swap_into_place(new: Path, target: Path, previous: Path) -> None:
+    """Put ``new`` at ``target``; an existing install ends up at ``previous`` (deleted by the caller)."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if not target.exists():
+        os.rename(new, target)
+    elif _exchange(new, target):
+        os.rename(new, previous)
+    else:
+        os.rename(target, previous)
+        os.rename(new, target)
+
+
+def uninstall_backend(recipe: str, backend: str) -> bool:
+    """Remove an install; False when there was none. It disappears in one step, then is deleted."""
+    target = install_dir(recipe, backend)
+    if not target.exists():
+        return False
+    trash = staging_dir() / f"removing-{recipe}-{backend}-{secrets.token_hex(4)}"
+    trash.parent.mkdir(parents=True, exist_ok=True)
+    os.rename(target, trash)
+    shutil.rmtree(trash, ignore_errors=True)
+    with contextlib.suppress(OSError):
+        staging_dir().rmdir()
+    return True

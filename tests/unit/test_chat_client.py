@@ -1,0 +1,279 @@
+"""The chat client against a scripted loopback SSE server (a stand-in engine that misbehaves on cue).
+
+The real llama-server is in tests/integration; this one can send an error mid-stream, stop without
+[DONE], refuse the key, or hold a stream open to see the client hang up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from app.client.chat import ChatClient
+from app.client.events import ChatDelta, ChatDone, ChatEvent
+from app.core.errors import EngineError, LemonDeskError, RequestError
+
+Script = Callable[[asyncio.StreamWriter], Awaitable[None]]
+
+
+def sse(payload: Any) -> bytes:
+    return f"data: {payload if isinstance(payload, str) else json.dumps(payload)}\n\n".encode()
+
+
+def delta(content: str = "", reasoning: str = "", finish: str | None = None) -> bytes:
+    d: dict[str, str] = {}
+    if content:
+        d["content"] = content
+    if reasoning:
+        d["reasoning_content"] = reasoning
+    return sse({"choices": [{"index": 0, "delta": d, "finish_reason": finish}]})
+
+
+@dataclass
+class StandInEngine:
+    script: Script
+    requests: list[dict[str, Any]] = field(default_factory=list)
+    headers: list[dict[str, str]] = field(default_factory=list)
+    hung_up: asyncio.Event = field(default_factory=asyncio.Event)
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = (await reader.readuntil(b"\r\n\r\n")).decode()
+        lines = head.split("\r\n")[1:]
+        headers = {k.lower(): v.strip() for k, _, v in (line.partition(":") for line in lines if line)}
+        body = await reader.readexactly(int(headers.get("content-length", "0")))
+        self.headers.append(headers)
+        self.requests.append(json.loads(body))
+        try:
+            await self.script(writer)
+        except ConnectionError:
+            self.hung_up.set()
+        finally:
+            writer.close()
+
+
+async def start_stream(writer: asyncio.StreamWriter, status: str = "200 OK") -> None:
+    writer.write(
+        f"HTTP/1.1 {status}\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n".encode()
+    )
+    await writer.drain()
+
+
+async def send(writer: asyncio.StreamWriter, data: bytes) -> None:
+    writer.write(b"%x\r\n%s\r\n" % (len(data), data))
+    await writer.drain()
+
+
+async def end(writer: asyncio.StreamWriter) -> None:
+    writer.write(b"0\r\n\r\n")
+    await writer.drain()
+
+
+@asynccontextmanager
+async def engine(script: Script) -> AsyncIterator[tuple[StandInEngine, str]]:
+    stand_in = StandInEngine(script)
+    server = await asyncio.start_server(stand_in.handle, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    async with server:
+        yield stand_in, f"http://127.0.0.1:{port}"
+
+
+async def collect(client: ChatClient, **params: Any) -> list[ChatEvent]:
+    return [e async for e in client.stream_chat([{"role": "user", "content": "hi"}], **params)]
+
+
+def test_deltas_then_done_with_client_measured_telemetry() -> None:
+    async def script(w: asyncio.StreamWriter) -> None:
+        await start_stream(w)
+        await send(w, b": heartbeat\n\n" + delta(reasoning="Let me think."))
+        for word in ("Hello", ",", " world"):
+            await send(w, delta(word))
+        await send(w, delta(finish="stop") + sse("[DONE]"))
+        await end(w)
+
+    async def go() -> tuple[list[ChatEvent], StandInEngine]:
+        async with engine(script) as (stand_in, url), ChatClient(url, "k3y") as client:
+            return await collect(client, temperature=0.2), stand_in
+
+    events, stand_in = asyncio.run(go())
+    assert events[:4] == [
+        ChatDelta(reasoning="Let me think."),
+        ChatDelta("Hello"),
+        ChatDelta(","),
+        ChatDelta(" world"),
+    ]
+    done = events[4]
+    assert isinstance(done, ChatDone) and len(events) == 5
+    assert done.finish_reason == "stop"
+    assert done.telemetry.completion_tokens == 4  # counted on the client: no usage, no timings
+    assert done.telemetry.ttft_s > 0
+    assert stand_in.headers[0]["authorization"] == "Bearer k3y"
+    assert stand_in.requests[0] == {
+        "messages": [{"role": "user", "content": "hi"}],
+        "temperature": 0.2,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+
+
+def test_error_event_mid_stream_raises_the_engines_message() -> None:
+    async def script(w: asyncio.StreamWriter) -> None:
+        await start_stream(w)
+        await send(w, delta("partial"))
+        await send(w, sse({"error": {"message": "the KV cache is full", "type": "server_error"}}))
+        await end(w)
+
+    async def go() -> tuple[list[ChatEvent], RequestError]:
+        seen: list[ChatEvent] = []
+        async with engine(script) as (_, url), ChatClient(url, None) as client:
+            with pytest.raises(RequestError) as err:
+                async for event in client.stream_chat([]):
+                    seen.append(event)
+        return seen, err.value
+
+    seen, err = asyncio.run(go())
+    assert seen == [ChatDelta("partial")]
+    assert str(err) == "The engine reported an error: the KV cache is full"
+
+
+def test_plain_string_error_event_without_done() -> None:
+    async def script(w: asyncio.StreamWriter) -> None:
+        await start_stream(w)
+        await send(w, b'data: {"error":"model not loaded"}')
+        await end(w)
+
+    async def go() -> None:
+        async with engine(script) as (_, url), ChatClient(url, None) as client:
+            with pytest.raises(RequestError, match="reported an error: model not loaded"):
+                await collect(client)
+
+    asyncio.run(go())
+
+
+def test_refused_key_and_server_errors_say_what_happened() -> None:
+    async def refuse(w: asyncio.StreamWriter) -> None:
+        body = json.dumps({"error": {"message": "Invalid API Key", "code": 401}}).encode()
+        w.write(b"HTTP/1.1 401 Unauthorized\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+        await w.drain()
+
+    async def go() -> None:
+        async with engine(refuse) as (_, url), ChatClient(url, "wrong") as client:
+            with pytest.raises(RequestError, match=r"refused the app's key \(HTTP 401: Invalid API Key\)"):
+                await collect(client)
+            with pytest.raises(RequestError, match=r"refused the app's key"):
+                await client.chat([])
+
+    asyncio.run(go())
+
+
+class Watcher:
+    """A RequestObserver that records calls and explains breaks as a crash, like an engine would."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def request_started(self) -> None:
+        self.calls.append("started")
+
+    def data_received(self) -> None:
+        if self.calls[-1] != "data":
+            self.calls.append("data")
+
+    def request_finished(self) -> None:
+        self.calls.append("finished")
+
+    async def explain(self, error: RequestError) -> LemonDeskError:
+        return EngineError("llama-server stopped unexpectedly (killed by signal SIGKILL).", str(error))
+
+
+def test_a_broken_connection_is_explained_by_the_observer() -> None:
+    async def script(w: asyncio.StreamWriter) -> None:
+        await start_stream(w)
+        await send(w, delta("half a"))
+        w.transport.abort()  # the engine died: the chunked body never ends
+
+    async def go() -> tuple[EngineError, Watcher]:
+        watcher = Watcher()
+        async with engine(script) as (_, url), ChatClient(url, None, observer=watcher) as client:
+            with pytest.raises(EngineError) as err:
+                await collect(client)
+        return err.value, watcher
+
+    err, watcher = asyncio.run(go())
+    assert "killed by signal SIGKILL" in str(err)
+    assert "The connection to the engine broke during the reply" in err.hint
+    assert watcher.calls == ["started", "data", "finished"]
+
+
+def test_a_stream_that_just_stops_is_not_a_reply() -> None:
+    async def script(w: asyncio.StreamWriter) -> None:
+        await start_stream(w)
+        await send(w, delta("cut"))
+        await end(w)
+
+    async def go() -> None:
+        async with engine(script) as (_, url), ChatClient(url, None) as client:
+            with pytest.raises(RequestError, match="ended the reply before finishing it"):
+                await collect(client)
+
+    asyncio.run(go())
+
+
+def test_cancelling_closes_the_connection() -> None:
+    async def script(w: asyncio.StreamWriter) -> None:
+        await start_stream(w)
+        while True:  # an endless reply, until the client hangs up
+            await send(w, delta("more "))
+            await asyncio.sleep(0.01)
+
+    async def go() -> bool:
+        async with engine(script) as (stand_in, url), ChatClient(url, None) as client:
+            got_one = asyncio.Event()
+
+            async def consume() -> None:
+                async for _ in client.stream_chat([]):
+                    got_one.set()
+
+            task = asyncio.create_task(consume())
+            await got_one.wait()
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            await asyncio.wait_for(stand_in.hung_up.wait(), 10)
+            return stand_in.hung_up.is_set()
+
+    assert asyncio.run(go())
+
+
+def test_non_streaming_reply_and_timeout() -> None:
+    async def answer(w: asyncio.StreamWriter) -> None:
+        body = json.dumps(
+            {
+                "choices": [
+                    {"message": {"content": "Paris", "reasoning_content": "easy"}, "finish_reason": "stop"}
+                ],
+                "usage": {"prompt_tokens": 12, "completion_tokens": 2},
+            }
+        ).encode()
+        w.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+        await w.drain()
+
+    async def silent(w: asyncio.StreamWriter) -> None:
+        await asyncio.Event().wait()
+
+    async def go() -> None:
+        async with engine(answer) as (stand_in, url), ChatClient(url, None) as client:
+            reply = await client.chat([{"role": "user", "content": "capital of France?"}])
+            assert (reply.content, reply.reasoning, reply.finish_reason) == ("Paris", "easy", "stop")
+            assert reply.telemetry.prompt_tokens == 12 and reply.telemetry.completion_tokens == 2
+            assert stand_in.requests[0]["stream"] is False
+        async with engine(silent) as (_, url), ChatClient(url, None, request_timeout_s=0.3) as client:
+            with pytest.raises(RequestError, match=r"did not answer within 0.3 s"):
+                await client.chat([])
+
+    asyncio.run(go())
