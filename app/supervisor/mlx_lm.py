@@ -1,18 +1,19 @@
-"""The ``mlx-lm`` backend: pinned ``mlx`` + ``mlx-lm`` from the package index in a venv the app owns.
+"""The ``mlx-lm`` backend's virtual environment: pinned ``mlx`` + ``mlx-lm`` from the package index.
 
-The venv is built in a staging folder, checked (``import mlx.core, mlx_lm``), given its install
-manifest last, then swapped into ``<engines>/lemon-mlx/mlx-lm``: a crash or a cancel at any moment
-leaves either the old install or none, never half of one. Cancelling kills pip (its whole process
-group) and removes the staging folder.
+``build_venv`` makes the venv in a folder the installer gives it (its staging folder), reports pip's
+progress line by line, and checks the result (``import mlx.core, mlx_lm``). The installer writes the
+manifest and swaps the folder into place, so a crash or a cancel leaves the old install or none.
+Cancelling kills pip and everything it started (its process group), and always reaps it.
+
+A venv may be moved once built: ``python -m ...`` through its ``bin/python`` finds its packages from
+``pyvenv.cfg`` beside it, and the app never runs the console scripts whose first line names the old place.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import re
-import shutil
 import signal
 import sys
 from collections import deque
@@ -23,8 +24,7 @@ from pathlib import Path
 
 from app.core.backends import BackendKind, BackendSpec
 from app.core.errors import InstallError
-from app.store.installs import InstallManifest, install_dir, write_manifest
-from app.store.paths import home
+from app.supervisor.process import signal_group
 
 KILL_GRACE_S = 5.0
 ERROR_TAIL_LINES = 12
@@ -36,7 +36,6 @@ class PipPhase(Enum):
     DOWNLOAD = "download"  # pip is fetching a package
     INSTALL = "install"  # pip is unpacking the packages into the venv
     VERIFY = "verify"  # importing mlx and mlx_lm from the new venv
-    DONE = "done"  # installed and swapped into place
 
 
 @dataclass(frozen=True)
@@ -79,13 +78,11 @@ def _requirements(spec: BackendSpec, os_name: str) -> Sequence[str]:
 async def _stop(proc: asyncio.subprocess.Process) -> None:
     """Terminate the process group, wait a grace period, kill it; always reap."""
     if proc.returncode is None:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
+        signal_group(proc.pid, signal.SIGTERM)
         try:
-            await asyncio.wait_for(proc.wait(), KILL_GRACE_S)
-        except TimeoutError:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
+            await asyncio.wait_for(asyncio.shield(proc.wait()), KILL_GRACE_S)
+        except (TimeoutError, asyncio.CancelledError):
+            signal_group(proc.pid, signal.SIGKILL)
     await proc.wait()
 
 
@@ -119,34 +116,15 @@ async def _run(
         )
 
 
-def staging_dir(recipe: str, backend: str) -> Path:
-    """Where an install is built: beside the engines folder (same disk, so renames are atomic), but
-    outside it, so a half-made install is never listed as installed."""
-    return home() / "partial" / f"{recipe}-{backend}"
-
-
-def _swap_into_place(staging: Path, final: Path) -> None:
-    """Replace ``final`` with ``staging`` by renames: the old install stays until the new one is in."""
-    old = staging.with_name(staging.name + ".old")
-    shutil.rmtree(old, ignore_errors=True)
-    final.parent.mkdir(parents=True, exist_ok=True)
-    if final.exists():
-        os.replace(final, old)
-    os.replace(staging, final)
-    shutil.rmtree(old, ignore_errors=True)
-
-
-async def install_pip_backend(
+async def build_venv(
     spec: BackendSpec,
     os_name: str,
+    folder: Path,
     on_progress: Callable[[PipProgress], None],
     python: str = sys.executable,
-) -> Path:
-    """Install a pip backend (``lemon-mlx:mlx-lm``) and return its folder."""
+) -> Sequence[str]:
+    """Make a venv in ``folder`` holding the spec's pinned packages; returns the requirements."""
     requirements = _requirements(spec, os_name)
-    staging = staging_dir(spec.recipe, spec.name)
-    shutil.rmtree(staging, ignore_errors=True)  # what a crashed or cancelled install left
-    staging.parent.mkdir(parents=True, exist_ok=True)
     packages = 0
 
     def report(phase: PipPhase, message: str) -> None:
@@ -160,27 +138,20 @@ async def install_pip_backend(
             packages += new_package
             report(phase, message)
 
-    try:
-        report(PipPhase.VENV, "Creating the virtual environment")
-        await _run([python, "-m", "venv", str(staging)], "Creating the virtual environment", lambda _: None)
-        report(PipPhase.RESOLVE, f"Installing {', '.join(requirements)}")
-        pip = [str(venv_python(staging)), "-m", "pip", "install", "--no-input", "--progress-bar", "off"]
-        await _run(
-            [*pip, *requirements],
-            f"Installing {', '.join(requirements)}",
-            on_pip_line,
-            env={"PIP_DISABLE_PIP_VERSION_CHECK": "1"},
-        )
-        report(PipPhase.VERIFY, "Checking that mlx and mlx-lm load")
-        await _run(
-            [str(venv_python(staging)), "-c", "import mlx.core, mlx_lm"],
-            "Loading mlx in the new environment",
-            lambda _: None,
-        )
-        write_manifest(staging, InstallManifest(spec.version, " ".join(requirements), ""))
-        final = install_dir(spec.recipe, spec.name)
-        _swap_into_place(staging, final)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    report(PipPhase.DONE, f"Installed {spec.key} {spec.version}")
-    return final
+    report(PipPhase.VENV, "Creating the virtual environment")
+    await _run([python, "-m", "venv", str(folder)], "Creating the virtual environment", lambda _: None)
+    report(PipPhase.RESOLVE, f"Installing {', '.join(requirements)}")
+    pip = [str(venv_python(folder)), "-m", "pip", "install", "--no-input", "--progress-bar", "off"]
+    await _run(
+        [*pip, *requirements],
+        f"Installing {', '.join(requirements)}",
+        on_pip_line,
+        env={"PIP_DISABLE_PIP_VERSION_CHECK": "1"},
+    )
+    report(PipPhase.VERIFY, "Checking that mlx and mlx-lm load")
+    await _run(
+        [str(venv_python(folder)), "-c", "import mlx.core, mlx_lm"],
+        "Loading mlx in the new environment",
+        lambda _: None,
+    )
+    return requirements

@@ -1,12 +1,11 @@
-"""The mlx-lm backend installed for real from the package index into its app-managed venv."""
+"""The mlx-lm backend installed for real from the package index into its app-managed venv, through the
+same installer as release backends (staging, manifest last, swap, cancel)."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import subprocess
-from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
@@ -18,55 +17,31 @@ from app.core.matrix import support_matrix
 from app.platform import detect_hardware
 from app.store.catalog import backend_versions_path, load_backend_versions
 from app.store.installs import InstallManifest, install_dir, installed_versions, read_manifest, write_manifest
-from app.supervisor.mlx_lm import PipPhase, PipProgress, install_pip_backend, staging_dir, venv_python
+from app.store.paths import staging_dir
+from app.supervisor.installer import InstallPhase, InstallUpdate, installed_binary
+from app.supervisor.mlx_lm import venv_python
+from tests.integration.mlx.conftest import Installed, install
 
 pytestmark = pytest.mark.integration
-
-
-@dataclass
-class Installed:
-    home: Path
-    folder: Path
-    events: list[PipProgress]
-
-
-@pytest.fixture(scope="session")
-def installed_once(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Installed]:
-    """One real install per session, over an older install (so the swap path runs too)."""
-    home = tmp_path_factory.mktemp("mlx-lm-home")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("LEMON_DESK_HOME", str(home))
-        spec = load_backend_versions().spec("lemon-mlx", "mlx-lm")
-        old = install_dir("lemon-mlx", "mlx-lm")
-        old.mkdir(parents=True)
-        (old / "left-by-the-old-install").write_text("x")
-        write_manifest(old, InstallManifest("0.1.0", "mlx-lm==0.1.0", ""))
-        events: list[PipProgress] = []
-        folder = asyncio.run(install_pip_backend(spec, "linux", events.append))
-    yield Installed(home, folder, events)
-
-
-def use_home(mp: pytest.MonkeyPatch, installed: Installed) -> None:
-    mp.setenv("LEMON_DESK_HOME", str(installed.home))
 
 
 def test_install_shows_progress_and_writes_the_manifest_last(
     installed_once: Installed, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    use_home(monkeypatch, installed_once)
-    phases = [e.phase for e in installed_once.events]
-    assert phases[0] is PipPhase.VENV and phases[-1] is PipPhase.DONE
-    seen = list(dict.fromkeys(phases))
-    assert seen.index(PipPhase.RESOLVE) < seen.index(PipPhase.INSTALL) < seen.index(PipPhase.VERIFY)
-    assert installed_once.events[-1].packages >= 3  # mlx, mlx-cpu, mlx-lm at least
-    assert any(e.message.startswith("Installing ") and "packages" in e.message for e in installed_once.events)
+    monkeypatch.setenv("LEMON_DESK_HOME", str(installed_once.home))
+    phases = list(dict.fromkeys(e.phase for e in installed_once.events))
+    assert phases == [InstallPhase.PREPARING, InstallPhase.INSTALLING_PACKAGES, InstallPhase.CHECKING]
+    details = [e.detail for e in installed_once.events]
+    assert any(d.startswith("Found mlx") for d in details)
+    assert any(d.startswith("Installing ") and d.endswith(" packages") for d in details)
 
     folder = installed_once.folder
     assert folder == install_dir("lemon-mlx", "mlx-lm")
     assert not (folder / "left-by-the-old-install").exists()  # the old install was replaced whole
     assert read_manifest(folder) == InstallManifest("0.32.2", "mlx[cpu]==0.32.4 mlx-lm==0.32.2", "")
     assert installed_versions() == {"lemon-mlx:mlx-lm": "0.32.2"}
-    assert not any(staging_dir("lemon-mlx", "mlx-lm").parent.iterdir())
+    assert not staging_dir().exists()
+    assert installed_binary("lemon-mlx", "mlx-lm") == venv_python(folder)
     # The moved venv still runs: mlx computes on the CPU and mlx-lm imports.
     out = subprocess.run(
         [
@@ -84,7 +59,7 @@ def test_install_shows_progress_and_writes_the_manifest_last(
 def test_matrix_shows_installed_then_update_required_when_the_pin_moves(
     installed_once: Installed, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    use_home(monkeypatch, installed_once)
+    monkeypatch.setenv("LEMON_DESK_HOME", str(installed_once.home))
     hw = detect_hardware()
     status = support_matrix(hw, load_backend_versions(), installed=installed_versions())["lemon-mlx"]
     assert status.backends["mlx-lm"].state is BackendState.INSTALLED
@@ -108,18 +83,18 @@ def _pip_children(staging_root: Path) -> list[psutil.Process]:
 
 def test_cancel_kills_pip_and_removes_the_half_made_venv() -> None:
     spec = load_backend_versions().spec("lemon-mlx", "mlx-lm")
-    staging_root = staging_dir("lemon-mlx", "mlx-lm").parent
-    seen: list[PipProgress] = []
+    staging_root = staging_dir()
+    seen: list[InstallUpdate] = []
 
     async def scenario() -> None:
         pip_running = asyncio.Event()
 
-        def on_progress(p: PipProgress) -> None:
-            seen.append(p)
-            if p.phase is PipPhase.RESOLVE and p.packages > 0:
+        def on_update(u: InstallUpdate) -> None:
+            seen.append(u)
+            if u.detail.startswith("Found "):
                 pip_running.set()
 
-        task = asyncio.create_task(install_pip_backend(spec, "linux", on_progress))
+        task = asyncio.create_task(install(spec, on_update))
         await pip_running.wait()
         assert _pip_children(staging_root)  # pip really is running in the staging venv
         task.cancel()
@@ -128,10 +103,10 @@ def test_cancel_kills_pip_and_removes_the_half_made_venv() -> None:
 
     asyncio.run(scenario())
     assert _pip_children(staging_root) == []
-    assert not any(staging_root.iterdir())
+    assert not staging_root.exists()
     assert not install_dir("lemon-mlx", "mlx-lm").exists()
     assert installed_versions() == {}
-    assert PipPhase.DONE not in [p.phase for p in seen]
+    assert InstallPhase.CHECKING not in [u.phase for u in seen]
 
 
 def test_failed_pip_install_says_why_and_keeps_the_previous_install() -> None:
@@ -140,11 +115,11 @@ def test_failed_pip_install_says_why_and_keeps_the_previous_install() -> None:
     spec = parse_backend_versions(raw).spec("lemon-mlx", "mlx-lm")
     previous = install_dir("lemon-mlx", "mlx-lm")
     previous.mkdir(parents=True)
-    write_manifest(previous, InstallManifest("0.32.2", "mlx-lm==0.32.2", ""))
+    write_manifest(previous, InstallManifest("0.32.1", "mlx-lm==0.32.1", ""))
 
     with pytest.raises(InstallError) as err:
-        asyncio.run(install_pip_backend(spec, "linux", lambda _: None))
+        asyncio.run(install(spec, lambda _: None))
     assert "Installing mlx-lm==0.0.0.404 failed" in err.value.message
     assert "mlx-lm==0.0.0.404" in str(err.value) and "package index" in err.value.hint
-    assert installed_versions() == {"lemon-mlx:mlx-lm": "0.32.2"}
-    assert not any(staging_dir("lemon-mlx", "mlx-lm").parent.iterdir())
+    assert installed_versions() == {"lemon-mlx:mlx-lm": "0.32.1"}
+    assert not staging_dir().exists()
