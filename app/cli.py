@@ -6,28 +6,20 @@ Every failure a user can cause ends in one clear line on stderr and a non-zero e
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any
 
 from app import __version__
+from app.commands import backends, run
+from app.commands.output import print_json as _print_json
+from app.commands.output import table as _table
 from app.core.errors import LemonDeskError
 from app.store.settings import load_settings
 from app.system_info import gather
 
 EXIT_ERROR = 1
 EXIT_INTERRUPTED = 130
-
-
-def _print_json(data: Any) -> None:
-    print(json.dumps(data, indent=2))
-
-
-def _table(rows: list[list[str]]) -> str:
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows)
 
 
 def cmd_system_info(args: argparse.Namespace) -> int:
@@ -69,6 +61,8 @@ def build_parser() -> argparse.ArgumentParser:
     info = sub.add_parser("system-info", help="the machine and which backends run on it")
     info.add_argument("--json", action="store_true", help="print JSON")
     info.set_defaults(handler=cmd_system_info)
+    backends.register(sub)
+    run.register(sub)
     return parser
 
 

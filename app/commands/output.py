@@ -1,0 +1,82 @@
+"""Terminal output shared by the subcommands: JSON, tables, a download progress bar, telemetry lines."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any, TextIO
+
+from app.core.telemetry import Telemetry
+from app.store.settings import Settings, load_settings
+from app.supervisor.installer import InstallPhase
+from app.supervisor.supervisor import InstallProgress, SupervisorEvent
+
+MB = 1_000_000
+
+
+def print_json(data: Any) -> None:
+    print(json.dumps(data, indent=2))
+
+
+def table(rows: list[list[str]]) -> str:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows)
+
+
+def telemetry_line(t: Telemetry) -> str:
+    return (
+        f"time to first token {t.ttft_s:.2f} s · prompt {t.prompt_tokens} tokens at {t.prompt_tps:.1f} tok/s"
+        f" · reply {t.completion_tokens} tokens at {t.decode_tps:.1f} tok/s"
+    )
+
+
+class ProgressBar:
+    """Install progress on a terminal: a bar redrawn in place; on a pipe, one line per phase."""
+
+    WIDTH = 30
+
+    def __init__(self, stream: TextIO = sys.stderr) -> None:
+        self.stream = stream
+        self.live = stream.isatty()
+        self.phase: InstallPhase | None = None
+        self.drawn = False
+
+    def on_event(self, event: SupervisorEvent) -> None:
+        if not isinstance(event, InstallProgress):
+            return
+        if event.phase is not self.phase:
+            self.phase = event.phase
+            self._end_line()
+            if not self.live:
+                print(f"{event.key}: {event.phase.value}", file=self.stream, flush=True)
+        if self.live and event.phase is InstallPhase.DOWNLOADING and event.total:
+            self._draw(event)
+        elif self.live and event.phase is InstallPhase.UNPACKING:
+            print(f"{event.key}: unpacking", file=self.stream, flush=True)
+
+    def _draw(self, p: InstallProgress) -> None:
+        fraction = p.done / p.total if p.total else 0.0
+        filled = int(fraction * self.WIDTH)
+        eta = f"ETA {p.eta_s:.0f} s" if p.eta_s is not None else ""
+        self.stream.write(
+            f"\r{p.key} [{'#' * filled}{'-' * (self.WIDTH - filled)}] {fraction:4.0%} "
+            f"{p.done / MB:.1f}/{p.total / MB if p.total else 0:.1f} MB {p.speed_bps / MB:.1f} MB/s {eta}  "
+        )
+        self.stream.flush()
+        self.drawn = True
+
+    def _end_line(self) -> None:
+        if self.drawn:
+            self.stream.write("\n")
+            self.drawn = False
+
+    def close(self) -> None:
+        self._end_line()
+
+
+def load_settings_noting_problems() -> Settings:
+    """The settings; a problem reading them is a warning on stderr, not a failure."""
+    loaded = load_settings()
+    if loaded.warning:
+        print(f"warning: {loaded.warning}", file=sys.stderr)
+    return loaded.settings

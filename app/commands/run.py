@@ -1,0 +1,110 @@
+"""``lemon-desk run MODEL``: load a model, answer one prompt (or chat in the terminal), stop the engine."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import shlex
+import sys
+from typing import Any
+
+from app.client.events import ChatDelta, ChatDone
+from app.commands.output import load_settings_noting_problems, print_json, telemetry_line
+from app.commands.repl import chat_in_terminal
+from app.core.errors import ConfigError
+from app.core.models import Model
+from app.store.model_paths import find_model
+from app.supervisor.supervisor import LoadOptions, Supervisor
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = sub.add_parser(
+        "run",
+        help="load a model and answer a prompt, or chat in the terminal",
+        description="MODEL is a catalog name, a local .gguf file or a local MLX folder.",
+    )
+    parser.add_argument("model", metavar="MODEL")
+    parser.add_argument("--backend", metavar="RECIPE:BACKEND", help="default: the best one installed here")
+    parser.add_argument("--ctx-size", type=int, metavar="N", help="context size in tokens")
+    parser.add_argument("--args", default="", metavar='"..."', help="extra engine arguments")
+    parser.add_argument("--prompt", metavar="TEXT", help="answer this and exit (else: an interactive chat)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object (with --prompt)")
+    parser.add_argument("--dry-run", action="store_true", help="print the engine command; start nothing")
+    parser.set_defaults(handler=cmd_run)
+
+
+def _options(model: Model, args: argparse.Namespace) -> LoadOptions:
+    backend = args.backend
+    if backend and ":" in backend:
+        recipe, _, backend = backend.partition(":")
+        if recipe != model.recipe:
+            raise ConfigError(
+                f"{model.name} is a {model.recipe} model; {args.backend} is a {recipe} backend.",
+                f"Pick a {model.recipe} backend.",
+            )
+    if args.ctx_size is not None and args.ctx_size <= 0:
+        raise ConfigError("--ctx-size must be a positive number of tokens.")
+    return LoadOptions(backend=backend or None, ctx_size=args.ctx_size, args=args.args)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    model = find_model(args.model)
+    options = _options(model, args)
+    settings = load_settings_noting_problems()
+    if args.dry_run:
+        return asyncio.run(_dry_run(Supervisor(settings), model, options, args.json))
+    return asyncio.run(_run(Supervisor(settings), model, options, args))
+
+
+async def _dry_run(supervisor: Supervisor, model: Model, options: LoadOptions, as_json: bool) -> int:
+    plan = await supervisor.dry_run(model, options, dict(os.environ))
+    if as_json:
+        print_json({"command": list(plan.argv), "env": plan.env})
+    else:
+        for name, value in plan.env.items():
+            print(f"{name}={shlex.quote(value)}")
+        print(shlex.join(plan.argv))
+    return 0
+
+
+async def _run(supervisor: Supervisor, model: Model, options: LoadOptions, args: argparse.Namespace) -> int:
+    async with supervisor:
+        engine = await supervisor.load(model, options)
+        backend = f"{engine.request.recipe}:{engine.request.backend}"
+        if args.prompt is None:
+            await chat_in_terminal(supervisor, engine)
+            return 0
+        reply, reasoning, done = await _answer(supervisor, engine.id, args.prompt, echo=not args.json)
+    if args.json:
+        result: dict[str, Any] = {"model": model.name, "backend": backend, "reply": reply}
+        if reasoning:
+            result["reasoning"] = reasoning
+        result["telemetry"] = done.telemetry.to_json()
+        print_json(result)
+    else:
+        print(telemetry_line(done.telemetry), file=sys.stderr)
+    return 0
+
+
+async def _answer(
+    supervisor: Supervisor, engine_id: str, prompt: str, echo: bool
+) -> tuple[str, str, ChatDone]:
+    reply: list[str] = []
+    reasoning: list[str] = []
+    done: ChatDone | None = None
+    async with supervisor.chat_client(engine_id) as client:
+        async for event in client.stream_chat([{"role": "user", "content": prompt}]):
+            if isinstance(event, ChatDelta):
+                reply.append(event.content)
+                reasoning.append(event.reasoning)
+                if echo:
+                    sys.stderr.write(event.reasoning)
+                    sys.stdout.write(event.content)
+                    sys.stdout.flush()
+            else:
+                done = event
+    if echo:
+        print()
+    assert done is not None  # a stream ends with ChatDone or raises
+    return "".join(reply), "".join(reasoning), done

@@ -1,0 +1,341 @@
+"""The supervisor: one object that owns backend installs and running engines, keyed by id, and tells
+subscribers what happens through plain event dataclasses (the UI bridge turns them into Qt signals).
+
+Every long job is an ``asyncio.Task`` kept here until it ends: ``install:<recipe>:<backend>`` and
+``load:<engine id>``. Cancelling one cleans up after it; ``shutdown()`` cancels them all and stops every
+engine. asyncio only: nothing here knows about Qt.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any, TypeVar
+
+import httpx
+
+from app.client.chat import ChatClient
+from app.core.backends import BackendKind, BackendState
+from app.core.errors import ConfigError, EngineError, InstallError, UnsupportedError
+from app.core.hardware import Hardware
+from app.core.launch import (
+    ENGINE_BINARY,
+    KEY_FILE_PLACEHOLDER,
+    PORT_PLACEHOLDER,
+    LaunchPlan,
+    LaunchRequest,
+    plan_launch,
+    split_args,
+)
+from app.core.models import Model
+from app.store.installs import InstallManifest, install_dir
+from app.store.model_paths import model_location
+from app.store.settings import Settings
+from app.supervisor.engine import Engine, EngineState
+from app.supervisor.installer import InstallPhase, InstallUpdate, install_backend, installed_binary
+from app.supervisor.installer import uninstall_backend as _uninstall_files
+from app.system_info import SystemInfo, gather
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+# --- events -----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class InstallProgress:
+    key: str  # "recipe:backend"
+    phase: InstallPhase
+    done: int = 0  # bytes downloaded so far
+    total: int | None = None
+    speed_bps: float = 0.0
+    eta_s: float | None = None
+
+
+@dataclass(frozen=True)
+class InstallFinished:
+    key: str
+    version: str
+    sha256: str
+
+
+@dataclass(frozen=True)
+class Uninstalled:
+    key: str
+
+
+@dataclass(frozen=True)
+class EngineStateChanged:
+    engine_id: str
+    model: str
+    backend: str  # "recipe:backend"
+    state: EngineState
+    message: str = ""  # why, when FAILED or CRASHED
+
+
+@dataclass(frozen=True)
+class TaskFailed:
+    task_id: str
+    message: str  # what happened and what to do, for the user
+
+
+@dataclass(frozen=True)
+class TaskCancelled:
+    task_id: str
+
+
+SupervisorEvent = (
+    InstallProgress | InstallFinished | Uninstalled | EngineStateChanged | TaskFailed | TaskCancelled
+)
+Listener = Callable[[SupervisorEvent], None]
+
+
+@dataclass(frozen=True)
+class LoadOptions:
+    """How to load a model (its recipe options)."""
+
+    backend: str | None = None  # a backend of the model's recipe; None: the best one installed here
+    ctx_size: int | None = None  # None: the launcher's default
+    args: str = ""  # extra engine arguments, as the user typed them
+
+
+ModelResolver = Callable[[Model], Path]
+
+
+class Supervisor:
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        hardware: Hardware | None = None,
+        resolve_model: ModelResolver = model_location,
+    ) -> None:
+        self.settings = settings
+        self._hardware = hardware
+        self._resolve_model = resolve_model
+        self._listeners: list[Listener] = []
+        self._tasks: dict[str, asyncio.Task[Any]] = {}
+        self._engines: dict[str, Engine] = {}
+        self._shutting_down = False
+
+    async def __aenter__(self) -> Supervisor:
+        return self
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, err: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.shutdown()
+
+    # --- events ---------------------------------------------------------------------------------------
+
+    def subscribe(self, listener: Listener) -> Callable[[], None]:
+        """Call ``listener(event)`` for every event, on the event loop; returns the unsubscribe function."""
+        self._listeners.append(listener)
+        return lambda: self._listeners.remove(listener)
+
+    def _emit(self, event: SupervisorEvent) -> None:
+        for listener in list(self._listeners):
+            try:
+                listener(event)
+            except Exception:
+                log.exception("a supervisor listener failed on %s", event)
+
+    # --- tasks ----------------------------------------------------------------------------------------
+
+    def _spawn(self, task_id: str, job: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
+        if self._shutting_down:
+            job.close()
+            raise EngineError("Lemon Desk is shutting down.")
+        task = asyncio.create_task(job, name=task_id)
+        self._tasks[task_id] = task
+        task.add_done_callback(lambda t: self._task_done(task_id, t))
+        return task
+
+    def _task_done(self, task_id: str, task: asyncio.Task[Any]) -> None:
+        if self._tasks.get(task_id) is task:
+            del self._tasks[task_id]
+        if task.cancelled():
+            self._emit(TaskCancelled(task_id))
+        elif (err := task.exception()) is not None:
+            self._emit(TaskFailed(task_id, str(err)))
+
+    def tasks(self) -> dict[str, asyncio.Task[Any]]:
+        return dict(self._tasks)
+
+    def cancel(self, task_id: str) -> bool:
+        task = self._tasks.get(task_id)
+        return task.cancel() if task is not None else False
+
+    # --- backends -------------------------------------------------------------------------------------
+
+    async def info(self) -> SystemInfo:
+        """The machine and every backend's state now (probes run in a thread)."""
+        info = await asyncio.to_thread(gather, self.settings, self._hardware)
+        self._hardware = info.hardware
+        return info
+
+    def install(self, recipe: str, backend: str) -> asyncio.Task[InstallManifest]:
+        """Start (or join) installing a backend; progress comes as InstallProgress events."""
+        task_id = f"install:{recipe}:{backend}"
+        running = self._tasks.get(task_id)
+        if running is not None:
+            return running
+        return self._spawn(task_id, self._install(recipe, backend))
+
+    async def _install(self, recipe: str, backend: str) -> InstallManifest:
+        info = await self.info()
+        spec = info.versions.spec(recipe, backend)
+        status = info.recipes[recipe].backends[backend]
+
+        def report(update: InstallUpdate) -> None:
+            p = update.progress
+            if p is None:
+                self._emit(InstallProgress(spec.key, update.phase))
+            else:
+                self._emit(InstallProgress(spec.key, update.phase, p.done, p.total, p.speed_bps, p.eta_s))
+
+        async with httpx.AsyncClient() as client:
+            manifest = await install_backend(spec, status, client, report)
+        self._emit(InstallFinished(spec.key, manifest.version, manifest.sha256))
+        return manifest
+
+    async def uninstall(self, recipe: str, backend: str) -> bool:
+        """Remove an installed backend; refused while it runs or installs. False when none was there."""
+        key = f"{recipe}:{backend}"
+        if f"install:{key}" in self._tasks:
+            raise InstallError(f"{key} is being installed.", "Cancel the install first.")
+        busy = [e.id for e in self._engines.values() if f"{e.request.recipe}:{e.request.backend}" == key]
+        if any(self._engines[i].state in (EngineState.STARTING, EngineState.READY) for i in busy):
+            raise InstallError(f"{key} is running {', '.join(busy)}.", "Unload the model first.")
+        removed = await asyncio.to_thread(_uninstall_files, recipe, backend)
+        if removed:
+            self._emit(Uninstalled(key))
+        return removed
+
+    # --- engines --------------------------------------------------------------------------------------
+
+    @property
+    def engines(self) -> dict[str, Engine]:
+        return dict(self._engines)
+
+    def engine(self, engine_id: str) -> Engine:
+        try:
+            return self._engines[engine_id]
+        except KeyError:
+            raise EngineError(f"No model called {engine_id} is loaded.") from None
+
+    async def launch_request(
+        self, model: Model, options: LoadOptions, *, dry_run: bool = False
+    ) -> LaunchRequest:
+        """What to run for ``model``: checks the backend runs here and is installed (unless ``dry_run``)."""
+        info = await self.info()
+        support = info.recipes.get(model.recipe)
+        if support is None:
+            raise ConfigError(f"{model.name} needs the {model.recipe} recipe, unknown to this build.")
+        backend = options.backend or support.default_backend
+        if backend is None:
+            raise UnsupportedError(f"No {model.recipe} backend can run on this machine.")
+        status = support.backends.get(backend)
+        if status is None:
+            known = ", ".join(f"{model.recipe}:{b}" for b in support.backends)
+            raise ConfigError(f"{model.recipe} has no backend called {backend!r}.", f"Known: {known}.")
+        key = f"{model.recipe}:{backend}"
+        if status.state is BackendState.UNSUPPORTED:
+            raise UnsupportedError(f"{key} cannot run on this machine: {status.message}")
+        spec = info.versions.spec(model.recipe, backend)
+        if spec.kind is BackendKind.SYSTEM:
+            assert info.system_binary is not None  # else the backend would be unsupported
+            binary = Path(info.system_binary.path)
+            library_dir = ""
+        else:
+            if not dry_run and status.state is BackendState.INSTALLABLE:
+                raise InstallError(
+                    f"{key} is not installed.", f"Install it first: lemon-desk backends install {key}"
+                )
+            if not dry_run and status.state is BackendState.UPDATE_REQUIRED:
+                raise InstallError(f"{key}: {status.message}", f"Run: lemon-desk backends install {key}")
+            found = installed_binary(model.recipe, backend)
+            if found is None and not dry_run:
+                raise InstallError(f"{key} is installed but its engine is missing.", "Install it again.")
+            binary = found or install_dir(model.recipe, backend) / ENGINE_BINARY.get(model.recipe, "server")
+            library_dir = str(binary.parent)
+        return LaunchRequest(
+            recipe=model.recipe,
+            backend=backend,
+            binary=str(binary),
+            library_dir=library_dir,
+            model=str(self._resolve_model(model)),
+            ctx_size=options.ctx_size,
+            user_args=split_args(options.args),
+        )
+
+    async def dry_run(self, model: Model, options: LoadOptions, parent_env: dict[str, str]) -> LaunchPlan:
+        """The command and the variables the app would set, with per-launch secrets masked."""
+        request = await self.launch_request(model, options, dry_run=True)
+        assert self._hardware is not None
+        return plan_launch(request, self._hardware, PORT_PLACEHOLDER, KEY_FILE_PLACEHOLDER, parent_env)
+
+    def load(self, model: Model, options: LoadOptions | None = None) -> asyncio.Task[Engine]:
+        """Start an engine for ``model`` (its id is the model's name); a loaded or loading one is replaced."""
+        task_id = f"load:{model.name}"
+        previous = self._tasks.get(task_id)
+        if previous is not None:
+            previous.cancel()
+        return self._spawn(task_id, self._load(model, options or LoadOptions()))
+
+    async def _load(self, model: Model, options: LoadOptions) -> Engine:
+        request = await self.launch_request(model, options)
+        await self.unload(model.name)
+        assert self._hardware is not None
+        engine = Engine(
+            model.name,
+            request,
+            self._hardware,
+            load_timeout_s=self.settings.load_timeout_s,
+            hang_grace_s=self.settings.hang_grace_s,
+        )
+        self._engines[model.name] = engine
+        backend = f"{request.recipe}:{request.backend}"
+
+        def changed(state: EngineState) -> None:
+            failed = state in (EngineState.FAILED, EngineState.CRASHED) and engine.error is not None
+            message = str(engine.error) if failed else ""
+            self._emit(EngineStateChanged(engine.id, model.name, backend, state, message))
+
+        engine.add_state_listener(changed)
+        await engine.start()
+        return engine
+
+    async def unload(self, engine_id: str) -> None:
+        """Stop an engine and forget it (a load in progress for it is cancelled)."""
+        loading = self._tasks.get(f"load:{engine_id}")
+        if loading is not None and loading is not asyncio.current_task():
+            loading.cancel()
+            await asyncio.gather(loading, return_exceptions=True)
+        engine = self._engines.pop(engine_id, None)
+        if engine is not None:
+            await engine.stop()
+
+    def chat_client(self, engine_id: str) -> ChatClient:
+        """A client for a ready engine, with the request timeout from settings; close it when done."""
+        return self.engine(engine_id).chat_client(self.settings.request_timeout_s)
+
+    # --- shutdown -------------------------------------------------------------------------------------
+
+    async def shutdown(self) -> None:
+        """Cancel every task and stop every engine; nothing is left running."""
+        self._shutting_down = True
+        tasks = list(self._tasks.values())
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        engines = list(self._engines.values())
+        self._engines.clear()
+        for outcome in await asyncio.gather(*(e.stop() for e in engines), return_exceptions=True):
+            if isinstance(outcome, BaseException):
+                log.error("stopping an engine failed: %r", outcome)
