@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from app.core.errors import ConfigError, UnsupportedError
 from app.core.hardware import Hardware
 from app.core.lemon_mlx import (
     MLX_LM,
+    DeviceType,
     check_no_model_argument,
+    device_type,
     hf_cache_env,
     library_path_env,
     mlx_lm_takes_value,
@@ -69,6 +71,7 @@ class LaunchPlan:
     argv: tuple[str, ...]
     env: dict[str, str] = field(default_factory=dict)  # only the variables the app sets
     api_key_file: str | None = None  # where the engine reads its per-launch key; None: no key
+    device: DeviceType = DeviceType.GPU  # where the engine computes (what a per-device load limit counts)
 
 
 def split_args(text: str) -> tuple[str, ...]:
@@ -193,7 +196,7 @@ def plan_launch(
     plan = LAUNCHERS.get(req.recipe)
     if plan is None:
         raise UnsupportedError(f"This build of Lemon Desk cannot launch {req.recipe} engines yet.")
-    return plan(req, hw, port, key_file, parent_env)
+    return replace(plan(req, hw, port, key_file, parent_env), device=device_type(req.backend, hw.os))
 
 
 def child_environment(parent_env: Mapping[str, str], plan: LaunchPlan) -> dict[str, str]:

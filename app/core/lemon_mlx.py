@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from enum import Enum
 from pathlib import PurePath
 
-from app.core.errors import ConfigError, ModelError
+from app.core.errors import ConfigError
 from app.core.telemetry import Telemetry
 
 MLX_LM = "mlx-lm"
@@ -51,19 +51,6 @@ def device_type(backend: str, os_name: str) -> DeviceType:
     if backend == "cpu" or (backend == MLX_LM and os_name != "macos"):
         return DeviceType.CPU
     return DeviceType.GPU
-
-
-def model_argument(repo_id: str | None, local_dir: str | None) -> str:
-    """The repo id whenever there is one (the engine resolves it in the HF cache), else the folder.
-
-    lemon-mlx URL-joins its argument onto the Hub API, so a path that is not a model folder turns
-    into a 404; a repo id resolves offline from the cache ``HF_HOME`` points at.
-    """
-    if repo_id:
-        return repo_id
-    if local_dir:
-        return local_dir
-    raise ModelError("This MLX model has neither a Hugging Face repo id nor a local folder.")
 
 
 def check_no_model_argument(args: Sequence[str], takes_value: Callable[[str], bool]) -> None:

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from app.core.errors import ConfigError, ModelError
+from app.core.errors import ConfigError
 from app.core.hardware import Hardware, hardware_from_json
 from app.core.launch import LaunchPlan, LaunchRequest, child_environment, plan_launch, split_args
 from app.core.lemon_mlx import (
@@ -16,10 +16,8 @@ from app.core.lemon_mlx import (
     TpsLine,
     device_type,
     hf_cache_env,
-    model_argument,
     parse_tps_line,
 )
-from app.core.models import Model
 from app.core.telemetry import Telemetry
 from tests.conftest import profile_path
 
@@ -73,16 +71,6 @@ def test_argv_is_model_first_then_host_port_ctx_then_user_args() -> None:
 
 def test_no_ctx_size_flag_without_a_context_size() -> None:
     assert "--ctx-size" not in plan().argv
-
-
-def test_model_argument_prefers_the_repo_id_over_a_local_folder() -> None:
-    catalog = Model("Qwen3-0.6B-MLX", "lemon-mlx", REPO)
-    snapshot = "/hf/hub/models--mlx-community--Qwen3-0.6B-4bit/snapshots/abc"
-    assert model_argument(catalog.repo_id, snapshot) == REPO
-    imported = Model("mine", "lemon-mlx", "/data/my-mlx-model", user=True)
-    assert model_argument(imported.repo_id, "/data/my-mlx-model") == "/data/my-mlx-model"
-    with pytest.raises(ModelError):
-        model_argument(None, None)
 
 
 @pytest.mark.parametrize("backend", ["rocm", "cpu"])
