@@ -3,7 +3,12 @@ session by the app's installer, the cached test venv and the tiny MLX model (tes
 
 from __future__ import annotations
 
-import asyncio
+import contextlib
+import os
+import pty
+import subprocess
+import sys
+import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +29,8 @@ from tests.support.mlx_env import mlx_python, tiny_mlx_model
 class Installed:
     home: Path  # a LEMON_DESK_HOME holding the installed backend
     folder: Path
-    events: list[InstallUpdate]
+    stdout: str  # of ``lemon-desk backends install lemon-mlx:mlx-lm --json``
+    terminal: str  # what its progress display drew on the terminal (stderr on a pty)
 
 
 async def install(spec: BackendSpec, on_update: Callable[[InstallUpdate], None]) -> InstallManifest:
@@ -34,21 +40,55 @@ async def install(spec: BackendSpec, on_update: Callable[[InstallUpdate], None])
         return await install_backend(spec, status, client, on_update)
 
 
+def lemon_desk(*args: str, home: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """The ``lemon-desk`` command in a child process, as a user runs it."""
+    return subprocess.run(
+        [sys.executable, "-m", "app", *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "LEMON_DESK_HOME": str(home), **(env or {})},
+        timeout=600,
+        check=False,
+    )
+
+
+def _on_a_terminal(argv: list[str], env: dict[str, str]) -> tuple[int, str, str]:
+    """Run with stderr on a pseudo-terminal (so progress is drawn live); returns code, stdout, terminal."""
+    master, slave = pty.openpty()
+    drawn: list[bytes] = []
+
+    def drain() -> None:
+        with contextlib.suppress(OSError):  # EIO once the child has closed the terminal
+            while chunk := os.read(master, 1 << 16):
+                drawn.append(chunk)
+
+    with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=slave, env=env, text=True) as proc:
+        os.close(slave)
+        reader = threading.Thread(target=drain)
+        reader.start()
+        out, _ = proc.communicate(timeout=600)
+    reader.join()
+    os.close(master)
+    return proc.returncode, out, b"".join(drawn).decode(errors="replace")
+
+
 @pytest.fixture(scope="session")
 def installed_once(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Installed]:
-    """One real install from the package index per session, over an older install (so the swap runs)."""
+    """``lemon-desk backends install lemon-mlx:mlx-lm`` once per session, for real from the package
+    index, over an older install (so the swap runs too)."""
     home = tmp_path_factory.mktemp("mlx-lm-home")
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("LEMON_DESK_HOME", str(home))
-        spec = load_backend_versions().spec("lemon-mlx", "mlx-lm")
         old = install_dir("lemon-mlx", "mlx-lm")
         old.mkdir(parents=True)
         (old / "left-by-the-old-install").write_text("x")
         write_manifest(old, InstallManifest("0.1.0", "mlx-lm==0.1.0", ""))
-        events: list[InstallUpdate] = []
-        asyncio.run(install(spec, events.append))
+        env = {**os.environ, "LEMON_DESK_HOME": str(home)}
+        argv = [sys.executable, "-m", "app", "backends", "install", "lemon-mlx:mlx-lm", "--json"]
+        code, out, terminal = _on_a_terminal(argv, env)
+        assert code == 0, terminal
         folder = install_dir("lemon-mlx", "mlx-lm")
-    yield Installed(home, folder, events)
+    yield Installed(home, folder, out, terminal)
 
 
 @pytest.fixture(scope="session")

@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import socket
 from collections.abc import Callable, Coroutine, Iterator
@@ -33,7 +34,7 @@ from app.store.installs import install_dir
 from app.supervisor.engine import Engine, EngineState
 from app.supervisor.installer import install_backend, installed_binary
 from tests.conftest import profile_path
-from tests.integration.mlx.conftest import Installed
+from tests.integration.mlx.conftest import Installed, lemon_desk
 from tests.support.fileserver import Served, serve
 from tests.support.lemon_mlx_release import lay_out_hf_cache, read_calls, release_zip
 
@@ -207,3 +208,66 @@ def test_a_taken_port_is_a_failed_start_although_the_engine_exits_0(
     assert engine.state is EngineState.FAILED
     assert "(exit code 0)" in err.value.message
     assert f"Port {port} is already in use" in err.value.last_output
+
+
+def _engine_processes(marker: str) -> list[psutil.Process]:
+    found = []
+    for proc in psutil.process_iter():
+        with contextlib.suppress(psutil.Error):
+            if any(marker in part for part in proc.cmdline()):
+                found.append(proc)
+    return found
+
+
+def test_lemon_desk_run_streams_a_reply_with_telemetry_on_the_mlx_lm_backend(
+    installed_once: Installed, tiny_model: Path
+) -> None:
+    result = lemon_desk(
+        "run",
+        str(tiny_model),
+        "--backend",
+        "lemon-mlx:mlx-lm",
+        "--prompt",
+        "hi",
+        "--json",
+        home=installed_once.home,
+    )
+    assert result.returncode == 0, result.stderr
+    out = json.loads(result.stdout)
+    assert out["model"] == tiny_model.name and out["backend"] == "lemon-mlx:mlx-lm"
+    assert out["reply"]
+    t = out["telemetry"]
+    assert t["ttft_s"] > 0 and t["prompt_tokens"] > 0 and t["completion_tokens"] > 0 and t["decode_tps"] > 0
+    assert _engine_processes(str(tiny_model)) == []  # the engine stopped with the command
+
+
+def test_lemon_desk_installs_and_runs_the_lemon_mlx_release_from_a_mirror(
+    mirror: str, tiny_model: Path, tmp_path: Path
+) -> None:
+    home, hf = tmp_path / "home", tmp_path / "hf"
+    lay_out_hf_cache(hf / "hub", REPO, tiny_model)
+    env = {"HF_HOME": str(hf), "LEMON_DESK_MOCK_HARDWARE": str(profile_path("cpu_only_x86"))}
+
+    installed = lemon_desk("backends", "install", "lemon-mlx:cpu", "--json", home=home, env=env)
+    assert installed.returncode == 0, installed.stderr
+    assert json.loads(installed.stdout)["version"] == load_backend_versions().spec("lemon-mlx", "cpu").version
+
+    result = lemon_desk(
+        "run", "Qwen3-0.6B-MLX", "--backend", "lemon-mlx:cpu", "--prompt", "hi", home=home, env=env
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip()  # the reply, streamed to stdout
+
+    folder = home / "engines" / "lemon-mlx" / "cpu"
+    [call] = read_calls(folder)
+    assert call["model"] == REPO
+    env_seen = call["env"]
+    assert isinstance(env_seen, dict)
+    assert env_seen["LD_LIBRARY_PATH"].split(":")[0] == str(folder)
+    assert env_seen["HF_HOME"] == str(hf)
+    # The telemetry line shows the engine's own [TPS] figures.
+    log = (home / "logs" / "engine-Qwen3-0.6B-MLX.log").read_text()
+    [generation] = [line for line in log.splitlines() if line.startswith("[TPS] Generation:")]
+    tokens, tps = generation.split()[2], float(generation.split()[4])
+    assert f"reply {tokens} tokens at {tps:.1f} tok/s" in result.stderr
+    assert _engine_processes(str(folder)) == []

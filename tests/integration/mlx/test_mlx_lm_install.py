@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import subprocess
 from pathlib import Path
 
@@ -25,15 +26,20 @@ from tests.integration.mlx.conftest import Installed, install
 pytestmark = pytest.mark.integration
 
 
-def test_install_shows_progress_and_writes_the_manifest_last(
+def test_cli_install_shows_pip_progress_and_writes_the_manifest_last(
     installed_once: Installed, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("LEMON_DESK_HOME", str(installed_once.home))
-    phases = list(dict.fromkeys(e.phase for e in installed_once.events))
-    assert phases == [InstallPhase.PREPARING, InstallPhase.INSTALLING_PACKAGES, InstallPhase.CHECKING]
-    details = [e.detail for e in installed_once.events]
-    assert any(d.startswith("Found mlx") for d in details)
-    assert any(d.startswith("Installing ") and d.endswith(" packages") for d in details)
+    assert json.loads(installed_once.stdout) == {
+        "backend": "lemon-mlx:mlx-lm",
+        "version": "0.32.2",
+        "sha256": "",
+    }
+    drawn = installed_once.terminal
+    # pip's steps, redrawn in place while it runs, in order.
+    shown = ("Creating the virtual", "Found mlx", r"Installing \d+ packages", "Checking")
+    steps = [m.start() if (m := re.search(f"lemon-mlx:mlx-lm: {step}", drawn)) else -1 for step in shown]
+    assert -1 not in steps and steps == sorted(steps), drawn[-2000:]
 
     folder = installed_once.folder
     assert folder == install_dir("lemon-mlx", "mlx-lm")
