@@ -9,7 +9,8 @@ unknown flags ignored), behaves like the binary where the app depends on it, and
 - it resolves a repo id from the HF cache (``HF_HUB_CACHE``, else ``$HF_HOME/hub``) and fails like the
   binary does when given something else that is not a model folder;
 - it exits 0 when the port is taken;
-- it prints ``[TPS] Prompt: ...`` / ``[TPS] Generation: ...`` lines to stderr after each request.
+- it prints ``[TPS] Prompt: ...`` / ``[TPS] Generation: ...`` lines to stderr after each request;
+- it ignores SIGTERM, as the binary may, when a file ``ignore-sigterm`` lies beside it.
 
 Every call is appended to ``calls.jsonl`` beside the script, so a test can see what the app passed.
 Everything around it (mirror, download, unpack, launch, client) is the app's real code.
@@ -26,10 +27,12 @@ from pathlib import Path
 
 STANDIN = r'''#!{python}
 """STAND-IN for lemon-mlx's `server` binary (tests only): lemon-mlx's command line, mlx-lm inside."""
-import json, os, socket, sys, time
+import json, os, signal, socket, sys
 from pathlib import Path
 
 here = Path(__file__).resolve().parent
+if (here / "ignore-sigterm").exists():
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
 args = sys.argv[1:]
 opts, model = {{}}, None
 i = 0

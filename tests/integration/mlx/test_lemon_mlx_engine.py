@@ -271,3 +271,25 @@ def test_lemon_desk_installs_and_runs_the_lemon_mlx_release_from_a_mirror(
     tokens, tps = generation.split()[2], float(generation.split()[4])
     assert f"reply {tokens} tokens at {tps:.1f} tok/s" in result.stderr
     assert _engine_processes(str(folder)) == []
+
+
+def test_an_engine_that_ignores_sigterm_is_killed_after_the_grace_period(
+    mirror: str, tiny_model: Path, tmp_path: Path
+) -> None:
+    hub = tmp_path / "hf" / "hub"
+    lay_out_hf_cache(hub, REPO, tiny_model)
+    binary = asyncio.run(install_standin(mirror))
+    (binary.parent / "ignore-sigterm").write_text("")
+    log = tmp_path / "e.log"
+    engine = Engine("stubborn", standin_request(binary, hub), cpu_x86(), stop_grace_s=0.5, log_path=log)
+
+    async def go() -> int:
+        await engine.start()
+        assert engine.pid is not None
+        pid = engine.pid
+        await engine.stop()
+        return pid
+
+    pid = run(engine, go)
+    assert engine.state is EngineState.STOPPED and not psutil.pid_exists(pid)
+    assert log.read_text().splitlines()[-1] == "=== stopped (killed by signal SIGKILL)"
