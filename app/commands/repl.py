@@ -84,7 +84,8 @@ async def chat_in_terminal(supervisor: Supervisor, engine: Engine) -> None:
                 current = asyncio.current_task()
                 if current is not None and current.cancelling():
                     raise
-                print("\n[stopped]", file=sys.stderr)
+                print()
+                print("[stopped]", file=sys.stderr)
             history.append({"role": "assistant", "content": "".join(text)})
     finally:
         loop.remove_signal_handler(signal.SIGINT)

@@ -49,6 +49,8 @@ def _options(model: Model, args: argparse.Namespace) -> LoadOptions:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    if args.json and args.prompt is None and not args.dry_run:
+        raise ConfigError("--json needs --prompt or --dry-run; the terminal chat is for people.")
     model = find_model(args.model)
     options = _options(model, args)
     settings = load_settings_noting_problems()

@@ -2,16 +2,23 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
+import subprocess
 import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
+import psutil
 import pytest
 
 from app.core.hardware import Hardware, hardware_from_json
 from app.core.launch import LaunchRequest
+from app.store.paths import resource
 from tests.conftest import profile_path
-from tests.support.llama import Say, llama_server_dir, smollm_gguf
+from tests.support.fileserver import Served, serve
+from tests.support.llama import Say, llama_server_dir, release_archive, smollm_gguf
 
 if sys.platform != "linux":
     pytest.skip("the real-engine tests run llama.cpp's Linux build", allow_module_level=True)
@@ -55,3 +62,69 @@ def llama_request(llama_dir: Path, smol_gguf: Path) -> LaunchRequest:
         model=str(smol_gguf),
         ctx_size=2048,
     )
+
+
+TAG = "b10375"
+ASSET = f"llama-{TAG}-bin-ubuntu-x64.tar.gz"
+
+
+def release_path(tag: str, asset: str) -> str:
+    return f"/ggml-org/llama.cpp/releases/download/{tag}/{asset}"
+
+
+@dataclass
+class Mirror:
+    """A loopback stand-in for GitHub releases (LEMON_DESK_RELEASE_MIRROR), serving llama.cpp assets,
+    plus the versions file (LEMON_DESK_BACKEND_VERSIONS) that pins them."""
+
+    served: Served
+    base: str
+    versions_file: Path
+    tarball: bytes
+
+    def publish(self, data: bytes, tag: str = TAG, sha256: str | None = "auto") -> str:
+        """Serve ``data`` as the cpu asset of ``tag`` and pin it (with its digest, a given one, or none)."""
+        asset = f"llama-{tag}-bin-ubuntu-x64.tar.gz"
+        self.served.files[release_path(tag, asset)] = data
+        digest = hashlib.sha256(data).hexdigest() if sha256 == "auto" else sha256
+        versions = json.loads(resource("backend_versions.json").read_text())
+        cpu = versions["recipes"]["llamacpp"]["cpu"]
+        cpu["version"] = tag
+        cpu["sha256"] = {asset: digest} if digest else {}
+        self.versions_file.write_text(json.dumps(versions))
+        return release_path(tag, asset)
+
+
+@pytest.fixture(scope="session")
+def release_tarball(llama_dir: Path) -> bytes:
+    return release_archive(llama_dir, TAG, ASSET).read_bytes()
+
+
+@pytest.fixture
+def mirror(release_tarball: bytes, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Mirror]:
+    monkeypatch.setenv("LEMON_DESK_MOCK_HARDWARE", str(profile_path("cpu_only_x86")))
+    versions_file = tmp_path / "backend_versions.json"
+    monkeypatch.setenv("LEMON_DESK_BACKEND_VERSIONS", str(versions_file))
+    served = Served()
+    with serve(served) as base:
+        monkeypatch.setenv("LEMON_DESK_RELEASE_MIRROR", base)
+        mirror = Mirror(served, base, versions_file, release_tarball)
+        mirror.publish(release_tarball)
+        yield mirror
+
+
+def lemon_desk(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    """The real command, in a child process, with this test's environment."""
+    return subprocess.run(
+        [sys.executable, "-m", "app", *args], capture_output=True, text=True, timeout=timeout, check=False
+    )
+
+
+def engines_of(home: Path) -> list[psutil.Process]:
+    """Live llama-server processes started from this test's LEMON_DESK_HOME."""
+    found = []
+    for proc in psutil.process_iter(["cmdline", "status"]):
+        cmdline = proc.info["cmdline"] or []
+        if proc.info["status"] != psutil.STATUS_ZOMBIE and cmdline and str(home) in cmdline[0]:
+            found.append(proc)
+    return found

@@ -1,0 +1,162 @@
+"""Streaming overhead of the app's chat client against talking to llama-server directly with raw httpx.
+
+Both paths send the same request to the same real llama-server (SmolLM2-135M, prompt cache off, fixed
+seed, temperature 0, a fixed number of tokens) and time it the same way on the client: time to the
+first content token, and decode speed from the first to the last token. Runs alternate between the
+paths so drift in the machine's load hits both. Targets: decode ratio >= 0.99, TTFT within +2 ms.
+
+    .venv/bin/python tests/bench/stream_overhead.py [--rounds N] [--tokens N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from app.client.events import ChatDelta
+from app.core.hardware import hardware_from_json
+from app.core.launch import LaunchRequest
+from app.supervisor.engine import Engine
+from tests.conftest import profile_path
+from tests.support.llama import llama_server_dir, smollm_gguf
+
+PROMPTS = [
+    "Write a short poem about the sea.",
+    "Explain how a bicycle works.",
+    "Describe a busy market in the morning.",
+    "Tell me about the history of tea.",
+    "What makes a good friend?",
+]
+
+
+@dataclass(frozen=True)
+class Timing:
+    ttft_s: float
+    decode_tps: float
+
+
+def timing(sent: float, first: float | None, last: float, tokens: int) -> Timing:
+    assert first is not None and tokens > 1, "the reply had no tokens"
+    return Timing(first - sent, (tokens - 1) / (last - first))
+
+
+def params(tokens: int) -> dict[str, object]:
+    return {
+        "max_tokens": tokens,
+        "ignore_eos": True,
+        "temperature": 0,
+        "seed": 42,
+        "cache_prompt": False,
+    }
+
+
+async def through_app(engine: Engine, prompt: str, tokens: int) -> Timing:
+    async with engine.chat_client() as client:
+        first: float | None = None
+        last = 0.0
+        count = 0
+        sent = time.perf_counter()
+        async for event in client.stream_chat([{"role": "user", "content": prompt}], **params(tokens)):
+            if isinstance(event, ChatDelta) and event.content:
+                last = time.perf_counter()
+                first = first or last
+                count += 1
+    return timing(sent, first, last, count)
+
+
+async def direct(engine: Engine, prompt: str, tokens: int) -> Timing:
+    headers = {"Authorization": f"Bearer {engine.api_key}"}
+    payload = {
+        "messages": [{"role": "user", "content": prompt}],
+        **params(tokens),
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    async with httpx.AsyncClient(base_url=engine.base_url, headers=headers, trust_env=False) as client:
+        first: float | None = None
+        last = 0.0
+        count = 0
+        sent = time.perf_counter()
+        async with client.stream("POST", "/v1/chat/completions", json=payload, timeout=None) as response:
+            async for line in response.aiter_lines():
+                if not line.startswith("data: ") or line == "data: [DONE]":
+                    continue
+                choices = json.loads(line[6:]).get("choices") or [{}]
+                if (choices[0].get("delta") or {}).get("content"):
+                    last = time.perf_counter()
+                    first = first or last
+                    count += 1
+    return timing(sent, first, last, count)
+
+
+async def bench(rounds: int, tokens: int) -> None:
+    server_dir, model = llama_server_dir(print), smollm_gguf(print)
+    hardware = hardware_from_json(json.loads(profile_path("cpu_only_x86").read_text()))
+    request = LaunchRequest(
+        "llamacpp", "cpu", str(server_dir / "llama-server"), str(server_dir), str(model), 2048
+    )
+    engine = Engine("bench", request, hardware)
+    await engine.start()
+    try:
+        await through_app(engine, PROMPTS[0], 8)  # warm-up, not counted
+        await direct(engine, PROMPTS[0], 8)
+        app: list[Timing] = []
+        raw: list[Timing] = []
+        for i in range(rounds):
+            prompt = PROMPTS[i % len(PROMPTS)]
+            pair = [(app, through_app), (raw, direct)]
+            for results, path in pair if i % 2 == 0 else reversed(pair):
+                results.append(await path(engine, prompt, tokens))
+    finally:
+        await engine.stop()
+
+    def median(values: list[Timing], field: str) -> float:
+        return statistics.median(getattr(t, field) for t in values)
+
+    # Paired figures: each round's two runs ran back to back, so load on the machine hits both alike.
+    pair_ratio = statistics.median(a.decode_tps / r.decode_tps for a, r in zip(app, raw, strict=True))
+    pair_ttft = statistics.median(a.ttft_s - r.ttft_s for a, r in zip(app, raw, strict=True))
+    print(
+        f"rounds: {rounds} per path, {tokens} tokens per reply, llama-server {server_dir.name}, SmolLM2-135M"
+    )
+    print(
+        f"decode tok/s (median): app {median(app, 'decode_tps'):.2f}  direct {median(raw, 'decode_tps'):.2f}"
+        f"  paired ratio {pair_ratio:.4f}"
+    )
+    print(
+        f"TTFT (median): app {median(app, 'ttft_s') * 1000:.2f} ms"
+        f"  direct {median(raw, 'ttft_s') * 1000:.2f} ms  paired difference {pair_ttft * 1000:+.2f} ms"
+    )
+    print(
+        f"targets: decode ratio >= 0.99: {'met' if pair_ratio >= 0.99 else 'NOT met'}; "
+        f"TTFT within +2 ms: {'met' if pair_ttft <= 0.002 else 'NOT met'}"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--rounds", type=int, default=20)
+    parser.add_argument("--tokens", type=int, default=200)
+    args = parser.parse_args()
+    # The engine's key file and log go to a throwaway app folder, not the user's.
+    with tempfile.TemporaryDirectory(prefix="lemon-desk-bench-") as home:
+        os.environ["LEMON_DESK_HOME"] = home
+        asyncio.run(bench(args.rounds, args.tokens))
+
+
+if __name__ == "__main__":
+    main()
