@@ -14,7 +14,7 @@ from app import __version__
 from app.commands import backends, run
 from app.commands.output import print_json as _print_json
 from app.commands.output import table as _table
-from app.core.errors import LemonDeskError
+from app.core.errors import ConfigError, LemonDeskError
 from app.store.settings import load_settings
 from app.system_info import gather
 
@@ -53,9 +53,32 @@ def cmd_system_info(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_install_desktop_entry(_args: argparse.Namespace) -> int:
+    from app.desktop_entry import install_desktop_entry
+
+    try:
+        written = install_desktop_entry()
+    except OSError as err:
+        where = f" to {err.filename}" if err.filename else ""
+        raise ConfigError(
+            f"Could not write the desktop entry{where}: {err.strerror}.", "Check that the folder is writable."
+        ) from None
+    for path in written:
+        print(f"wrote {path}")
+    print("Lemon Desk is in your applications menu now.")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="lemon-desk", description="Run large language models locally.")
     parser.add_argument("--version", action="version", version=f"lemon-desk {__version__}")
+    parser.add_argument(
+        "--install-desktop-entry",
+        action="store_const",
+        dest="handler",
+        const=cmd_install_desktop_entry,
+        help="add Lemon Desk to your applications menu (Linux) and exit",
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     info = sub.add_parser("system-info", help="the machine and which backends run on it")

@@ -7,15 +7,17 @@ import os
 import signal
 import socket
 import sys
+from collections.abc import Callable
 
 import qasync
 from PySide6.QtCore import QSocketNotifier
 from PySide6.QtWidgets import QApplication
 
-from app.ui.main_window import MainWindow
+from app.ui.desktop import DesktopApp
+from app.ui.single_instance import SingleInstance
 
 
-def _quit_on_signals(app: QApplication) -> QSocketNotifier:
+def _quit_on_signals(app: QApplication, quit_app: Callable[[], None]) -> QSocketNotifier:
     """SIGTERM / SIGINT quit the app cleanly; the wakeup fd makes Qt notice them with no polling."""
     reader, writer = socket.socketpair()
     reader.setblocking(False)
@@ -25,7 +27,7 @@ def _quit_on_signals(app: QApplication) -> QSocketNotifier:
     notifier.activated.connect(lambda: reader.recv(64))
     notifier.setProperty("sockets", (reader, writer))  # keep both ends alive with the notifier
     for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: app.quit())
+        signal.signal(sig, lambda *_: quit_app())
     return notifier
 
 
@@ -34,13 +36,21 @@ def run_window() -> int:
     assert isinstance(app, QApplication)
     app.setApplicationName("Lemon Desk")
     app.setOrganizationName("lemon-desk")
-    notifier = _quit_on_signals(app)
-    window = MainWindow()
+    instance = SingleInstance()
+    try:
+        if not instance.claim():
+            return 0  # the running instance was asked to show its window
+    except OSError as err:
+        print(f"warning: {err}; another launch will open a second window.", file=sys.stderr)
+    desktop = DesktopApp(app, instance)
+    notifier = _quit_on_signals(app, desktop.quit)
+    window = desktop.window
     window.show()
     loop = qasync.QEventLoop(app)
     asyncio.set_event_loop(loop)
     if os.environ.get("LEMON_DESK_PRINT_READY"):  # for tests and the launch benchmark
         loop.call_soon(lambda: print(f"window shown: {window.windowTitle()}", flush=True))
+        instance.activation_requested.connect(lambda: print("asked to show the window", flush=True))
     closed = asyncio.Event()
     app.aboutToQuit.connect(closed.set)
     with loop:

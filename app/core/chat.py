@@ -1,0 +1,51 @@
+"""Chat messages as the app handles them, and how a reply's telemetry reads to a person."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Any
+
+
+class MessageState(enum.Enum):
+    COMPLETE = "complete"  # a finished message
+    STREAMING = "streaming"  # a reply still arriving; found so after a crash, it was interrupted
+    STOPPED = "stopped"  # the user stopped the reply before it finished
+    FAILED = "failed"  # the reply ended with an error
+
+
+@dataclass
+class ChatMessage:
+    role: str  # "user" | "assistant"
+    content: str
+    reasoning: str = ""
+    state: MessageState = MessageState.COMPLETE
+    telemetry: dict[str, Any] | None = None  # the Telemetry fields of the reply, by name
+    error: str = ""  # why a FAILED reply failed, in words for the user
+
+
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def format_telemetry(telemetry: dict[str, Any]) -> str:
+    """``TTFT 0.21 s · prompt 512 tok/s · decode 31.2 tok/s · 420 tokens``: the parts that are known."""
+    parts = []
+    if (ttft := _number(telemetry.get("ttft_s"))) is not None:
+        parts.append(f"TTFT {ttft:.2f} s")
+    if (prompt_tps := _number(telemetry.get("prompt_tps"))) is not None:
+        parts.append(f"prompt {prompt_tps:,.0f} tok/s")
+    if (decode_tps := _number(telemetry.get("decode_tps"))) is not None:
+        parts.append(f"decode {decode_tps:,.1f} tok/s")
+    if (tokens := _number(telemetry.get("completion_tokens"))) is not None:
+        parts.append(f"{tokens:,.0f} tokens")
+    return " · ".join(parts)
+
+
+def title_from(text: str, limit: int = 48) -> str:
+    """A conversation title from its first message: the first line, cut at a word near ``limit``."""
+    line = next((stripped for raw in text.splitlines() if (stripped := raw.strip())), "")
+    if len(line) <= limit:
+        return line or "New chat"
+    cut = line[:limit].rsplit(" ", 1)[0] if " " in line[:limit] else line[:limit]
+    return cut.rstrip(" ,.;:") + "…"

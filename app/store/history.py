@@ -1,0 +1,439 @@
+"""Chat history: conversations and their messages in SQLite under ``LEMON_DESK_HOME``.
+
+The database runs in WAL mode and commits every write at once, so a crash loses at most what the caller
+had not yet written: a streaming reply is appended when it starts and updated as it grows (the caller
+throttles those updates). Full-text search uses FTS5 when SQLite has it, ``LIKE`` otherwise.
+A file that is not a database is set aside (kept, never deleted) and a new one is started.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sqlite3
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from app.core.chat import MessageState
+from app.store.files import atomic_write_bytes, set_aside
+from app.store.paths import home
+
+SCHEMA_VERSION = 1
+DEFAULT_TITLE = "New chat"
+
+
+@dataclass(frozen=True)
+class ConversationSummary:
+    id: str
+    title: str
+    created_at: float
+    updated_at: float
+
+
+@dataclass(frozen=True)
+class StoredMessage:
+    id: int
+    role: str  # "user" | "assistant"
+    content: str
+    reasoning: str = ""
+    state: MessageState = MessageState.COMPLETE
+    telemetry: dict[str, Any] | None = None
+    error: str = ""  # why a FAILED reply failed
+    created_at: float = 0.0
+
+
+@dataclass(frozen=True)
+class Conversation:
+    id: str
+    title: str
+    system_prompt: str
+    model: str
+    created_at: float
+    updated_at: float
+    messages: list[StoredMessage] = field(default_factory=list)
+
+
+_SCHEMA_V1 = """
+        CREATE TABLE conversations (
+            num INTEGER PRIMARY KEY,
+            id TEXT NOT NULL UNIQUE,
+            title TEXT NOT NULL,
+            system_prompt TEXT NOT NULL DEFAULT '',
+            model TEXT NOT NULL DEFAULT '',
+            created_at REAL NOT NULL,
+            updated_at REAL NOT NULL
+        );
+        CREATE INDEX conversations_by_update ON conversations(updated_at DESC);
+        CREATE TABLE messages (
+            id INTEGER PRIMARY KEY,
+            conversation_id TEXT NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
+            position INTEGER NOT NULL,
+            role TEXT NOT NULL,
+            content TEXT NOT NULL DEFAULT '',
+            reasoning TEXT NOT NULL DEFAULT '',
+            state TEXT NOT NULL,
+            telemetry TEXT,
+            error TEXT NOT NULL DEFAULT '',
+            created_at REAL NOT NULL,
+            UNIQUE (conversation_id, position)
+        );
+"""
+
+# MIGRATIONS[n] is the SQL that takes a database at schema version n to n + 1.
+MIGRATIONS: list[str] = [_SCHEMA_V1]
+
+_FTS_SCHEMA = """
+CREATE VIRTUAL TABLE messages_fts USING fts5(content, reasoning, content='messages', content_rowid='id');
+CREATE TRIGGER messages_fts_insert AFTER INSERT ON messages BEGIN
+    INSERT INTO messages_fts(rowid, content, reasoning) VALUES (new.id, new.content, new.reasoning);
+END;
+CREATE TRIGGER messages_fts_delete AFTER DELETE ON messages BEGIN
+    INSERT INTO messages_fts(messages_fts, rowid, content, reasoning)
+    VALUES ('delete', old.id, old.content, old.reasoning);
+END;
+CREATE TRIGGER messages_fts_update AFTER UPDATE OF content, reasoning ON messages BEGIN
+    INSERT INTO messages_fts(messages_fts, rowid, content, reasoning)
+    VALUES ('delete', old.id, old.content, old.reasoning);
+    INSERT INTO messages_fts(rowid, content, reasoning) VALUES (new.id, new.content, new.reasoning);
+END;
+CREATE VIRTUAL TABLE titles_fts USING fts5(title, content='conversations', content_rowid='num');
+CREATE TRIGGER titles_fts_insert AFTER INSERT ON conversations BEGIN
+    INSERT INTO titles_fts(rowid, title) VALUES (new.num, new.title);
+END;
+CREATE TRIGGER titles_fts_delete AFTER DELETE ON conversations BEGIN
+    INSERT INTO titles_fts(titles_fts, rowid, title) VALUES ('delete', old.num, old.title);
+END;
+CREATE TRIGGER titles_fts_update AFTER UPDATE OF title ON conversations BEGIN
+    INSERT INTO titles_fts(titles_fts, rowid, title) VALUES ('delete', old.num, old.title);
+    INSERT INTO titles_fts(rowid, title) VALUES (new.num, new.title);
+END;
+INSERT INTO messages_fts(messages_fts) VALUES ('rebuild');
+INSERT INTO titles_fts(titles_fts) VALUES ('rebuild');
+"""
+
+
+def history_path() -> Path:
+    return home() / "history.sqlite3"
+
+
+def _fts5_available(db: sqlite3.Connection) -> bool:
+    try:
+        db.execute("CREATE VIRTUAL TABLE temp.fts5_probe USING fts5(x)")
+        db.execute("DROP TABLE temp.fts5_probe")
+        return True
+    except sqlite3.OperationalError:
+        return False
+
+
+def _fts_query(text: str) -> str:
+    """Every word of ``text`` as a quoted prefix term: user input never reaches FTS5's syntax."""
+    return " ".join(f'"{word}"*' for word in re.findall(r"\w+", text))
+
+
+class History:
+    """The conversation store. Not thread-safe: use it from one thread (the UI's)."""
+
+    def __init__(self, path: Path | None = None) -> None:
+        self.path = path or history_path()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.warning = ""  # what went wrong opening the file, for the user
+        try:
+            self._db = self._open()
+        except sqlite3.DatabaseError as err:
+            backup = set_aside(self.path)
+            for suffix in ("-wal", "-shm"):
+                Path(f"{self.path}{suffix}").unlink(missing_ok=True)
+            self.warning = (
+                f"The chat history file was unreadable ({err}); "
+                f"kept it as {backup.name} and started a new one."
+            )
+            self._db = self._open()
+
+    def _open(self) -> sqlite3.Connection:
+        db = sqlite3.connect(self.path, isolation_level=None)
+        try:
+            db.row_factory = sqlite3.Row
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=NORMAL")  # with WAL: durable across an app crash
+            db.execute("PRAGMA foreign_keys=ON")
+            db.execute("PRAGMA busy_timeout=5000")
+            self._migrate(db)
+            self.fts = _fts5_available(db)
+            has_fts = db.execute("SELECT 1 FROM sqlite_master WHERE name = 'messages_fts'").fetchone()
+            if self.fts and not has_fts:
+                db.executescript(f"BEGIN; {_FTS_SCHEMA} COMMIT;")
+        except BaseException:
+            db.close()
+            raise
+        return db
+
+    @staticmethod
+    def _migrate(db: sqlite3.Connection) -> None:
+        version = int(db.execute("PRAGMA user_version").fetchone()[0])
+        if version > SCHEMA_VERSION:
+            raise sqlite3.DatabaseError(f"schema version {version} is newer than this app's {SCHEMA_VERSION}")
+        for step in range(version, SCHEMA_VERSION):
+            try:
+                db.executescript(f"BEGIN; {MIGRATIONS[step]}; PRAGMA user_version = {step + 1}; COMMIT;")
+            except BaseException:
+                if db.in_transaction:
+                    db.execute("ROLLBACK")
+                raise
+
+    def close(self) -> None:
+        self._db.close()
+
+    @contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            yield self._db
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+        self._db.execute("COMMIT")
+
+    # Conversations
+
+    def create_conversation(
+        self, conversation_id: str, title: str = DEFAULT_TITLE, system_prompt: str = "", model: str = ""
+    ) -> ConversationSummary:
+        now = time.time()
+        self._db.execute(
+            "INSERT INTO conversations (id, title, system_prompt, model, created_at, updated_at)"
+            " VALUES (?, ?, ?, ?, ?, ?)",
+            (conversation_id, title, system_prompt, model, now, now),
+        )
+        return ConversationSummary(conversation_id, title, now, now)
+
+    def exists(self, conversation_id: str) -> bool:
+        row = self._db.execute("SELECT 1 FROM conversations WHERE id = ?", (conversation_id,)).fetchone()
+        return row is not None
+
+    def list_conversations(self) -> list[ConversationSummary]:
+        """Every conversation, the most recently changed first."""
+        rows = self._db.execute(
+            "SELECT id, title, created_at, updated_at FROM conversations ORDER BY updated_at DESC, num DESC"
+        )
+        return [ConversationSummary(r["id"], r["title"], r["created_at"], r["updated_at"]) for r in rows]
+
+    def conversation(self, conversation_id: str) -> Conversation | None:
+        row = self._db.execute("SELECT * FROM conversations WHERE id = ?", (conversation_id,)).fetchone()
+        if row is None:
+            return None
+        rows = self._db.execute(
+            "SELECT * FROM messages WHERE conversation_id = ? ORDER BY position", (conversation_id,)
+        )
+        messages = [
+            StoredMessage(
+                m["id"],
+                m["role"],
+                m["content"],
+                m["reasoning"],
+                MessageState(m["state"]),
+                json.loads(m["telemetry"]) if m["telemetry"] else None,
+                m["error"],
+                m["created_at"],
+            )
+            for m in rows
+        ]
+        return Conversation(
+            row["id"],
+            row["title"],
+            row["system_prompt"],
+            row["model"],
+            row["created_at"],
+            row["updated_at"],
+            messages,
+        )
+
+    def rename(self, conversation_id: str, title: str) -> None:
+        self._db.execute(
+            "UPDATE conversations SET title = ?, updated_at = ? WHERE id = ?",
+            (title, time.time(), conversation_id),
+        )
+
+    def set_system_prompt(self, conversation_id: str, system_prompt: str) -> None:
+        self._db.execute(
+            "UPDATE conversations SET system_prompt = ? WHERE id = ?", (system_prompt, conversation_id)
+        )
+
+    def set_model(self, conversation_id: str, model: str) -> None:
+        self._db.execute("UPDATE conversations SET model = ? WHERE id = ?", (model, conversation_id))
+
+    def delete(self, conversation_id: str) -> None:
+        self._db.execute("DELETE FROM conversations WHERE id = ?", (conversation_id,))
+
+    def search(self, query: str) -> list[ConversationSummary]:
+        """Conversations whose title or any message holds every word of ``query`` (as a prefix)."""
+        words = re.findall(r"\w+", query)
+        if not words:
+            return self.list_conversations()
+        if self.fts:
+            match = _fts_query(query)
+            sql = """
+                SELECT id, title, created_at, updated_at FROM conversations WHERE
+                  num IN (SELECT rowid FROM titles_fts WHERE titles_fts MATCH ?)
+                  OR id IN (SELECT m.conversation_id FROM messages m
+                            JOIN messages_fts f ON f.rowid = m.id WHERE messages_fts MATCH ?)
+                ORDER BY updated_at DESC, num DESC
+            """
+            rows = self._db.execute(sql, (match, match))
+        else:
+            clauses, params = [], []
+            for word in words:
+                like = f"%{word}%"
+                clauses.append(
+                    "(title LIKE ? OR id IN (SELECT conversation_id FROM messages"
+                    " WHERE content LIKE ? OR reasoning LIKE ?))"
+                )
+                params += [like, like, like]
+            rows = self._db.execute(
+                "SELECT id, title, created_at, updated_at FROM conversations WHERE "
+                + " AND ".join(clauses)
+                + " ORDER BY updated_at DESC, num DESC",
+                params,
+            )
+        return [ConversationSummary(r["id"], r["title"], r["created_at"], r["updated_at"]) for r in rows]
+
+    # Messages
+
+    def append_message(
+        self,
+        conversation_id: str,
+        role: str,
+        content: str = "",
+        reasoning: str = "",
+        state: MessageState = MessageState.COMPLETE,
+    ) -> int:
+        """Add a message at the end of the conversation; returns its id."""
+        now = time.time()
+        with self._transaction() as db:
+            return self._insert(db, conversation_id, role, content, reasoning, state, now)
+
+    @staticmethod
+    def _insert(
+        db: sqlite3.Connection,
+        conversation_id: str,
+        role: str,
+        content: str,
+        reasoning: str,
+        state: MessageState,
+        now: float,
+    ) -> int:
+        (position,) = db.execute(
+            "SELECT COALESCE(MAX(position) + 1, 0) FROM messages WHERE conversation_id = ?",
+            (conversation_id,),
+        ).fetchone()
+        cursor = db.execute(
+            "INSERT INTO messages (conversation_id, position, role, content, reasoning, state, created_at)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (conversation_id, position, role, content, reasoning, state.value, now),
+        )
+        db.execute("UPDATE conversations SET updated_at = ? WHERE id = ?", (now, conversation_id))
+        assert cursor.lastrowid is not None
+        return cursor.lastrowid
+
+    def update_message(
+        self,
+        message_id: int,
+        content: str,
+        reasoning: str = "",
+        state: MessageState | None = None,
+        telemetry: dict[str, Any] | None = None,
+        error: str | None = None,
+    ) -> None:
+        """Replace a message's text (a streaming reply as it grows); optionally its state and telemetry."""
+        sets, params = ["content = ?", "reasoning = ?"], [content, reasoning]
+        if state is not None:
+            sets.append("state = ?")
+            params.append(state.value)
+        if telemetry is not None:
+            sets.append("telemetry = ?")
+            params.append(json.dumps(telemetry, sort_keys=True))
+        if error is not None:
+            sets.append("error = ?")
+            params.append(error)
+        self._db.execute(f"UPDATE messages SET {', '.join(sets)} WHERE id = ?", (*params, message_id))
+
+    def sync_messages(self, conversation_id: str, messages: Sequence[tuple[str, str]]) -> None:
+        """Make the conversation's messages ``messages`` (role, content): keep the common prefix, replace
+        the rest. Regenerate and edit-and-resend drop what followed the changed message this way."""
+        now = time.time()
+        with self._transaction() as db:
+            stored = db.execute(
+                "SELECT position, role, content FROM messages WHERE conversation_id = ? ORDER BY position",
+                (conversation_id,),
+            ).fetchall()
+            keep = 0
+            for row, (role, content) in zip(stored, messages, strict=False):
+                if (row["role"], row["content"]) != (role, content):
+                    break
+                keep += 1
+            db.execute(
+                "DELETE FROM messages WHERE conversation_id = ? AND position >= ?", (conversation_id, keep)
+            )
+            for role, content in messages[keep:]:
+                self._insert(db, conversation_id, role, content, "", MessageState.COMPLETE, now)
+
+    # Export
+
+    def export_markdown(self, conversation_id: str, path: Path) -> None:
+        atomic_write_bytes(path, to_markdown(self._require(conversation_id)).encode())
+
+    def export_json(self, conversation_id: str, path: Path) -> None:
+        data = json.dumps(to_json(self._require(conversation_id)), indent=2, ensure_ascii=False) + "\n"
+        atomic_write_bytes(path, data.encode())
+
+    def _require(self, conversation_id: str) -> Conversation:
+        conversation = self.conversation(conversation_id)
+        if conversation is None:
+            raise LookupError(f"no conversation {conversation_id}")
+        return conversation
+
+
+_ROLE_HEADINGS = {"user": "You", "assistant": "Assistant", "system": "System"}
+
+
+def to_markdown(conversation: Conversation) -> str:
+    parts = [f"# {conversation.title}\n"]
+    if conversation.model:
+        parts.append(f"Model: `{conversation.model}`\n")
+    if conversation.system_prompt:
+        parts.append(f"## System\n\n{conversation.system_prompt}\n")
+    for message in conversation.messages:
+        parts.append(f"## {_ROLE_HEADINGS.get(message.role, message.role)}\n")
+        if message.reasoning:
+            quoted = "\n".join(f"> {line}" if line else ">" for line in message.reasoning.splitlines())
+            parts.append(f"> **Reasoning**\n>\n{quoted}\n")
+        parts.append(f"{message.content}\n")
+        if message.state is not MessageState.COMPLETE:
+            parts.append(f"*({message.state.value}{': ' + message.error if message.error else ''})*\n")
+    return "\n".join(parts)
+
+
+def to_json(conversation: Conversation) -> dict[str, Any]:
+    return {
+        "id": conversation.id,
+        "title": conversation.title,
+        "model": conversation.model,
+        "system_prompt": conversation.system_prompt,
+        "created_at": conversation.created_at,
+        "updated_at": conversation.updated_at,
+        "messages": [
+            {
+                "role": m.role,
+                "content": m.content,
+                "reasoning": m.reasoning,
+                "state": m.state.value,
+                "telemetry": m.telemetry,
+                "error": m.error,
+                "created_at": m.created_at,
+            }
+            for m in conversation.messages
+        ],
+    }

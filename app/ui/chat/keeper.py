@@ -1,0 +1,132 @@
+"""Keeps the chat pane and the conversation list in step with the history store.
+
+It is the one place the chat UI touches ``History``; it is not a widget. Each call is a short SQLite
+write on the UI thread (WAL mode: well under a millisecond). A reply in flight is written when it starts,
+then at most every ``SAVE_INTERVAL_MS`` while it streams, then once more when it ends, so a crash loses
+at most that much of the reply and nothing before it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from PySide6.QtCore import QObject, QTimer, Signal
+
+from app.core.chat import ChatMessage, MessageState, title_from
+from app.store.history import DEFAULT_TITLE, History
+from app.ui.chat.pane import ChatPane
+from app.ui.chat.sidebar import ConversationList
+
+SAVE_INTERVAL_MS = 250
+
+
+class HistoryKeeper(QObject):
+    error = Signal(str)  # something the user should be told (an export that failed)
+
+    def __init__(self, history: History, pane: ChatPane, sidebar: ConversationList) -> None:
+        super().__init__(pane)
+        self.history, self.pane, self.sidebar = history, pane, sidebar
+        self._reply_id: int | None = None
+        self._saved: tuple[str, str] = ("", "")
+        self._query = ""
+        self._saver = QTimer(self)
+        self._saver.setInterval(SAVE_INTERVAL_MS)
+        self._saver.timeout.connect(self._save_reply)
+        pane.send_requested.connect(self._sent)
+        pane.reply_finished.connect(self._finished)
+        pane.conversation_changed.connect(self._shown)
+        sidebar.conversation_selected.connect(self.open)
+        sidebar.new_chat_requested.connect(pane.new_conversation)
+        sidebar.search_changed.connect(self._search)
+        sidebar.rename_requested.connect(self._rename)
+        sidebar.delete_requested.connect(self._delete)
+        sidebar.export_requested.connect(self._export)
+        self.refresh()
+
+    def refresh(self) -> None:
+        found = self.history.search(self._query) if self._query.strip() else self.history.list_conversations()
+        self.sidebar.set_conversations(found, self.pane.conversation_id)
+
+    def open(self, conversation_id: str) -> None:
+        if conversation_id == self.pane.conversation_id:
+            return
+        conversation = self.history.conversation(conversation_id)
+        if conversation is None:
+            self.refresh()
+            return
+        messages = [
+            ChatMessage(m.role, m.content, m.reasoning, m.state, m.telemetry, m.error)
+            for m in conversation.messages
+        ]
+        self.pane.show_conversation(conversation.id, conversation.title, conversation.system_prompt, messages)
+
+    def _sent(self, conversation_id: str, _messages: list[dict[str, str]], _params: dict[str, Any]) -> None:
+        shown = self.pane.messages()
+        before, system = shown[:-1], self.pane.system_prompt.toPlainText().strip()
+        if not self.history.exists(conversation_id):
+            first = next((m.content for m in before if m.role == "user"), "")
+            title = title_from(first) if first else DEFAULT_TITLE
+            self.history.create_conversation(conversation_id, title, system)
+            self.pane.set_title(title)
+        else:
+            self.history.set_system_prompt(conversation_id, system)
+        self.history.sync_messages(conversation_id, [(m.role, m.content) for m in before])
+        self._reply_id = self.history.append_message(
+            conversation_id, "assistant", state=MessageState.STREAMING
+        )
+        self._saved = ("", "")
+        self._saver.start()
+        self.refresh()
+
+    def _save_reply(self) -> None:
+        snapshot = self.pane.reply_snapshot()
+        if self._reply_id is None or snapshot is None or snapshot == self._saved:
+            return
+        self.history.update_message(self._reply_id, *snapshot)
+        self._saved = snapshot
+
+    def _finished(self, _conversation_id: str, message: ChatMessage) -> None:
+        self._saver.stop()
+        if self._reply_id is None:
+            return
+        self.history.update_message(
+            self._reply_id,
+            message.content,
+            message.reasoning,
+            message.state,
+            message.telemetry,
+            message.error,
+        )
+        self._reply_id = None
+        self.refresh()
+
+    def _shown(self, _conversation_id: str) -> None:
+        self.refresh()
+
+    def _search(self, query: str) -> None:
+        self._query = query
+        self.refresh()
+
+    def _rename(self, conversation_id: str, title: str) -> None:
+        self.history.rename(conversation_id, title)
+        if conversation_id == self.pane.conversation_id:
+            self.pane.set_title(title)
+        self.refresh()
+
+    def _delete(self, conversation_id: str) -> None:
+        self.history.delete(conversation_id)
+        if conversation_id == self.pane.conversation_id:
+            self.pane.new_conversation()
+        self.refresh()
+
+    def _export(self, conversation_id: str, fmt: str, path: str) -> None:
+        try:
+            if fmt == "json":
+                self.history.export_json(conversation_id, Path(path))
+            else:
+                self.history.export_markdown(conversation_id, Path(path))
+        except OSError as err:
+            self.error.emit(
+                f"Could not export the conversation to {path}: {err.strerror}. Choose another folder."
+            )

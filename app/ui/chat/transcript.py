@@ -1,0 +1,268 @@
+"""The conversation as a scrolling column of messages."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from PySide6.QtCore import QEvent, QObject, QSize, Qt, Signal
+from PySide6.QtGui import QGuiApplication, QPalette
+from PySide6.QtWidgets import (
+    QFrame,
+    QHBoxLayout,
+    QLabel,
+    QLayout,
+    QScrollArea,
+    QSizePolicy,
+    QToolButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.core.chat import ChatMessage, MessageState, format_telemetry
+from app.ui.chat.markdown_view import MarkdownView, current_theme
+
+_ROLE_NAMES = {"user": "You", "assistant": "Assistant"}
+_STATE_NOTES = {
+    MessageState.STREAMING: "Interrupted: the app closed while this reply was arriving.",
+    MessageState.STOPPED: "Stopped.",
+}
+
+
+def _action_button(text: str, tip: str, parent: QWidget) -> QToolButton:
+    button = QToolButton(parent)
+    button.setText(text)
+    button.setToolTip(tip)
+    button.setAutoRaise(True)
+    button.setCursor(Qt.CursorShape.PointingHandCursor)
+    return button
+
+
+class MessageView(QFrame):
+    """One message: who said it, its reasoning (collapsible), its text, and what can be done with it."""
+
+    edit_clicked = Signal(QObject)  # this view
+    regenerate_clicked = Signal()
+
+    def __init__(self, message: ChatMessage, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.message = message
+        self.setObjectName("userMessage" if message.role == "user" else "assistantMessage")
+        theme = current_theme()
+        if message.role == "user":
+            bubble = QGuiApplication.palette().color(QPalette.ColorRole.AlternateBase).name()
+            self.setStyleSheet(f"#userMessage {{ background-color: {bubble}; border-radius: 8px; }}")
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(12, 8, 12, 8)
+        layout.setSpacing(4)
+
+        header = QHBoxLayout()
+        role = QLabel(_ROLE_NAMES.get(message.role, message.role), self)
+        role.setStyleSheet("font-weight: 600;")
+        header.addWidget(role)
+        header.addStretch(1)
+        self.copy_button = _action_button("Copy", "Copy this message", self)
+        self.copy_button.clicked.connect(self._copy)
+        self.edit_button = _action_button("Edit", "Edit this message and send it again", self)
+        self.edit_button.clicked.connect(self._edit_clicked)
+        self.regenerate_button = _action_button("Regenerate", "Ask for this reply again", self)
+        self.regenerate_button.clicked.connect(self.regenerate_clicked)
+        for button in (self.copy_button, self.edit_button, self.regenerate_button):
+            header.addWidget(button)
+        self.edit_button.setVisible(message.role == "user")
+        self.regenerate_button.hide()
+        layout.addLayout(header)
+
+        self.reasoning_toggle = QToolButton(self)
+        self.reasoning_toggle.setCheckable(True)
+        self.reasoning_toggle.setAutoRaise(True)
+        self.reasoning_toggle.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
+        self.reasoning_toggle.setText("Reasoning")
+        self.reasoning_toggle.setStyleSheet(f"color: {theme.muted};")
+        self.reasoning_toggle.toggled.connect(self._show_reasoning)
+        self.reasoning = MarkdownView(self)
+        muted = self.reasoning.palette()
+        muted.setColor(QPalette.ColorRole.WindowText, muted.color(QPalette.ColorRole.PlaceholderText))
+        self.reasoning.setPalette(muted)
+        self.reasoning.setContentsMargins(14, 0, 0, 4)
+        layout.addWidget(self.reasoning_toggle)
+        layout.addWidget(self.reasoning)
+        self.reasoning_toggle.hide()
+        self.reasoning.hide()
+
+        if message.role == "user":
+            self.body: MarkdownView | QLabel = QLabel(message.content, self)
+            self.body.setTextFormat(Qt.TextFormat.PlainText)
+            self.body.setWordWrap(True)
+            self.body.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+            policy = QSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Minimum)
+            policy.setHeightForWidth(True)
+            self.body.setSizePolicy(policy)
+        else:
+            self.body = MarkdownView(self)
+        layout.addWidget(self.body)
+
+        self.status = QLabel(self)
+        self.status.setStyleSheet(f"color: {theme.muted}; font-size: 11px;")
+        self.status.setWordWrap(True)
+        self.status.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.status.hide()
+        layout.addWidget(self.status)
+
+        if message.role != "user":
+            if message.reasoning:
+                self.append(message.content, message.reasoning)
+                self.reasoning.finish()
+                self.reasoning_toggle.setChecked(False)
+            else:
+                self.append(message.content, "")
+            assert isinstance(self.body, MarkdownView)
+            self.body.finish()
+            self._show_state()
+
+    def append(self, content: str, reasoning: str) -> None:
+        """Queue text for the next ``show_pending``."""
+        if reasoning:
+            if self.reasoning_toggle.isHidden():
+                self.reasoning_toggle.show()
+                self.reasoning_toggle.setChecked(True)
+                self._show_reasoning(True)
+            self.reasoning.append(reasoning)
+        if content and isinstance(self.body, MarkdownView):
+            self.body.append(content)
+
+    def has_pending(self) -> bool:
+        body = isinstance(self.body, MarkdownView) and self.body.has_pending()
+        return body or self.reasoning.has_pending()
+
+    def show_pending(self) -> None:
+        self.reasoning.show_pending()
+        if isinstance(self.body, MarkdownView):
+            self.body.show_pending()
+
+    def snapshot(self) -> tuple[str, str]:
+        """The reply's text and reasoning so far."""
+        body = self.body.text() if isinstance(self.body, MarkdownView) else self.message.content
+        return body, self.reasoning.text()
+
+    def finish(self, state: MessageState, telemetry: dict[str, Any] | None = None, error: str = "") -> None:
+        self.message.content, self.message.reasoning = self.snapshot()
+        self.message.state, self.message.error = state, error
+        if telemetry is not None:
+            self.message.telemetry = telemetry
+        self.reasoning.finish()
+        if isinstance(self.body, MarkdownView):
+            self.body.finish()
+        self._show_state()
+
+    def show_waiting(self) -> None:
+        self.status.setText("Waiting for the model…")
+        self.status.show()
+
+    def clear_status(self) -> None:
+        self.status.hide()
+
+    def set_regenerate_visible(self, visible: bool) -> None:
+        self.regenerate_button.setVisible(visible)
+
+    def _show_state(self) -> None:
+        message = self.message
+        if message.state is MessageState.FAILED:
+            text = f"Failed: {message.error}" if message.error else "Failed."
+        else:
+            text = " ".join(
+                part
+                for part in (_STATE_NOTES.get(message.state, ""), format_telemetry(message.telemetry or {}))
+                if part
+            )
+        self.status.setText(text)
+        self.status.setVisible(bool(text))
+        if message.state is MessageState.FAILED:
+            self.status.setStyleSheet("color: #c0392b; font-size: 11px;")
+
+    def _show_reasoning(self, shown: bool) -> None:
+        self.reasoning.setVisible(shown)
+        arrow = Qt.ArrowType.DownArrow if shown else Qt.ArrowType.RightArrow
+        self.reasoning_toggle.setArrowType(arrow)
+
+    def _edit_clicked(self) -> None:
+        # The view travels in the signal: a lambda holding it would be released while Qt destroys
+        # the view, which crashes PySide.
+        self.edit_clicked.emit(self)
+
+    def _copy(self) -> None:
+        QGuiApplication.clipboard().setText(self.snapshot()[0])
+
+
+class TranscriptView(QScrollArea):
+    """Messages top to bottom; follows the end while the user has not scrolled away from it."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setFrameShape(QFrame.Shape.NoFrame)
+        self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        content = QWidget(self)
+        content.setObjectName("transcript")
+        self._layout = QVBoxLayout(content)
+        self._layout.setContentsMargins(16, 12, 16, 12)
+        self._layout.setSpacing(10)
+        self._layout.setSizeConstraint(QLayout.SizeConstraint.SetNoConstraint)
+        self.placeholder = QLabel("Start a conversation: type a message below and press Enter.", content)
+        self.placeholder.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.placeholder.setStyleSheet(f"color: {current_theme().muted};")
+        self._layout.addWidget(self.placeholder, 1)
+        self._layout.addStretch(0)
+        self.setWidget(content)
+        content.installEventFilter(self)
+        self.viewport().installEventFilter(self)
+        self._views: list[MessageView] = []
+        self._follow = True
+        bar = self.verticalScrollBar()
+        bar.valueChanged.connect(self._user_scrolled)
+        bar.rangeChanged.connect(self._range_changed)
+
+    def views(self) -> list[MessageView]:
+        return list(self._views)
+
+    def add(self, message: ChatMessage) -> MessageView:
+        view = MessageView(message, self.widget())
+        self._layout.insertWidget(self._layout.count() - 1, view)
+        self._views.append(view)
+        self.placeholder.hide()
+        self._follow = True
+        return view
+
+    def remove_from(self, index: int) -> None:
+        """Drop the messages from ``index`` on."""
+        for view in self._views[index:]:
+            self._layout.removeWidget(view)
+            view.deleteLater()
+        del self._views[index:]
+        self.placeholder.setVisible(not self._views)
+
+    def clear(self) -> None:
+        self.remove_from(0)
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:
+        if event.type() in (QEvent.Type.LayoutRequest, QEvent.Type.Resize) and watched in (
+            self.widget(),
+            self.viewport(),
+        ):
+            self._fit()
+        return super().eventFilter(watched, event)
+
+    def _fit(self) -> None:
+        """The content is exactly as tall as its messages at the viewport's width (QScrollArea's own
+        resizing takes the messages' minimum sizes, which leaves blank space under the last one)."""
+        content, width = self.widget(), self.viewport().width()
+        if content is None:
+            return
+        height = max(content.heightForWidth(width), self.viewport().height())
+        if content.size() != QSize(width, height):
+            content.resize(width, height)
+
+    def _user_scrolled(self, value: int) -> None:
+        self._follow = value >= self.verticalScrollBar().maximum() - 8
+
+    def _range_changed(self, _minimum: int, maximum: int) -> None:
+        if self._follow:
+            self.verticalScrollBar().setValue(maximum)

@@ -1,0 +1,90 @@
+"""The tray icon: Open, Load ▸, Unload ▸, Quit, and notifications. Driven by data, it emits intents."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QObject, Signal
+from PySide6.QtGui import QAction, QIcon
+from PySide6.QtWidgets import QMenu, QSystemTrayIcon
+
+NOTIFY_MS = 6000
+
+
+class Tray(QObject):
+    open_requested = Signal()
+    load_requested = Signal(str)
+    unload_requested = Signal(str)
+    unload_all_requested = Signal()
+    quit_requested = Signal()
+    notified = Signal(str, str)  # title, message: also shown in the window, where a tray may be missing
+
+    def __init__(self, icon: QIcon, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self.menu = QMenu()
+        self.open_action = self.menu.addAction("Open Lemon Desk")
+        self.open_action.triggered.connect(self.open_requested)
+        self.load_menu = self.menu.addMenu("Load")
+        self.unload_menu = self.menu.addMenu("Unload")
+        self.menu.addSeparator()
+        self.quit_action = self.menu.addAction("Quit")
+        self.quit_action.triggered.connect(self.quit_requested)
+        self.icon = QSystemTrayIcon(icon, self)
+        self.icon.setToolTip("Lemon Desk")
+        self.icon.setContextMenu(self.menu)
+        self.icon.activated.connect(self._activated)
+        self._models: list[str] = []
+        self._loaded: set[str] = set()
+        self.set_models([], set())
+
+    @staticmethod
+    def available() -> bool:
+        return QSystemTrayIcon.isSystemTrayAvailable()
+
+    def show(self) -> None:
+        if self.available():
+            self.icon.show()
+
+    def hide(self) -> None:
+        self.icon.hide()
+
+    def set_models(self, names: list[str], loaded: set[str]) -> None:
+        """The models that can be loaded (downloaded ones) and those loaded now (checked)."""
+        self._models, self._loaded = list(names), set(loaded)
+        self.load_menu.clear()
+        for name in names:
+            action = self.load_menu.addAction(name)
+            action.setCheckable(True)
+            action.setChecked(name in loaded)
+            action.triggered.connect(lambda _checked=False, n=name: self._load(n))
+        if not names:
+            self.load_menu.addAction("No downloaded models").setEnabled(False)
+        self.unload_menu.clear()
+        for name in sorted(loaded):
+            action = self.unload_menu.addAction(name)
+            action.triggered.connect(lambda _checked=False, n=name: self.unload_requested.emit(n))
+        if loaded:
+            self.unload_menu.addSeparator()
+        self.unload_all_action: QAction = self.unload_menu.addAction("Unload all")
+        self.unload_all_action.setEnabled(bool(loaded))
+        self.unload_all_action.triggered.connect(self.unload_all_requested)
+
+    def load_actions(self) -> dict[str, QAction]:
+        return {a.text(): a for a in self.load_menu.actions() if a.isCheckable()}
+
+    def unload_actions(self) -> dict[str, QAction]:
+        return {a.text(): a for a in self.unload_menu.actions() if not a.isSeparator()}
+
+    def notify(self, title: str, message: str, error: bool = False) -> None:
+        if self.icon.isVisible():
+            kind = QSystemTrayIcon.MessageIcon.Critical if error else QSystemTrayIcon.MessageIcon.Information
+            self.icon.showMessage(title, message, kind, NOTIFY_MS)
+        self.notified.emit(title, message)
+
+    def _load(self, name: str) -> None:
+        # The check mark shows what is loaded, not what was clicked: the caller's set_models moves it.
+        self.load_actions()[name].setChecked(name in self._loaded)
+        if name not in self._loaded:
+            self.load_requested.emit(name)
+
+    def _activated(self, reason: QSystemTrayIcon.ActivationReason) -> None:
+        if reason == QSystemTrayIcon.ActivationReason.Trigger:
+            self.open_requested.emit()

@@ -1,0 +1,190 @@
+"""The chat history store: real SQLite files under the test's LEMON_DESK_HOME."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from app.core.chat import MessageState
+from app.store.history import DEFAULT_TITLE, SCHEMA_VERSION, History, history_path
+
+
+@pytest.fixture
+def history() -> History:
+    store = History()
+    yield store
+    store.close()
+
+
+def test_database_lives_under_home_in_wal_mode_with_a_schema_version(lemon_home: Path) -> None:
+    store = History()
+    store.close()
+    assert history_path() == lemon_home / "history.sqlite3"
+    db = sqlite3.connect(history_path())
+    assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+    db.close()
+
+
+def test_create_list_newest_first_rename_delete(history: History) -> None:
+    history.create_conversation("a", "First")
+    history.create_conversation("b", "Second")
+    history.append_message("a", "user", "bump a")  # a is now the most recently changed
+    assert [c.id for c in history.list_conversations()] == ["a", "b"]
+    history.rename("b", "Renamed")
+    listed = {c.id: c.title for c in history.list_conversations()}
+    assert listed == {"a": "First", "b": "Renamed"}
+    assert history.list_conversations()[0].id == "b"
+    history.delete("a")
+    assert [c.id for c in history.list_conversations()] == ["b"]
+    assert history.conversation("a") is None
+    # Deleting a conversation deletes its messages.
+    assert history._db.execute("SELECT COUNT(*) FROM messages").fetchone()[0] == 0
+
+
+def test_messages_stream_telemetry_and_states(history: History) -> None:
+    history.create_conversation("c", system_prompt="Be brief.", model="smollm2")
+    history.append_message("c", "user", "Hello")
+    reply = history.append_message("c", "assistant", state=MessageState.STREAMING)
+    history.update_message(reply, "Hi", "thinking")
+    history.update_message(reply, "Hi there", "thinking more", MessageState.COMPLETE, {"ttft_s": 0.12})
+    conv = history.conversation("c")
+    assert conv is not None
+    assert conv.system_prompt == "Be brief." and conv.model == "smollm2" and conv.title == DEFAULT_TITLE
+    assert [(m.role, m.content, m.reasoning, m.state) for m in conv.messages] == [
+        ("user", "Hello", "", MessageState.COMPLETE),
+        ("assistant", "Hi there", "thinking more", MessageState.COMPLETE),
+    ]
+    assert conv.messages[1].telemetry == {"ttft_s": 0.12}
+
+
+def test_sync_messages_keeps_the_common_prefix_and_replaces_the_rest(history: History) -> None:
+    history.create_conversation("c")
+    for role, text in [("user", "one"), ("assistant", "1"), ("user", "two"), ("assistant", "2")]:
+        history.append_message("c", role, text)
+    first_ids = [m.id for m in history.conversation("c").messages]  # type: ignore[union-attr]
+    # Regenerate: the last reply goes.
+    history.sync_messages("c", [("user", "one"), ("assistant", "1"), ("user", "two")])
+    conv = history.conversation("c")
+    assert conv is not None
+    assert [m.content for m in conv.messages] == ["one", "1", "two"]
+    assert [m.id for m in conv.messages] == first_ids[:3]
+    # Edit-and-resend of the first message: everything after it goes.
+    history.sync_messages("c", [("user", "ONE")])
+    conv = history.conversation("c")
+    assert conv is not None
+    assert [(m.role, m.content) for m in conv.messages] == [("user", "ONE")]
+
+
+@pytest.mark.parametrize("fts", [True, False], ids=["fts5", "like"])
+def test_search_titles_and_messages(history: History, fts: bool) -> None:
+    history.fts = fts and history.fts
+    history.create_conversation("a", "Rust lifetimes")
+    history.create_conversation("b", "Cooking")
+    history.append_message("b", "user", "How long to boil an egg?")
+    history.append_message("b", "assistant", "About nine minutes for a hard-boiled egg.")
+    history.create_conversation("c", "Other")
+    reply = history.append_message("c", "assistant", "", state=MessageState.STREAMING)
+    history.update_message(reply, "quantum entanglement explained")
+    assert [c.id for c in history.search("lifetimes")] == ["a"]
+    assert [c.id for c in history.search("boil egg")] == ["b"]
+    assert [c.id for c in history.search("hard-boil")] == ["b"]  # prefixes; punctuation is no syntax
+    assert [c.id for c in history.search("quantum")] == ["c"]  # the streamed update was indexed
+    assert history.search("boil rust") == []  # every word must match
+    assert [c.id for c in history.search('"')] == [c.id for c in history.list_conversations()]
+    history.rename("c", "Physics chat")
+    assert [c.id for c in history.search("physics")] == ["c"]
+    history.delete("b")
+    assert history.search("egg") == []
+
+
+def test_export_markdown_and_json(history: History, tmp_path: Path) -> None:
+    history.create_conversation("c", "Greetings", system_prompt="Be kind.", model="m")
+    history.append_message("c", "user", "Hi")
+    reply = history.append_message("c", "assistant", state=MessageState.STREAMING)
+    history.update_message(reply, "```py\nprint(1)\n```", "why\nnot", MessageState.STOPPED, {"decode_tps": 9})
+    history.export_markdown("c", tmp_path / "out.md")
+    history.export_json("c", tmp_path / "out.json")
+    markdown = (tmp_path / "out.md").read_text()
+    assert markdown == (
+        "# Greetings\n\nModel: `m`\n\n## System\n\nBe kind.\n\n## You\n\nHi\n\n## Assistant\n\n"
+        "> **Reasoning**\n>\n> why\n> not\n\n```py\nprint(1)\n```\n\n*(stopped)*\n"
+    )
+    data = json.loads((tmp_path / "out.json").read_text())
+    assert data["title"] == "Greetings" and data["system_prompt"] == "Be kind."
+    assert [m["role"] for m in data["messages"]] == ["user", "assistant"]
+    assert data["messages"][1]["telemetry"] == {"decode_tps": 9}
+    assert data["messages"][1]["state"] == "stopped"
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("out")) == ["out.json", "out.md"]
+
+
+def test_a_corrupt_file_is_set_aside_and_a_new_history_starts(lemon_home: Path) -> None:
+    lemon_home.mkdir(parents=True, exist_ok=True)
+    history_path().write_bytes(b"this is not a database" * 100)
+    store = History()
+    try:
+        assert "unreadable" in store.warning
+        assert store.list_conversations() == []
+        store.create_conversation("x")
+        assert [c.id for c in store.list_conversations()] == ["x"]
+    finally:
+        store.close()
+    kept = list(lemon_home.glob("history.sqlite3.corrupt-*"))
+    assert len(kept) == 1 and kept[0].read_bytes().startswith(b"this is not a database")
+
+
+def test_a_crash_mid_stream_keeps_the_partial_reply_and_everything_before(lemon_home: Path) -> None:
+    """A real child process writes a streaming reply and is killed with SIGKILL mid-stream."""
+    child = textwrap.dedent(
+        """
+        import itertools, sys
+        from app.store.history import History, MessageState
+        store = History()
+        store.create_conversation("c", "Crash test")
+        store.append_message("c", "user", "Tell me a long story")
+        reply = store.append_message("c", "assistant", state=MessageState.STREAMING)
+        text = ""
+        for n in itertools.count():
+            text += f"word{n} "
+            store.update_message(reply, text, "planning")
+            print(n, flush=True)
+        """
+    )
+    with subprocess.Popen([sys.executable, "-c", child], stdout=subprocess.PIPE, text=True) as proc:
+        assert proc.stdout is not None
+        last = -1
+        while last < 50:
+            last = int(proc.stdout.readline())
+        proc.kill()
+    store = History()
+    try:
+        conv = store.conversation("c")
+        assert conv is not None and conv.title == "Crash test"
+        user, reply = conv.messages
+        assert (user.role, user.content) == ("user", "Tell me a long story")
+        assert reply.state is MessageState.STREAMING  # shown as interrupted
+        assert reply.reasoning == "planning"
+        words = reply.content.split()
+        assert len(words) > last  # every update the child reported is there
+        assert words == [f"word{n}" for n in range(len(words))]
+    finally:
+        store.close()
+
+
+def test_a_newer_schema_is_refused_not_overwritten(lemon_home: Path) -> None:
+    History().close()
+    db = sqlite3.connect(history_path())
+    db.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
+    db.close()
+    store = History()
+    try:
+        assert "newer" in store.warning
+    finally:
+        store.close()
+    assert list(lemon_home.glob("history.sqlite3.corrupt-*"))
