@@ -40,18 +40,6 @@ async def install(spec: BackendSpec, on_update: Callable[[InstallUpdate], None])
         return await install_backend(spec, status, client, on_update)
 
 
-def lemon_desk(*args: str, home: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """The ``lemon-desk`` command in a child process, as a user runs it."""
-    return subprocess.run(
-        [sys.executable, "-m", "app", *args],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "LEMON_DESK_HOME": str(home), **(env or {})},
-        timeout=600,
-        check=False,
-    )
-
-
 def _on_a_terminal(argv: list[str], env: dict[str, str]) -> tuple[int, str, str]:
     """Run with stderr on a pseudo-terminal (so progress is drawn live); returns code, stdout, terminal."""
     master, slave = pty.openpty()

@@ -34,7 +34,8 @@ from app.store.installs import install_dir
 from app.supervisor.engine import Engine, EngineState
 from app.supervisor.installer import install_backend, installed_binary
 from tests.conftest import profile_path
-from tests.integration.mlx.conftest import Installed, lemon_desk
+from tests.integration.conftest import lemon_desk
+from tests.integration.mlx.conftest import Installed
 from tests.support.fileserver import Served, serve
 from tests.support.lemon_mlx_release import lay_out_hf_cache, read_calls, release_zip
 
@@ -107,7 +108,7 @@ def test_mlx_lm_backend_serves_a_real_mlx_model(
 
 
 @pytest.fixture
-def mirror(test_mlx_python: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+def lemon_mlx_mirror(test_mlx_python: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     """A loopback stand-in for GitHub releases holding the lemon-mlx cpu asset (its server a STAND-IN)."""
     spec = load_backend_versions().spec("lemon-mlx", "cpu")
     asset = spec.asset_name("linux-x86_64")
@@ -144,11 +145,11 @@ def standin_request(binary: Path, hub: Path) -> LaunchRequest:
 
 
 def test_lemon_mlx_release_install_launch_chat_and_streamed_completions(
-    mirror: str, tiny_model: Path, tmp_path: Path
+    lemon_mlx_mirror: str, tiny_model: Path, tmp_path: Path
 ) -> None:
     hub = tmp_path / "hf" / "hub"
     lay_out_hf_cache(hub, REPO, tiny_model)
-    binary = asyncio.run(install_standin(mirror))
+    binary = asyncio.run(install_standin(lemon_mlx_mirror))
     folder = install_dir("lemon-mlx", "cpu")
     assert (folder / "libopenblas.so.0").exists()
     engine = Engine("qwen3-0.6b-mlx", standin_request(binary, hub), cpu_x86(), log_path=tmp_path / "e.log")
@@ -191,11 +192,11 @@ def test_lemon_mlx_release_install_launch_chat_and_streamed_completions(
 
 
 def test_a_taken_port_is_a_failed_start_although_the_engine_exits_0(
-    mirror: str, tiny_model: Path, tmp_path: Path
+    lemon_mlx_mirror: str, tiny_model: Path, tmp_path: Path
 ) -> None:
     hub = tmp_path / "hf" / "hub"
     lay_out_hf_cache(hub, REPO, tiny_model)
-    binary = asyncio.run(install_standin(mirror))
+    binary = asyncio.run(install_standin(lemon_mlx_mirror))
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
@@ -220,18 +221,10 @@ def _engine_processes(marker: str) -> list[psutil.Process]:
 
 
 def test_lemon_desk_run_streams_a_reply_with_telemetry_on_the_mlx_lm_backend(
-    installed_once: Installed, tiny_model: Path
+    installed_once: Installed, tiny_model: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    result = lemon_desk(
-        "run",
-        str(tiny_model),
-        "--backend",
-        "lemon-mlx:mlx-lm",
-        "--prompt",
-        "hi",
-        "--json",
-        home=installed_once.home,
-    )
+    monkeypatch.setenv("LEMON_DESK_HOME", str(installed_once.home))
+    result = lemon_desk("run", str(tiny_model), "--backend", "lemon-mlx:mlx-lm", "--prompt", "hi", "--json")
     assert result.returncode == 0, result.stderr
     out = json.loads(result.stdout)
     assert out["model"] == tiny_model.name and out["backend"] == "lemon-mlx:mlx-lm"
@@ -242,23 +235,27 @@ def test_lemon_desk_run_streams_a_reply_with_telemetry_on_the_mlx_lm_backend(
 
 
 def test_lemon_desk_installs_and_runs_the_lemon_mlx_release_from_a_mirror(
-    mirror: str, tiny_model: Path, tmp_path: Path
+    lemon_mlx_mirror: str,
+    tiny_model: Path,
+    tmp_path: Path,
+    lemon_home: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    home, hf = tmp_path / "home", tmp_path / "hf"
+    hf = tmp_path / "hf"
     lay_out_hf_cache(hf / "hub", REPO, tiny_model)
-    env = {"HF_HOME": str(hf), "LEMON_DESK_MOCK_HARDWARE": str(profile_path("cpu_only_x86"))}
+    monkeypatch.setenv("HF_HOME", str(hf))
+    monkeypatch.delenv("HF_HUB_CACHE", raising=False)
+    monkeypatch.setenv("LEMON_DESK_MOCK_HARDWARE", str(profile_path("cpu_only_x86")))
 
-    installed = lemon_desk("backends", "install", "lemon-mlx:cpu", "--json", home=home, env=env)
+    installed = lemon_desk("backends", "install", "lemon-mlx:cpu", "--json")
     assert installed.returncode == 0, installed.stderr
     assert json.loads(installed.stdout)["version"] == load_backend_versions().spec("lemon-mlx", "cpu").version
 
-    result = lemon_desk(
-        "run", "Qwen3-0.6B-MLX", "--backend", "lemon-mlx:cpu", "--prompt", "hi", home=home, env=env
-    )
+    result = lemon_desk("run", "Qwen3-0.6B-MLX", "--backend", "lemon-mlx:cpu", "--prompt", "hi")
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip()  # the reply, streamed to stdout
 
-    folder = home / "engines" / "lemon-mlx" / "cpu"
+    folder = lemon_home / "engines" / "lemon-mlx" / "cpu"
     [call] = read_calls(folder)
     assert call["model"] == REPO
     env_seen = call["env"]
@@ -266,7 +263,7 @@ def test_lemon_desk_installs_and_runs_the_lemon_mlx_release_from_a_mirror(
     assert env_seen["LD_LIBRARY_PATH"].split(":")[0] == str(folder)
     assert env_seen["HF_HOME"] == str(hf)
     # The telemetry line shows the engine's own [TPS] figures.
-    log = (home / "logs" / "engine-Qwen3-0.6B-MLX.log").read_text()
+    log = (lemon_home / "logs" / "engine-Qwen3-0.6B-MLX.log").read_text()
     [generation] = [line for line in log.splitlines() if line.startswith("[TPS] Generation:")]
     tokens, tps = generation.split()[2], float(generation.split()[4])
     assert f"reply {tokens} tokens at {tps:.1f} tok/s" in result.stderr
@@ -274,11 +271,11 @@ def test_lemon_desk_installs_and_runs_the_lemon_mlx_release_from_a_mirror(
 
 
 def test_an_engine_that_ignores_sigterm_is_killed_after_the_grace_period(
-    mirror: str, tiny_model: Path, tmp_path: Path
+    lemon_mlx_mirror: str, tiny_model: Path, tmp_path: Path
 ) -> None:
     hub = tmp_path / "hf" / "hub"
     lay_out_hf_cache(hub, REPO, tiny_model)
-    binary = asyncio.run(install_standin(mirror))
+    binary = asyncio.run(install_standin(lemon_mlx_mirror))
     (binary.parent / "ignore-sigterm").write_text("")
     log = tmp_path / "e.log"
     engine = Engine("stubborn", standin_request(binary, hub), cpu_x86(), stop_grace_s=0.5, log_path=log)
