@@ -144,3 +144,13 @@ def test_a_catalog_mlx_model_not_yet_downloaded_is_refused_with_what_to_do(
     err = capsys.readouterr().err
     assert f"Qwen3-0.6B-MLX ({REPO}) is not downloaded to {hf_home / 'hub'}" in err
     assert "lemon-desk pull Qwen3-0.6B-MLX" in err
+
+
+def test_both_catalog_mlx_models_load_through_lemon_mlx(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("LEMON_DESK_MOCK_HARDWARE", str(profile_path("apple_silicon")))
+    for name, repo in (("Qwen3-0.6B-MLX", REPO), ("Qwen3-4B-MLX", "mlx-community/Qwen3-4B-4bit")):
+        assert main(["run", name, "--dry-run", "--json"]) == 0
+        command = json.loads(capsys.readouterr().out)["command"]
+        assert command[0] == str(engines_dir() / "lemon-mlx" / "metal" / "server") and command[1] == repo
