@@ -82,7 +82,11 @@ class _Stream:
         self.finish: str | None = None
         self.timings: dict[str, Any] | None = None
         self.usage: dict[str, Any] | None = None
-        self.done = False
+        self.done = False  # [DONE] or an error arrived: the rest of the body is read and ignored
+        self.failure: RequestError | None = None
+
+    def _fail(self, error: RequestError) -> None:
+        self.failure, self.done = error, True
 
     def consume(self, events: list[SSEEvent]) -> Iterator[ChatDelta]:
         for event in events:
@@ -92,11 +96,13 @@ class _Stream:
             try:
                 payload = json.loads(event.data)
             except ValueError:
-                raise RequestError(f"The engine sent an unreadable event: {event.data[:200]!r}") from None
+                self._fail(RequestError(f"The engine sent an unreadable event: {event.data[:200]!r}"))
+                return
             if not isinstance(payload, dict):
                 continue
             if "error" in payload:
-                raise RequestError(f"The engine reported an error: {_error_text(payload)}")
+                self._fail(RequestError(f"The engine reported an error: {_error_text(payload)}"))
+                return
             for choice in payload.get("choices") or ():
                 delta = choice.get("delta") or {}
                 content = delta.get("content") or ""
@@ -182,14 +188,16 @@ class ChatClient:
                     await response.aread()
                     raise _status_error(response)
                 parser = SSEParser()
+                # Read to the end even after [DONE] or an error event (the engine ends the body right
+                # after them): breaking off would leave httpx's generators half-run, to be finalised by
+                # the garbage collector outside the loop (qasync installs no async-generator hooks).
                 async for chunk in response.aiter_bytes():
                     if observer:
                         observer.data_received()
-                    for delta in stream.consume(parser.feed(chunk)):
-                        yield delta
-                    if stream.done:
-                        break
-                else:
+                    if not stream.done:
+                        for delta in stream.consume(parser.feed(chunk)):
+                            yield delta
+                if not stream.done:
                     for delta in stream.consume(parser.close()):
                         yield delta
         except httpx.TransportError as err:
@@ -199,6 +207,8 @@ class ChatClient:
         finally:
             if observer:
                 observer.request_finished()
+        if stream.failure is not None:
+            raise stream.failure
         if not stream.done and stream.finish is None:
             raise await self._broken(RequestError("The engine ended the reply before finishing it."))
         for delta in stream.flush():

@@ -45,11 +45,12 @@ PROMPTS = [
 class Timing:
     ttft_s: float
     decode_tps: float
+    cpu_per_token_s: float  # this process's CPU time for the request, per token: the client's own cost
 
 
-def timing(sent: float, first: float | None, last: float, tokens: int) -> Timing:
+def timing(sent: float, first: float | None, last: float, tokens: int, cpu_s: float) -> Timing:
     assert first is not None and tokens > 1, "the reply had no tokens"
-    return Timing(first - sent, (tokens - 1) / (last - first))
+    return Timing(first - sent, (tokens - 1) / (last - first), cpu_s / tokens)
 
 
 def params(tokens: int) -> dict[str, object]:
@@ -67,13 +68,14 @@ async def through_app(engine: Engine, prompt: str, tokens: int) -> Timing:
         first: float | None = None
         last = 0.0
         count = 0
+        cpu = time.process_time()
         sent = time.perf_counter()
         async for event in client.stream_chat([{"role": "user", "content": prompt}], **params(tokens)):
             if isinstance(event, ChatDelta) and event.content:
                 last = time.perf_counter()
                 first = first or last
                 count += 1
-    return timing(sent, first, last, count)
+    return timing(sent, first, last, count, time.process_time() - cpu)
 
 
 async def direct(engine: Engine, prompt: str, tokens: int) -> Timing:
@@ -88,6 +90,7 @@ async def direct(engine: Engine, prompt: str, tokens: int) -> Timing:
         first: float | None = None
         last = 0.0
         count = 0
+        cpu = time.process_time()
         sent = time.perf_counter()
         async with client.stream("POST", "/v1/chat/completions", json=payload, timeout=None) as response:
             async for line in response.aiter_lines():
@@ -98,7 +101,7 @@ async def direct(engine: Engine, prompt: str, tokens: int) -> Timing:
                     last = time.perf_counter()
                     first = first or last
                     count += 1
-    return timing(sent, first, last, count)
+    return timing(sent, first, last, count, time.process_time() - cpu)
 
 
 async def bench(rounds: int, tokens: int) -> None:
@@ -123,7 +126,7 @@ async def bench(rounds: int, tokens: int) -> None:
         await engine.stop()
 
     def median(values: list[Timing], field: str) -> float:
-        return statistics.median(getattr(t, field) for t in values)
+        return float(statistics.median(getattr(t, field) for t in values))
 
     # Paired figures: each round's two runs ran back to back, so load on the machine hits both alike.
     pair_ratio = statistics.median(a.decode_tps / r.decode_tps for a, r in zip(app, raw, strict=True))
@@ -138,6 +141,10 @@ async def bench(rounds: int, tokens: int) -> None:
     print(
         f"TTFT (median): app {median(app, 'ttft_s') * 1000:.2f} ms"
         f"  direct {median(raw, 'ttft_s') * 1000:.2f} ms  paired difference {pair_ttft * 1000:+.2f} ms"
+    )
+    print(
+        f"client CPU per token (median): app {median(app, 'cpu_per_token_s') * 1e6:.1f} us"
+        f"  direct {median(raw, 'cpu_per_token_s') * 1e6:.1f} us"
     )
     print(
         f"targets: decode ratio >= 0.99: {'met' if pair_ratio >= 0.99 else 'NOT met'}; "
