@@ -1,15 +1,31 @@
 """Per-engine request adaptation: the one seam where engines that differ from OpenAI's API are bent into it.
 
-An adapter may rewrite the request body (e.g. rename fields an engine does not know) and may re-split the
-streamed deltas (e.g. move ``<think>`` text into ``reasoning``). llama.cpp needs neither.
+An adapter says which requests its engine cannot answer (``check``), may rewrite the request body
+(``adapt_body``), and may re-split the streamed deltas (``splitter``). llama.cpp needs none of it.
+lemon-mlx (and mlx-lm serving the same recipe) ignores ``max_completion_tokens``, rejects a bare-string
+``stop`` and content given as parts, does not stream ``/v1/completions``, has no Responses or
+embeddings route, and puts its reasoning inside ``content`` as ``<think>...</think>``.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
+from enum import Enum
 from typing import Any, Protocol
 
 from app.client.events import ChatDelta
+from app.core.errors import RequestError, UnsupportedRequestError
+from app.core.reasoning import ThinkSplitter
+
+IMAGE_PARTS = frozenset({"image_url", "input_image", "image"})
+
+
+class Route(Enum):
+    CHAT = "/v1/chat/completions"  # chat completions
+    COMPLETIONS = "/v1/completions"  # plain text completions
+    RESPONSES = "/v1/responses"  # OpenAI's Responses API
+    EMBEDDINGS = "/v1/embeddings"  # embeddings
 
 
 class DeltaSplitter(Protocol):
@@ -23,7 +39,11 @@ class DeltaSplitter(Protocol):
 
 
 class EngineAdapter(Protocol):
-    def adapt_body(self, body: dict[str, Any]) -> dict[str, Any]:
+    def check(self, route: Route, stream: bool) -> None:
+        """Raise UnsupportedRequestError when the engine cannot answer such a request."""
+        ...
+
+    def adapt_body(self, body: dict[str, Any], route: Route = Route.CHAT) -> dict[str, Any]:
         """The request body as this engine wants it (may modify and return ``body``)."""
         ...
 
@@ -35,16 +55,121 @@ class EngineAdapter(Protocol):
 class LlamaCppAdapter:
     """llama-server speaks OpenAI's API and streams ``reasoning_content`` itself: nothing to adapt."""
 
-    def adapt_body(self, body: dict[str, Any]) -> dict[str, Any]:
+    def check(self, route: Route, stream: bool) -> None:
+        return None
+
+    def adapt_body(self, body: dict[str, Any], route: Route = Route.CHAT) -> dict[str, Any]:
         return body
 
     def splitter(self) -> DeltaSplitter | None:
         return None
 
 
-ADAPTERS: dict[str, EngineAdapter] = {"llamacpp": LlamaCppAdapter()}
+class ThinkDeltaSplitter:
+    """Moves ``<think>...</think>`` out of ``content`` into ``reasoning``, across chunk boundaries."""
+
+    def __init__(self) -> None:
+        self._think = ThinkSplitter()
+
+    def feed(self, delta: ChatDelta) -> Iterable[ChatDelta]:
+        split = self._think.feed(delta.content)
+        reasoning = delta.reasoning + split.reasoning
+        return [ChatDelta(split.content, reasoning)] if split.content or reasoning else []
+
+    def flush(self) -> Iterable[ChatDelta]:
+        split = self._think.finish()
+        return [ChatDelta(split.content, split.reasoning)] if split else []
+
+
+def _text_of(content: Any, where: str) -> str:
+    """Message content as one string: text parts joined, images refused."""
+    if isinstance(content, str) or content is None:
+        return content or ""
+    if not isinstance(content, list):
+        raise RequestError(f"{where}: content must be a string or a list of parts.")
+    texts = []
+    for part in content:
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind == "text":
+            texts.append(str(part.get("text", "")))
+        elif kind in IMAGE_PARTS:
+            raise UnsupportedRequestError(
+                f"{where} holds an image, and MLX models here read text only.",
+                "Remove the image, or use a vision model with llama.cpp.",
+            )
+        else:
+            raise UnsupportedRequestError(
+                f"{where} holds a part of type {kind!r}; only text parts can be sent to this engine."
+            )
+    return "\n".join(texts)
+
+
+class LemonMlxAdapter:
+    engine = "lemon-mlx"
+    unsupported = frozenset({Route.RESPONSES, Route.EMBEDDINGS})
+    no_streaming = frozenset({Route.COMPLETIONS})
+
+    def check(self, route: Route, stream: bool) -> None:
+        if route in self.unsupported:
+            raise UnsupportedRequestError(
+                f"{self.engine} has no {route.value} endpoint.",
+                "Use /v1/chat/completions, or load a model that runs on llama.cpp.",
+            )
+        if stream and route in self.no_streaming:
+            raise UnsupportedRequestError(
+                f"{self.engine} cannot stream {route.value}.",
+                'Send it with "stream": false, or use /v1/chat/completions, which streams.',
+            )
+
+    def adapt_body(self, body: dict[str, Any], route: Route = Route.CHAT) -> dict[str, Any]:
+        self.check(route, bool(body.get("stream")))
+        out = dict(body)
+        # The engine ignores max_completion_tokens: it becomes max_tokens, and is always removed.
+        if "max_completion_tokens" in out:
+            limit = out.pop("max_completion_tokens")
+            if out.get("max_tokens") is None and limit is not None:
+                out["max_tokens"] = limit
+        stop = out.get("stop")
+        if isinstance(stop, str):
+            out["stop"] = [stop]
+        elif stop is None:
+            out.pop("stop", None)
+        if route is Route.CHAT:
+            out["messages"] = [
+                {**m, "content": _text_of(m.get("content"), f"Message {i + 1}")} if isinstance(m, dict) else m
+                for i, m in enumerate(out.get("messages", []))
+            ]
+        elif route is Route.COMPLETIONS:
+            out["prompt"] = self._one_prompt(out.get("prompt"))
+        return out
+
+    def splitter(self) -> DeltaSplitter | None:
+        return ThinkDeltaSplitter()
+
+    def _one_prompt(self, prompt: Any) -> str:
+        if isinstance(prompt, list) and len(prompt) == 1:
+            prompt = prompt[0]
+        if not isinstance(prompt, str):
+            raise UnsupportedRequestError(
+                f"{self.engine} takes one prompt string per completion request.",
+                "Send the prompts one at a time, as text.",
+            )
+        return prompt
+
+
+ADAPTERS: dict[str, EngineAdapter] = {"llamacpp": LlamaCppAdapter(), "lemon-mlx": LemonMlxAdapter()}
 
 
 def adapter_for(recipe: str) -> EngineAdapter:
     """The adapter of a recipe's engine; engines without one get llama.cpp's (plain OpenAI)."""
     return ADAPTERS.get(recipe) or ADAPTERS["llamacpp"]
+
+
+def sse_error(error: RequestError) -> bytes:
+    """An OpenAI-style SSE error event and the end of the stream, for a request that cannot stream.
+
+    Clients see an error (the ``openai`` package raises it) and the stream ends: no hang, no silent
+    empty reply.
+    """
+    payload = {"error": {"message": str(error), "type": "invalid_request_error", "code": "unsupported"}}
+    return f"data: {json.dumps(payload)}\n\ndata: [DONE]\n\n".encode()

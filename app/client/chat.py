@@ -15,11 +15,11 @@ from typing import Any, Protocol
 
 import httpx
 
-from app.client.adapters import DeltaSplitter, EngineAdapter, LlamaCppAdapter
+from app.client.adapters import DeltaSplitter, EngineAdapter, LlamaCppAdapter, Route, sse_error
 from app.client.events import ChatDelta, ChatDone, ChatEvent, ChatReply
 from app.client.sse import SSEEvent, SSEParser
-from app.core.errors import LemonDeskError, RequestError
-from app.core.telemetry import ClientTimes, telemetry_from
+from app.core.errors import LemonDeskError, RequestError, UnsupportedRequestError
+from app.core.telemetry import ClientTimes, Telemetry, telemetry_from
 
 CONNECT_TIMEOUT_S = 10.0
 CHAT_PATH = "/v1/chat/completions"
@@ -38,6 +38,16 @@ class RequestObserver(Protocol):
 
     async def explain(self, error: RequestError) -> LemonDeskError:
         """A broken request's real cause (e.g. the engine crashed), or ``error`` itself."""
+        ...
+
+
+class TelemetrySource(Protocol):
+    """Numbers an engine reports outside its replies (lemon-mlx's ``[TPS]`` stderr lines)."""
+
+    def request_started(self) -> None: ...
+
+    async def refine(self, telemetry: Telemetry) -> Telemetry:
+        """The reply's telemetry with the engine's own figures in place of the client's estimates."""
         ...
 
 
@@ -125,6 +135,7 @@ class ChatClient:
         *,
         adapter: EngineAdapter | None = None,
         observer: RequestObserver | None = None,
+        telemetry: TelemetrySource | None = None,
         request_timeout_s: float = 300.0,
     ) -> None:
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
@@ -132,6 +143,7 @@ class ChatClient:
         self._http = httpx.AsyncClient(base_url=base_url, headers=headers, trust_env=False)
         self._adapter = adapter or LlamaCppAdapter()
         self._observer = observer
+        self._telemetry = telemetry
         self._request_timeout = httpx.Timeout(request_timeout_s, connect=CONNECT_TIMEOUT_S)
 
     async def aclose(self) -> None:
@@ -165,6 +177,8 @@ class ChatClient:
         observer = self._observer
         if observer:
             observer.request_started()
+        if self._telemetry:
+            self._telemetry.request_started()
         stream.sent = time.perf_counter()
         try:
             async with self._http.stream(
@@ -199,7 +213,32 @@ class ChatClient:
             raise await self._broken(RequestError("The engine ended the reply before finishing it."))
         for delta in stream.flush():
             yield delta
-        yield stream.result(time.perf_counter())
+        done = stream.result(time.perf_counter())
+        if self._telemetry:
+            done = ChatDone(done.finish_reason, await self._telemetry.refine(done.telemetry))
+        yield done
+
+    async def forward_stream(self, route: Route, body: dict[str, Any]) -> AsyncIterator[bytes]:
+        """Send a streamed OpenAI request as it is and yield the engine's SSE bytes, as the local API
+        passes them on. A stream the engine cannot give (lemon-mlx's ``/v1/completions``) is answered
+        here with an SSE error event and the end of the stream: never a hang, never an empty reply.
+        Other requests the engine cannot answer raise UnsupportedRequestError.
+        """
+        try:
+            body = self._adapter.adapt_body(dict(body), route)
+        except UnsupportedRequestError as err:
+            if not body.get("stream"):
+                raise
+            yield sse_error(err)
+            return
+        async with self._http.stream(
+            "POST", route.value, json=body, timeout=httpx.Timeout(None, connect=CONNECT_TIMEOUT_S)
+        ) as response:
+            if response.status_code != 200:
+                await response.aread()
+                raise _status_error(response)
+            async for chunk in response.aiter_bytes():
+                yield chunk
 
     async def chat(self, messages: Messages, **params: Any) -> ChatReply:
         """One whole reply, without streaming; gives up after ``request_timeout_s``."""
@@ -207,6 +246,8 @@ class ChatClient:
         observer = self._observer
         if observer:
             observer.request_started()
+        if self._telemetry:
+            self._telemetry.request_started()
         sent = time.perf_counter()
         try:
             response = await self._http.post(CHAT_PATH, json=body, timeout=self._request_timeout)
@@ -233,6 +274,12 @@ class ChatClient:
             raise RequestError(f"The engine sent an unreadable reply: {response.text[:200]!r}") from None
         content = message.get("content") or ""
         reasoning = message.get("reasoning_content") or ""
+        splitter = self._adapter.splitter()
+        if splitter is not None:
+            parts = [*splitter.feed(ChatDelta(content, reasoning)), *splitter.flush()]
+            content, reasoning = "".join(p.content for p in parts), "".join(p.reasoning for p in parts)
         times = ClientTimes(sent, end, end, 1 if content or reasoning else 0)
         telemetry = telemetry_from(times, payload.get("timings"), payload.get("usage"))
+        if self._telemetry:
+            telemetry = await self._telemetry.refine(telemetry)
         return ChatReply(content, reasoning, choice.get("finish_reason"), telemetry)

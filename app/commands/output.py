@@ -34,6 +34,7 @@ class ProgressBar:
     """Install progress on a terminal: a bar redrawn in place; on a pipe, one line per phase."""
 
     WIDTH = 30
+    DETAIL_WIDTH = 60  # pip's latest step, redrawn in place
 
     def __init__(self, stream: TextIO = sys.stderr) -> None:
         self.stream = stream
@@ -53,6 +54,10 @@ class ProgressBar:
             self._draw(event)
         elif self.live and event.phase is InstallPhase.UNPACKING:
             print(f"{event.key}: unpacking", file=self.stream, flush=True)
+        elif self.live and event.detail:
+            self.stream.write(f"\r{event.key}: {event.detail[: self.DETAIL_WIDTH]:<{self.DETAIL_WIDTH}}")
+            self.stream.flush()
+            self.drawn = True
 
     def _draw(self, p: InstallProgress) -> None:
         fraction = p.done / p.total if p.total else 0.0

@@ -62,7 +62,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 async def _dry_run(supervisor: Supervisor, model: Model, options: LoadOptions, as_json: bool) -> int:
     plan = await supervisor.dry_run(model, options, dict(os.environ))
     if as_json:
-        print_json({"command": list(plan.argv), "env": plan.env})
+        print_json({"command": list(plan.argv), "env": plan.env, "device": plan.device.value})
     else:
         for name, value in plan.env.items():
             print(f"{name}={shlex.quote(value)}")

@@ -10,6 +10,7 @@ LemonDeskError                  what happened + what to do (``hint``)
 ├── ModelError                  a model reference, file or download is unusable
 ├── EngineError                 an engine failed to start, crashed or hung
 └── RequestError                a request to an engine failed
+    └── UnsupportedRequestError the engine cannot answer this kind of request
 """
 
 from __future__ import annotations
@@ -73,3 +74,7 @@ class EngineError(LemonDeskError):
 
 class RequestError(LemonDeskError):
     """A request to an engine failed."""
+
+
+class UnsupportedRequestError(RequestError):
+    """The engine has no such route or cannot answer the request in that form (e.g. streamed)."""

@@ -8,10 +8,20 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from app.core.errors import ConfigError, UnsupportedError
 from app.core.hardware import Hardware
+from app.core.lemon_mlx import (
+    MLX_LM,
+    DeviceType,
+    check_no_model_argument,
+    device_type,
+    hf_cache_env,
+    library_path_env,
+    mlx_lm_takes_value,
+    server_takes_value,
+)
 
 DEFAULT_CTX_SIZE = 4096
 # amdgpu's 2 s scheduler timeout kills long prefills on Linux Vulkan.
@@ -51,8 +61,9 @@ class LaunchRequest:
     binary: str  # the executable
     library_dir: str  # the unpacked engine folder ("" for a system binary): goes on LD_LIBRARY_PATH
     model: str  # a model file or folder (or, for lemon-mlx, a repo id)
-    ctx_size: int | None = None  # None: DEFAULT_CTX_SIZE
+    ctx_size: int | None = None  # None: DEFAULT_CTX_SIZE (lemon-mlx: the engine's own default)
     user_args: tuple[str, ...] = ()
+    hf_hub_cache: str = ""  # the app's Hugging Face cache (``hub`` folder), for engines that resolve repo ids
 
 
 @dataclass(frozen=True)
@@ -60,6 +71,7 @@ class LaunchPlan:
     argv: tuple[str, ...]
     env: dict[str, str] = field(default_factory=dict)  # only the variables the app sets
     api_key_file: str | None = None  # where the engine reads its per-launch key; None: no key
+    device: DeviceType = DeviceType.GPU  # where the engine computes (what a per-device load limit counts)
 
 
 def split_args(text: str) -> tuple[str, ...]:
@@ -128,10 +140,46 @@ def llamacpp_plan(
     return LaunchPlan(argv, env, key_file)
 
 
+LEMON_MLX_RESERVED: dict[str, str] = {
+    "--ctx-size": "Use the context size option instead.",
+    **dict.fromkeys(("--host", "--port"), _REMOVE),
+}
+MLX_LM_RESERVED: dict[str, str] = {
+    "--model": "Pick the model itself instead.",
+    **dict.fromkeys(("--host", "--port"), _REMOVE),
+}
+
+
+def lemon_mlx_plan(
+    req: LaunchRequest, hw: Hardware, port: str, key_file: str, parent_env: Mapping[str, str]
+) -> LaunchPlan:
+    """``server <MODEL> --host 127.0.0.1 --port P [--ctx-size N] <user args>``, or for the mlx-lm
+    backend ``python -m mlx_lm server --model MODEL --host 127.0.0.1 --port P <user args>``.
+
+    MODEL is the repo id whenever the model has one, resolved by the engine in the app's HF cache.
+    Neither engine takes an API key: like every engine, it listens on loopback only.
+    """
+    env = hf_cache_env(req.hf_hub_cache) if req.hf_hub_cache else {}
+    if req.backend == MLX_LM:
+        check_reserved(req.user_args, MLX_LM_RESERVED)
+        check_no_model_argument(req.user_args, mlx_lm_takes_value)
+        argv = (req.binary, "-m", "mlx_lm", "server", "--model", req.model, "--host", "127.0.0.1")
+        # The app owns downloads: the Hub client inside mlx-lm only reads the cache.
+        env.update(HF_HUB_OFFLINE="1", PYTHONUNBUFFERED="1")
+        return LaunchPlan((*argv, "--port", port, *req.user_args), env)
+    check_reserved(req.user_args, LEMON_MLX_RESERVED)
+    check_no_model_argument(req.user_args, server_takes_value)
+    ctx = ("--ctx-size", str(req.ctx_size)) if req.ctx_size else ()
+    argv = (req.binary, req.model, "--host", "127.0.0.1", "--port", port, *ctx, *req.user_args)
+    if req.library_dir:
+        env.update(library_path_env(hw.os, req.library_dir, parent_env))
+    return LaunchPlan(argv, env)
+
+
 # (request, hardware, port, key file, the app's environment) -> plan
 Launcher = Callable[[LaunchRequest, Hardware, str, str, Mapping[str, str]], LaunchPlan]
 
-LAUNCHERS: dict[str, Launcher] = {"llamacpp": llamacpp_plan}
+LAUNCHERS: dict[str, Launcher] = {"llamacpp": llamacpp_plan, "lemon-mlx": lemon_mlx_plan}
 
 # The executable each recipe's release archive holds.
 ENGINE_BINARY = {"llamacpp": "llama-server", "lemon-mlx": "server"}
@@ -148,7 +196,7 @@ def plan_launch(
     plan = LAUNCHERS.get(req.recipe)
     if plan is None:
         raise UnsupportedError(f"This build of Lemon Desk cannot launch {req.recipe} engines yet.")
-    return plan(req, hw, port, key_file, parent_env)
+    return replace(plan(req, hw, port, key_file, parent_env), device=device_type(req.backend, hw.os))
 
 
 def child_environment(parent_env: Mapping[str, str], plan: LaunchPlan) -> dict[str, str]:

@@ -55,3 +55,14 @@ def model_location(model: Model) -> Path:
     if not path.exists():
         raise ModelError(f"The files of {model.name} are missing: {path}.")
     return path
+
+
+def cached_snapshot(hub: Path, repo_id: str) -> Path | None:
+    """The snapshot ``refs/main`` names in the HF cache, when it holds a model (``config.json``)."""
+    repo = hub / ("models--" + repo_id.replace("/", "--"))
+    try:
+        revision = (repo / "refs" / "main").read_text().strip()
+    except OSError:
+        return None
+    snapshot = repo / "snapshots" / revision
+    return snapshot if revision and (snapshot / "config.json").is_file() else None

@@ -35,6 +35,7 @@ from app.core.launch import LaunchPlan, LaunchRequest, child_environment, plan_l
 from app.store.files import atomic_write_bytes
 from app.store.paths import logs_dir, run_dir
 from app.supervisor.process import RotatingLog, describe_exit, die_with_parent, free_port, signal_group
+from app.supervisor.tps import telemetry_source
 
 log = logging.getLogger(__name__)
 
@@ -145,6 +146,9 @@ class Engine:
         self._http: httpx.AsyncClient | None = None
         self._log: RotatingLog | None = None
         self._hang: str | None = None
+        self.telemetry = telemetry_source(request)  # engine-printed speed figures, where it prints them
+        if self.telemetry is not None:
+            self.add_output_listener(self.telemetry.feed)
 
     # --- what others read and listen to -------------------------------------------------------------
 
@@ -179,6 +183,7 @@ class Engine:
             self.api_key,
             adapter=adapter_for(self.request.recipe),
             observer=self.watch,
+            telemetry=self.telemetry,
             request_timeout_s=request_timeout_s,
         )
 

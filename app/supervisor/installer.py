@@ -4,7 +4,8 @@ An install downloads into ``<home>/staging/<recipe>-<backend>/`` (resuming a par
 crashed run), verifies the SHA-256 the versions file gives, unpacks and checks the archive there, writes
 the manifest, then swaps the folder into ``<home>/engines/<recipe>/<backend>/`` in one step. Until that
 step the old install is untouched and usable; after it, or after any failure or cancellation, the
-staging folder is gone.
+staging folder is gone. A pip backend (``lemon-mlx:mlx-lm``) goes the same way, with a virtual
+environment built by pip (``app.supervisor.mlx_lm``) in place of the unpacked archive.
 """
 
 from __future__ import annotations
@@ -28,32 +29,50 @@ import httpx
 from app.core.backends import BackendKind, BackendSpec, BackendState
 from app.core.errors import DownloadError, InstallError, UnsupportedError
 from app.core.launch import ENGINE_BINARY
+from app.core.lemon_mlx import MLX_LM
 from app.core.matrix import BackendStatus
 from app.store.installs import InstallManifest, install_dir, read_manifest, write_manifest
 from app.store.paths import staging_dir
 from app.supervisor.archive import Cancelled, find_binary, make_executable, unpack
 from app.supervisor.fetch import Progress, fetch, partial_path
+from app.supervisor.mlx_lm import PipPhase, build_venv, venv_python
 
 
 class InstallPhase(Enum):
     DOWNLOADING = "downloading"  # fetching the release asset; updates carry bytes, speed and ETA
     UNPACKING = "unpacking"  # checking and unpacking the archive into the staging folder
+    PREPARING = "preparing"  # pip backend: creating its virtual environment
+    INSTALLING_PACKAGES = "installing packages"  # pip backend: pip runs; ``detail`` is its latest step
+    CHECKING = "checking"  # pip backend: loading the installed packages once
+
+
+_PIP_PHASES = {
+    PipPhase.VENV: InstallPhase.PREPARING,
+    PipPhase.RESOLVE: InstallPhase.INSTALLING_PACKAGES,
+    PipPhase.DOWNLOAD: InstallPhase.INSTALLING_PACKAGES,
+    PipPhase.INSTALL: InstallPhase.INSTALLING_PACKAGES,
+    PipPhase.VERIFY: InstallPhase.CHECKING,
+}
 
 
 @dataclass(frozen=True)
 class InstallUpdate:
     phase: InstallPhase
     progress: Progress | None = None
+    detail: str = ""  # pip backends: what pip is doing ("Downloading mlx_cpu-0.32.4-....whl (10 MB)")
 
 
 UpdateCallback = Callable[[InstallUpdate], None]
 
 
 def installed_binary(recipe: str, backend: str) -> Path | None:
-    """The engine executable of a complete install, or None."""
+    """The engine executable of a complete install (a pip backend's: its venv's python), or None."""
     folder = install_dir(recipe, backend)
     if read_manifest(folder) is None:
         return None
+    if backend == MLX_LM:
+        python = venv_python(folder)
+        return python if python.exists() else None
     return find_binary(folder, ENGINE_BINARY.get(recipe, recipe))
 
 
@@ -71,43 +90,69 @@ async def install_backend(
             f"{spec.key} uses a {spec.binary} you install yourself; Lemon Desk does not install it.",
             f"Put {spec.binary} on your PATH, or set its path in Settings.",
         )
-    if spec.kind is not BackendKind.RELEASE or not status.asset or not status.url:
-        raise InstallError(f"This build of Lemon Desk cannot install {spec.key} yet.")
     current = read_manifest(install_dir(spec.recipe, spec.name))
     if current is not None and current.version == spec.version:
         return current
-    return await _install_release(spec, status.asset, status.url, client, on_update or (lambda _u: None))
+    report = on_update or (lambda _u: None)
+    if spec.kind is BackendKind.PIP:
+        return await _install_pip(spec, report)
+    if spec.kind is not BackendKind.RELEASE or not status.asset or not status.url:
+        raise InstallError(f"This build of Lemon Desk cannot install {spec.key} yet.")
+    return await _install_release(spec, status.asset, status.url, client, report)
+
+
+@contextlib.contextmanager
+def _staging(spec: BackendSpec) -> Iterator[Path]:
+    """The backend's claimed staging folder, removed afterwards whatever happens."""
+    work = staging_dir() / f"{spec.recipe}-{spec.name}"
+    with _claimed(work, spec.key):
+        try:
+            yield work
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+            with contextlib.suppress(OSError):
+                staging_dir().rmdir()  # only when empty
+
+
+async def _install_pip(spec: BackendSpec, report: UpdateCallback) -> InstallManifest:
+    """Build the venv in staging (pip, then an import check), write the manifest, swap it in."""
+    # pip installs for the machine the app runs on, whatever hardware profile is mocked.
+    os_name = "macos" if sys.platform == "darwin" else "linux"
+    with _staging(spec) as work:
+        _clear_leftovers(work)
+        venv = work / "venv"
+        requirements = await build_venv(
+            spec, os_name, venv, lambda p: report(InstallUpdate(_PIP_PHASES[p.phase], detail=p.message))
+        )
+        manifest = InstallManifest(spec.version, " ".join(requirements), "")
+        write_manifest(venv, manifest)
+        _swap_into_place(venv, install_dir(spec.recipe, spec.name), work / "previous")
+        return manifest
 
 
 async def _install_release(
     spec: BackendSpec, asset: str, url: str, client: httpx.Client, report: UpdateCallback
 ) -> InstallManifest:
-    work = staging_dir() / f"{spec.recipe}-{spec.name}"
-    with _claimed(work, spec.key):
+    with _staging(spec) as work:
+        _clear_leftovers(work, keep=partial_path(work / asset))
+        report(InstallUpdate(InstallPhase.DOWNLOADING))
         try:
-            _clear_leftovers(work, keep=partial_path(work / asset))
-            report(InstallUpdate(InstallPhase.DOWNLOADING))
-            try:
-                digest = await fetch(
-                    client,
-                    url,
-                    work / asset,
-                    sha256=spec.sha256.get(asset),
-                    on_progress=lambda p: report(InstallUpdate(InstallPhase.DOWNLOADING, p)),
-                )
-            except DownloadError as err:
-                raise InstallError(f"Could not install {spec.key}: {err.message}", err.hint) from None
-            report(InstallUpdate(InstallPhase.UNPACKING))
-            unpacked = work / "unpacked"
-            await _in_thread(lambda cancel: _unpack_checked(work / asset, unpacked, spec.recipe, cancel))
-            manifest = InstallManifest(spec.version, asset, digest)
-            write_manifest(unpacked, manifest)
-            _swap_into_place(unpacked, install_dir(spec.recipe, spec.name), work / "previous")
-            return manifest
-        finally:
-            shutil.rmtree(work, ignore_errors=True)
-            with contextlib.suppress(OSError):
-                staging_dir().rmdir()  # only when empty
+            digest = await fetch(
+                client,
+                url,
+                work / asset,
+                sha256=spec.sha256.get(asset),
+                on_progress=lambda p: report(InstallUpdate(InstallPhase.DOWNLOADING, p)),
+            )
+        except DownloadError as err:
+            raise InstallError(f"Could not install {spec.key}: {err.message}", err.hint) from None
+        report(InstallUpdate(InstallPhase.UNPACKING))
+        unpacked = work / "unpacked"
+        await _in_thread(lambda cancel: _unpack_checked(work / asset, unpacked, spec.recipe, cancel))
+        manifest = InstallManifest(spec.version, asset, digest)
+        write_manifest(unpacked, manifest)
+        _swap_into_place(unpacked, install_dir(spec.recipe, spec.name), work / "previous")
+        return manifest
 
 
 def _unpack_checked(archive: Path, dest: Path, recipe: str, cancel: threading.Event) -> None:
@@ -152,7 +197,7 @@ def _claimed(work: Path, key: str) -> Iterator[None]:
         os.close(fd)
 
 
-def _clear_leftovers(work: Path, keep: Path) -> None:
+def _clear_leftovers(work: Path, keep: Path | None = None) -> None:
     """Remove what a crashed run left, except its partial download (resumed with a Range request)."""
     for item in work.iterdir():
         if item == keep:

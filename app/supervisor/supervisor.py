@@ -20,7 +20,7 @@ import httpx
 
 from app.client.chat import ChatClient
 from app.core.backends import BackendKind, BackendState
-from app.core.errors import ConfigError, EngineError, InstallError, UnsupportedError
+from app.core.errors import ConfigError, EngineError, InstallError, ModelError, UnsupportedError
 from app.core.hardware import Hardware
 from app.core.launch import (
     ENGINE_BINARY,
@@ -33,11 +33,13 @@ from app.core.launch import (
 )
 from app.core.models import Model
 from app.store.installs import InstallManifest, install_dir
-from app.store.model_paths import model_location
+from app.store.model_paths import cached_snapshot, model_location
+from app.store.paths import hf_hub_cache
 from app.store.settings import Settings
 from app.supervisor.engine import Engine, EngineState
 from app.supervisor.installer import InstallPhase, InstallUpdate, install_backend, installed_binary
 from app.supervisor.installer import uninstall_backend as _uninstall_files
+from app.supervisor.mlx_lm import venv_python
 from app.system_info import SystemInfo, gather
 
 log = logging.getLogger(__name__)
@@ -55,6 +57,7 @@ class InstallProgress:
     total: int | None = None
     speed_bps: float = 0.0
     eta_s: float | None = None
+    detail: str = ""  # pip backends: what pip is doing now
 
 
 @dataclass(frozen=True)
@@ -195,7 +198,7 @@ class Supervisor:
         def report(update: InstallUpdate) -> None:
             p = update.progress
             if p is None:
-                self._emit(InstallProgress(spec.key, update.phase))
+                self._emit(InstallProgress(spec.key, update.phase, detail=update.detail))
             else:
                 self._emit(InstallProgress(spec.key, update.phase, p.done, p.total, p.speed_bps, p.eta_s))
 
@@ -262,17 +265,35 @@ class Supervisor:
             found = installed_binary(model.recipe, backend)
             if found is None and not dry_run:
                 raise InstallError(f"{key} is installed but its engine is missing.", "Install it again.")
-            binary = found or install_dir(model.recipe, backend) / ENGINE_BINARY.get(model.recipe, "server")
-            library_dir = str(binary.parent)
+            folder = install_dir(model.recipe, backend)
+            if spec.kind is BackendKind.PIP:  # the venv's python runs the engine as a module
+                binary, library_dir = found or venv_python(folder), ""
+            else:
+                binary = found or folder / ENGINE_BINARY.get(model.recipe, "server")
+                library_dir = str(binary.parent)
+        hub = hf_hub_cache(self.settings.models_dir)
         return LaunchRequest(
             recipe=model.recipe,
             backend=backend,
             binary=str(binary),
             library_dir=library_dir,
-            model=str(self._resolve_model(model)),
+            model=self._model_argument(model, hub, dry_run),
             ctx_size=options.ctx_size,
             user_args=split_args(options.args),
+            hf_hub_cache=str(hub),
         )
+
+    def _model_argument(self, model: Model, hub: Path, dry_run: bool) -> str:
+        """A file or folder; for lemon-mlx the repo id whenever there is one (the engine finds it in
+        the HF cache), once the app has downloaded it: the engine's own downloads are not atomic."""
+        if model.recipe != "lemon-mlx" or model.repo_id is None:
+            return str(self._resolve_model(model))
+        if not dry_run and cached_snapshot(hub, model.repo_id) is None:
+            raise ModelError(
+                f"{model.name} ({model.repo_id}) is not downloaded to {hub}.",
+                f"Download it first: lemon-desk pull {model.name}",
+            )
+        return model.repo_id
 
     async def dry_run(self, model: Model, options: LoadOptions, parent_env: dict[str, str]) -> LaunchPlan:
         """The command and the variables the app would set, with per-launch secrets masked."""

@@ -68,6 +68,7 @@ def test_dry_run_on_a_hybrid_host_with_rocm(
             "99",
         ],
         "env": {"LD_LIBRARY_PATH": f"{engine_dir}:/opt/rocm/lib", "CUDA_VISIBLE_DEVICES": ""},
+        "device": "gpu",
     }
 
 
