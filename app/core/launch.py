@@ -114,7 +114,7 @@ def llamacpp_plan(
     req: LaunchRequest, hw: Hardware, port: str, key_file: str, parent_env: Mapping[str, str]
 ) -> LaunchPlan:
     """llama-server's command line in Lemonade's order, then the user's arguments."""
-    check_reserved(req.user_args, LLAMACPP_RESERVED)
+    check_user_args(req.recipe, req.backend, req.user_args)
     ctx = req.ctx_size or DEFAULT_CTX_SIZE
     if req.backend == "vulkan" and hw.os == "linux":
         ctx = min(ctx, VULKAN_CTX_CAP)
@@ -160,20 +160,29 @@ def lemon_mlx_plan(
     Neither engine takes an API key: like every engine, it listens on loopback only.
     """
     env = hf_cache_env(req.hf_hub_cache) if req.hf_hub_cache else {}
+    check_user_args(req.recipe, req.backend, req.user_args)
     if req.backend == MLX_LM:
-        check_reserved(req.user_args, MLX_LM_RESERVED)
-        check_no_model_argument(req.user_args, mlx_lm_takes_value)
         argv = (req.binary, "-m", "mlx_lm", "server", "--model", req.model, "--host", "127.0.0.1")
         # The app owns downloads: the Hub client inside mlx-lm only reads the cache.
         env.update(HF_HUB_OFFLINE="1", PYTHONUNBUFFERED="1")
         return LaunchPlan((*argv, "--port", port, *req.user_args), env)
-    check_reserved(req.user_args, LEMON_MLX_RESERVED)
-    check_no_model_argument(req.user_args, server_takes_value)
     ctx = ("--ctx-size", str(req.ctx_size)) if req.ctx_size else ()
     argv = (req.binary, req.model, "--host", "127.0.0.1", "--port", port, *ctx, *req.user_args)
     if req.library_dir:
         env.update(library_path_env(hw.os, req.library_dir, parent_env))
     return LaunchPlan(argv, env)
+
+
+def check_user_args(recipe: str, backend: str, args: Sequence[str]) -> None:
+    """Refuse extra engine arguments the app owns for this recipe and backend (as the user types them)."""
+    if recipe == "llamacpp":
+        check_reserved(args, LLAMACPP_RESERVED)
+    elif recipe == "lemon-mlx" and backend == MLX_LM:
+        check_reserved(args, MLX_LM_RESERVED)
+        check_no_model_argument(args, mlx_lm_takes_value)
+    elif recipe == "lemon-mlx":
+        check_reserved(args, LEMON_MLX_RESERVED)
+        check_no_model_argument(args, server_takes_value)
 
 
 # (request, hardware, port, key file, the app's environment) -> plan

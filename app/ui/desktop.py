@@ -6,16 +6,22 @@ the UI needs (settings, window state, token), so that the widgets themselves do 
 
 from __future__ import annotations
 
+import asyncio
+import logging
+
 from PySide6.QtCore import QObject, QSettings, Qt
 from PySide6.QtGui import QGuiApplication, QIcon
 from PySide6.QtWidgets import QApplication, QMessageBox
 
+from app.bridge import Bridge, ModelRow, RowState
 from app.core.errors import LemonDeskError
 from app.desktop_entry import ICON_NAME, PNG_SIZES, packaging_dir
 from app.store import secrets
 from app.store.history import History
+from app.store.model_options import ModelOptions
 from app.store.paths import home
 from app.store.settings import Settings, load_settings, save_settings
+from app.ui.backends_dialog import BackendsDialog
 from app.ui.chat.keeper import HistoryKeeper
 from app.ui.main_window import MainWindow
 from app.ui.settings_dialog import SettingsDialog, TokenAction, TokenChange
@@ -23,6 +29,7 @@ from app.ui.single_instance import SingleInstance
 from app.ui.tray import Tray
 
 STATUS_MESSAGE_MS = 8000
+log = logging.getLogger(__name__)
 
 
 def app_icon() -> QIcon:
@@ -39,6 +46,8 @@ def window_state_store() -> QSettings:
 
 
 class DesktopApp(QObject):
+    """Needs a running asyncio loop (qasync) on the Qt thread: the bridge starts tasks on it."""
+
     def __init__(self, qapp: QApplication, instance: SingleInstance | None = None) -> None:
         super().__init__()
         self.qapp = qapp
@@ -56,7 +65,13 @@ class DesktopApp(QObject):
         self._apply_tray_setting()
         self.window.restore_state(window_state_store())
         self.dialog: SettingsDialog | None = None
+        self.backends: BackendsDialog | None = None
         self.quitting = False
+        self.finished = False  # every engine is stopped and the app has quit
+        self.exit_app = qapp.quit  # what ends the application once everything is stopped
+        self._quit_task: asyncio.Task[None] | None = None
+        self.bridge = Bridge(self.settings, self)
+        self._connect_bridge()
 
         self.window.settings_requested.connect(self.open_settings)
         self.window.quit_requested.connect(self.quit)
@@ -68,9 +83,114 @@ class DesktopApp(QObject):
         if instance is not None:
             instance.activation_requested.connect(self.show_window)
         QGuiApplication.styleHints().colorSchemeChanged.connect(self._scheme_changed)
-        for warning in (loaded.warning, self.history.warning):
+        for warning in (loaded.warning, self.history.warning, *self.bridge.warnings):
             if warning:
                 self._warn(warning)
+        self.bridge.refresh()
+
+    def _connect_bridge(self) -> None:
+        bridge, window, chat, models = self.bridge, self.window, self.window.chat, self.window.models
+        bridge.models_changed.connect(self._rows_changed)
+        bridge.backends_changed.connect(window.options.set_backends)
+        bridge.engine_changed.connect(self._engine_changed)
+        bridge.engine_output.connect(window.logs.append)
+        bridge.usage_changed.connect(self._usage)
+        bridge.reply_started.connect(chat.begin_reply)
+        bridge.reply_delta.connect(chat.append_reply)
+        bridge.reply_finished.connect(chat.finish_reply)
+        bridge.reply_failed.connect(chat.fail_reply)
+        bridge.notify.connect(self.tray.notify)
+        bridge.error.connect(self._warn)
+        bridge.model_added.connect(models.select)
+        chat.send_requested.connect(bridge.send)
+        chat.stop_requested.connect(bridge.stop_reply)
+        models.model_selected.connect(self._model_selected)
+        models.load_requested.connect(lambda name: bridge.load(name))
+        models.unload_requested.connect(bridge.unload)
+        models.download_requested.connect(bridge.download)
+        models.cancel_download_requested.connect(bridge.cancel_download)
+        models.delete_requested.connect(self._confirm_delete)
+        models.add_requested.connect(bridge.import_model)
+        window.options.save_requested.connect(self._save_options)
+        window.options.load_requested.connect(self._load_with)
+        window.backends_requested.connect(self.open_backends)
+        self.tray.load_requested.connect(lambda name: bridge.load(name))
+        self.tray.unload_requested.connect(bridge.unload)
+        self.tray.unload_all_requested.connect(bridge.unload_all)
+
+    def _rows_changed(self, rows: list[ModelRow]) -> None:
+        self.window.set_rows(rows)
+        loaded = {r.name for r in rows if r.state is RowState.LOADED}
+        self.tray.set_models([r.name for r in rows if r.on_disk], loaded)
+        selected = self.window.models.selected()
+        if selected and self.window.options.model != selected:
+            self._model_selected(selected)
+
+    def _model_selected(self, name: str) -> None:
+        row = self.window.models.row(name)
+        if row is None:
+            return
+        self.bridge.selected = name
+        options = self.bridge.options(name)
+        self.window.options.show_model(row, options)
+        self.window.logs.show_engine(name, *self.bridge.engine_log(name))
+        self._apply_sampling(options)
+
+    def _engine_changed(self, name: str, state: str, message: str) -> None:
+        text = f"{name}: {state}" + (f" ({message.splitlines()[0]})" if message else "")
+        self.window.set_engine_status(text)
+        if state == "starting" and name == self.window.logs.engine:
+            self.window.logs.show_engine(name, *self.bridge.engine_log(name))
+        if not self.bridge.loaded():
+            self.window.show_usage(0.0, 0)
+
+    def _usage(self, name: str, cpu_percent: float, rss: int) -> None:
+        if name == self.bridge.chat_target():
+            self.window.show_usage(cpu_percent, rss)
+
+    def _apply_sampling(self, options: ModelOptions) -> None:
+        chat = self.window.chat
+        if options.temperature is not None:
+            chat.temperature.setValue(options.temperature)
+        if options.top_p is not None:
+            chat.top_p.setValue(options.top_p)
+        chat.max_tokens.setValue(options.max_tokens or 0)
+
+    def _save_options(self, name: str, options: ModelOptions) -> None:
+        self.bridge.save_options(name, options)
+        self._apply_sampling(options)
+        self.window.statusBar().showMessage(f"Saved the options of {name}.", STATUS_MESSAGE_MS)
+
+    def _load_with(self, name: str, options: ModelOptions) -> None:
+        self._apply_sampling(options)
+        self.bridge.load(name, options)
+
+    def _confirm_delete(self, name: str) -> None:
+        box = QMessageBox(
+            QMessageBox.Icon.Question,
+            "Delete model",
+            f"Delete {name}? Downloaded files are removed from the disk; an imported model is only "
+            "taken off the list.",
+            QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.Cancel,
+            self.window,
+        )
+        box.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        box.accepted.connect(lambda: self.bridge.delete(name))
+        box.open()
+
+    def open_backends(self) -> None:
+        if self.backends is None:
+            self.backends = BackendsDialog(self.window)
+            self.backends.install_requested.connect(self.bridge.install)
+            self.backends.cancel_requested.connect(self.bridge.cancel_install)
+            self.backends.uninstall_requested.connect(self.bridge.uninstall)
+            self.bridge.install_progress.connect(self.backends.set_progress)
+            self.bridge.install_done.connect(self.backends.set_done)
+            self.bridge.backends_changed.connect(self.backends.set_info)
+        if self.bridge.info is not None:
+            self.backends.set_info(self.bridge.info)
+        self.backends.show()
+        self.backends.raise_()
 
     def show_window(self) -> None:
         self.window.show()
@@ -105,6 +225,7 @@ class DesktopApp(QObject):
             self._warn(str(err))
 
     def quit(self) -> None:
+        """Save the window, then stop every engine; the app quits once they are all gone."""
         if self.quitting:
             return
         self.quitting = True
@@ -112,10 +233,18 @@ class DesktopApp(QObject):
         self.window.save_state(store)
         store.sync()
         self.tray.hide()
-        self.history.close()
-        if self.instance is not None:
-            self.instance.close()
-        self.qapp.quit()
+        self.window.hide()
+        self._quit_task = asyncio.ensure_future(self._finish_quit())
+
+    async def _finish_quit(self) -> None:
+        try:
+            await self.bridge.shutdown()
+        finally:
+            self.history.close()
+            if self.instance is not None:
+                self.instance.close()
+            self.finished = True
+            self.exit_app()
 
     def _apply_tray_setting(self) -> None:
         # Without a tray there would be no way back to a hidden window: then closing quits.

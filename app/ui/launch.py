@@ -42,18 +42,25 @@ def run_window() -> int:
             return 0  # the running instance was asked to show its window
     except OSError as err:
         print(f"warning: {err}; another launch will open a second window.", file=sys.stderr)
-    desktop = DesktopApp(app, instance)
-    notifier = _quit_on_signals(app, desktop.quit)
-    window = desktop.window
-    window.show()
     loop = qasync.QEventLoop(app)
     asyncio.set_event_loop(loop)
+    with loop:
+        # The app runs on the loop from the start: its bridge starts tasks as it is built.
+        code: int = loop.run_until_complete(_run(app, instance))
+    return code
+
+
+async def _run(app: QApplication, instance: SingleInstance) -> int:
+    desktop = DesktopApp(app, instance)
+    notifier = _quit_on_signals(app, desktop.quit)  # SIGTERM quits like Quit: every engine is stopped
+    window = desktop.window
+    window.show()
+    loop = asyncio.get_running_loop()
     if os.environ.get("LEMON_DESK_PRINT_READY"):  # for tests and the launch benchmark
         loop.call_soon(lambda: print(f"window shown: {window.windowTitle()}", flush=True))
         instance.activation_requested.connect(lambda: print("asked to show the window", flush=True))
     closed = asyncio.Event()
     app.aboutToQuit.connect(closed.set)
-    with loop:
-        loop.run_until_complete(closed.wait())
+    await closed.wait()
     del notifier
     return 0

@@ -6,23 +6,25 @@ from PySide6.QtCore import QByteArray, QSettings, Qt, Signal
 from PySide6.QtGui import QAction, QCloseEvent, QIcon, QKeySequence
 from PySide6.QtWidgets import (
     QLabel,
-    QListWidget,
-    QListWidgetItem,
     QMainWindow,
     QSplitter,
+    QTabWidget,
     QVBoxLayout,
     QWidget,
 )
 
+from app.bridge import ModelRow, RowState
 from app.core.chat import ChatMessage, MessageState, format_telemetry
-from app.ui.chat.markdown_view import current_theme
 from app.ui.chat.pane import ChatPane
 from app.ui.chat.sidebar import ConversationList
+from app.ui.logs_view import LogsView
+from app.ui.model_manager import ModelManager
+from app.ui.options_panel import OptionsPanel
 
 WINDOW_TITLE = "Lemon Desk"
 DEFAULT_SIZE = (1280, 820)
-DEFAULT_SPLIT = [280, 740, 260]
-NAME_ROLE = Qt.ItemDataRole.UserRole
+DEFAULT_SPLIT = [340, 640, 300]
+MB = 1024 * 1024
 
 
 def _panel_title(text: str, parent: QWidget) -> QLabel:
@@ -31,60 +33,9 @@ def _panel_title(text: str, parent: QWidget) -> QLabel:
     return label
 
 
-class ModelList(QWidget):
-    """The models that can be loaded, with the loaded ones marked. (The Model Manager grows from here.)"""
-
-    model_selected = Signal(str)
-
-    def __init__(self, parent: QWidget | None = None) -> None:
-        super().__init__(parent)
-        self.list = QListWidget(self)
-        self.list.setStyleSheet("QListWidget::item { padding: 4px 2px; }")
-        self.list.currentItemChanged.connect(self._current_changed)
-        self.empty = QLabel("No models yet.", self)
-        self.empty.setStyleSheet(f"color: {current_theme().muted}; padding: 0 8px;")
-        layout = QVBoxLayout(self)
-        layout.setContentsMargins(0, 0, 0, 0)
-        layout.addWidget(_panel_title("Models", self))
-        layout.addWidget(self.empty)
-        inset = QVBoxLayout()
-        inset.setContentsMargins(8, 0, 8, 4)
-        inset.addWidget(self.list, 1)
-        layout.addLayout(inset, 1)
-        self._names: list[str] = []
-
-    def set_models(self, names: list[str], loaded: set[str]) -> None:
-        current = self.selected()
-        self._names = list(names)
-        self.list.blockSignals(True)
-        self.list.clear()
-        for name in names:
-            item = QListWidgetItem(f"● {name}" if name in loaded else name)
-            item.setData(NAME_ROLE, name)
-            item.setToolTip(f"{name} (loaded)" if name in loaded else name)
-            self.list.addItem(item)
-        self.list.blockSignals(False)
-        self.empty.setVisible(not names)
-        if current:
-            self.select(current)
-
-    def selected(self) -> str:
-        item = self.list.currentItem()
-        return str(item.data(NAME_ROLE)) if item is not None else ""
-
-    def select(self, name: str) -> None:
-        for row in range(self.list.count()):
-            if self.list.item(row).data(NAME_ROLE) == name:
-                self.list.setCurrentRow(row)
-                return
-
-    def _current_changed(self, current: QListWidgetItem | None, _previous: QListWidgetItem | None) -> None:
-        if current is not None:
-            self.model_selected.emit(str(current.data(NAME_ROLE)))
-
-
 class MainWindow(QMainWindow):
     settings_requested = Signal()
+    backends_requested = Signal()
     quit_requested = Signal()
     closed = Signal()  # the window was closed and the app is not kept in the tray
 
@@ -97,36 +48,42 @@ class MainWindow(QMainWindow):
         self.keep_in_tray = False
         self._last_model = ""
 
-        self.models = ModelList(self)
+        self.models = ModelManager(self)
         self.models.model_selected.connect(self._model_selected)
         self.conversations = ConversationList(self)
         self.chat = ChatPane(self)
-        self.options = QWidget(self)
-        options_layout = QVBoxLayout(self.options)
-        options_layout.setContentsMargins(0, 0, 0, 0)
-        options_layout.addWidget(_panel_title("Options", self.options))
-        self.options_note = QLabel("Select a model to see how it loads.", self.options)
-        self.options_note.setWordWrap(True)
-        self.options_note.setStyleSheet(f"color: {current_theme().muted}; padding: 0 8px;")
-        options_layout.addWidget(self.options_note)
-        options_layout.addStretch(1)
+        self.options = OptionsPanel(self)
+        self.options.backends_requested.connect(self.backends_requested)
+        self.logs = LogsView(self)
+        self.side = QTabWidget(self)
+        self.side.setDocumentMode(True)
+        self.side.addTab(self.options, "Options")
+        self.side.addTab(self.logs, "Logs")
+        self.models.options_requested.connect(self.show_options)
 
         self.left = QSplitter(Qt.Orientation.Vertical, self)
         self.left.setObjectName("leftSplitter")
-        self.left.addWidget(self.models)
+        models = QWidget(self)
+        models_layout = QVBoxLayout(models)
+        models_layout.setContentsMargins(0, 0, 0, 0)
+        models_layout.addWidget(_panel_title("Models", models))
+        models_layout.addWidget(self.models, 1)
+        self.left.addWidget(models)
         chats = QWidget(self)
         chats_layout = QVBoxLayout(chats)
         chats_layout.setContentsMargins(0, 0, 0, 0)
         chats_layout.addWidget(_panel_title("Chats", chats))
         chats_layout.addWidget(self.conversations, 1)
         self.left.addWidget(chats)
-        self.left.setSizes([300, 500])
+        self.left.setSizes([460, 340])
 
         self.splitter = QSplitter(Qt.Orientation.Horizontal, self)
         self.splitter.setObjectName("mainSplitter")
         self.splitter.addWidget(self.left)
         self.splitter.addWidget(self.chat)
-        self.splitter.addWidget(self.options)
+        self.splitter.addWidget(self.side)
+        for panel in (self.left, self.side):  # narrow windows squeeze the panels, not the chat
+            panel.setMinimumWidth(120)
         self.splitter.setStretchFactor(1, 1)
         self.splitter.setCollapsible(1, False)
         self.splitter.setSizes(DEFAULT_SPLIT)
@@ -135,10 +92,13 @@ class MainWindow(QMainWindow):
         self.model_status = QLabel("No model loaded", self)
         self.engine_status = QLabel("", self)
         self.telemetry_status = QLabel("", self)
+        self.usage_status = QLabel("", self)
+        self.usage_status.setToolTip("The engine's CPU use and resident memory")
         status = self.statusBar()
         status.addWidget(self.model_status)
         status.addWidget(self.engine_status)
         status.addPermanentWidget(self.telemetry_status)
+        status.addPermanentWidget(self.usage_status)
         self.chat.reply_finished.connect(self._reply_finished)
 
         menu = self.menuBar().addMenu("&File")
@@ -151,6 +111,9 @@ class MainWindow(QMainWindow):
             self.settings_action.setShortcut(QKeySequence("Ctrl+,"))
         self.settings_action.triggered.connect(self.settings_requested)
         menu.addAction(self.settings_action)
+        self.backends_action = QAction("Backends…", self)
+        self.backends_action.triggered.connect(self.backends_requested)
+        menu.addAction(self.backends_action)
         menu.addSeparator()
         self.quit_action = QAction("Quit", self)
         self.quit_action.setShortcut(QKeySequence(QKeySequence.StandardKey.Quit))
@@ -159,16 +122,27 @@ class MainWindow(QMainWindow):
         self.quit_action.triggered.connect(self.quit_requested)
         menu.addAction(self.quit_action)
 
-    # Fed by the app (and later the bridge)
+    # Fed by the bridge
 
-    def set_models(self, names: list[str], loaded: set[str]) -> None:
-        self.models.set_models(names, loaded)
+    def set_rows(self, rows: list[ModelRow]) -> None:
+        self.models.set_rows(rows)
         if self._last_model and not self.models.selected():
             self.models.select(self._last_model)
-        self.model_status.setText(", ".join(sorted(loaded)) if loaded else "No model loaded")
+        loaded = sorted(r.name for r in rows if r.state is RowState.LOADED)
+        self.model_status.setText(f"Loaded: {', '.join(loaded)}" if loaded else "No model loaded")
+        selected = self.models.row(self.models.selected())
+        if selected is not None:
+            self.options.set_row(selected)
 
     def set_engine_status(self, text: str) -> None:
         self.engine_status.setText(text)
+
+    def show_usage(self, cpu_percent: float, rss: int) -> None:
+        self.usage_status.setText(f"CPU {cpu_percent:.0f}% · {rss / MB:,.0f} MB" if rss else "")
+
+    def show_options(self, name: str) -> None:
+        self.models.select(name)
+        self.side.setCurrentWidget(self.options)
 
     def show_telemetry(self, telemetry: dict[str, object]) -> None:
         self.telemetry_status.setText(format_telemetry(telemetry))

@@ -15,7 +15,8 @@ from PySide6.QtGui import QColor, QGuiApplication, QIcon, QPalette
 from PySide6.QtWidgets import QApplication, QLineEdit, QMessageBox
 from pytestqt.qtbot import QtBot
 
-from app.core.chat import ChatMessage
+from app.bridge import ModelRow, RowState
+from app.core.chat import ChatMessage, MessageState
 from app.store import secrets
 from app.store.settings import load_settings, save_settings
 from app.ui.chat.markdown_view import CodeBlockView
@@ -30,20 +31,32 @@ TOKEN = "hf_ui_test_secret_0123456789"
 
 
 @pytest.fixture
-def desktop(qtbot: QtBot, qapp: QApplication) -> Iterator[Callable[[], DesktopApp]]:
+def desktop(qtbot: QtBot, qapp: QApplication, qt_loop: object) -> Iterator[Callable[[], DesktopApp]]:
     made: list[DesktopApp] = []
 
     def make() -> DesktopApp:
         app = DesktopApp(qapp)
+        app.exit_app = lambda: None  # the test process's QApplication lives on for the next test
         qtbot.addWidget(app.window)
         app.window.show()
         qtbot.waitExposed(app.window)
+        qtbot.waitUntil(lambda: app.bridge.info is not None, timeout=30_000)  # models and backends known
         made.append(app)
         return app
 
     yield make
     for app in made:
         app.quit()
+        qtbot.waitUntil(lambda app=app: app.finished, timeout=30_000)
+
+
+def rows(names: list[str], loaded: set[str]) -> list[ModelRow]:
+    return [
+        ModelRow(
+            name, "llamacpp", 1.0, (), RowState.LOADED if name in loaded else RowState.DOWNLOADED, True, True
+        )
+        for name in names
+    ]
 
 
 def test_tray_menu_is_driven_by_data_and_emits_intents(qtbot: QtBot) -> None:
@@ -109,16 +122,17 @@ def test_window_state_is_remembered(
     qtbot: QtBot, desktop: Callable[[], DesktopApp], lemon_home: Path
 ) -> None:
     app = desktop()
-    app.window.set_models(["alpha", "beta", "gamma"], {"beta"})
-    app.window.models.list.setCurrentRow(2)
+    app.window.set_rows(rows(["alpha", "beta", "gamma"], {"beta"}))
+    app.window.models.select("gamma")
     app.window.resize(760, 560)  # within the offscreen screen (800 x 600), which restoring respects
     app.window.splitter.setSizes([150, 460, 150])
     size, sizes = app.window.size(), app.window.splitter.sizes()
     assert size.width() == 760 and sizes[0] == 150
     app.quit()
+    qtbot.waitUntil(lambda: app.finished)
     assert (lemon_home / "window.ini").is_file()
     again = desktop()
-    again.window.set_models(["alpha", "beta", "gamma"], set())
+    again.window.set_rows(rows(["alpha", "beta", "gamma"], set()))
     assert again.window.size() == size
     assert again.window.splitter.sizes() == sizes
     assert again.window.models.selected() == "gamma"
@@ -128,15 +142,16 @@ def test_window_state_is_remembered(
 def test_model_list_and_status_bar_follow_the_data(qtbot: QtBot, desktop: Callable[[], DesktopApp]) -> None:
     app = desktop()
     window = app.window
-    assert window.model_status.text() == "No model loaded" and window.models.empty.isVisibleTo(window)
-    window.set_models(["alpha", "beta"], {"beta"})
-    assert [window.models.list.item(i).text() for i in range(2)] == ["alpha", "● beta"]
-    assert window.model_status.text() == "beta"
+    assert window.model_status.text() == "No model loaded"
+    window.set_rows(rows(["alpha", "beta"], {"beta"}))
+    assert window.models.visible_names() == ["alpha", "beta"]
+    assert window.models.tree.topLevelItem(1).text(3) == "● loaded"
+    assert window.model_status.text() == "Loaded: beta"
     window.chat.composer.setPlainText("hi")
-    window.chat.submit()
-    window.chat.begin_reply()
-    window.chat.append_reply("hello")
-    window.chat.finish_reply({"ttft_s": 0.5, "decode_tps": 12.0, "completion_tokens": 3})
+    window.chat.submit()  # no engine is loaded: the bridge answers at once
+    reply = window.chat.messages()[-1]
+    assert reply.state is MessageState.FAILED and "No model is loaded" in reply.error
+    window.show_telemetry({"ttft_s": 0.5, "decode_tps": 12.0, "completion_tokens": 3})
     assert window.telemetry_status.text() == "TTFT 0.50 s · decode 12.0 tok/s · 3 tokens"
 
 

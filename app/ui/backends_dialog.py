@@ -1,0 +1,146 @@
+"""The Backends view: every recipe's backends with state and version, and install / update / uninstall,
+each with a progress bar and Cancel. It only emits intents; the bridge reports progress back."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from PySide6.QtCore import Signal
+from PySide6.QtWidgets import (
+    QDialog,
+    QDialogButtonBox,
+    QGridLayout,
+    QLabel,
+    QProgressBar,
+    QPushButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.core.backends import BackendState
+from app.system_info import SystemInfo
+from app.ui.options_panel import STATE_WORDS
+
+
+@dataclass
+class BackendRow:
+    state: QLabel
+    version: QLabel
+    install: QPushButton
+    uninstall: QPushButton
+    progress: QProgressBar
+    cancel: QPushButton
+    message: QLabel
+
+
+class BackendsDialog(QDialog):
+    install_requested = Signal(str, str)  # recipe, backend
+    cancel_requested = Signal(str, str)
+    uninstall_requested = Signal(str, str)
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setWindowTitle("Backends")
+        self.grid = QGridLayout()
+        self.grid.setHorizontalSpacing(12)
+        for column, title in enumerate(("Backend", "State", "Version")):
+            label = QLabel(f"<b>{title}</b>", self)
+            self.grid.addWidget(label, 0, column)
+        self.rows: dict[str, BackendRow] = {}
+        close = QDialogButtonBox(QDialogButtonBox.StandardButton.Close, self)
+        close.rejected.connect(self.reject)
+        layout = QVBoxLayout(self)
+        layout.addLayout(self.grid)
+        layout.addStretch(1)
+        layout.addWidget(close)
+
+    def set_info(self, info: SystemInfo) -> None:
+        for recipe, support in info.recipes.items():
+            for name, status in support.backends.items():
+                key = f"{recipe}:{name}"
+                row = self.rows.get(key) or self._add_row(recipe, name)
+                row.state.setText(STATE_WORDS[status.state])
+                row.state.setToolTip(status.message)
+                installed = status.installed_version or ""
+                row.version.setText(
+                    f"{installed} → {status.version}"
+                    if installed and installed != status.version
+                    else installed or status.version
+                )
+                busy = row.progress.isVisible()
+                row.install.setText("Update" if status.state is BackendState.UPDATE_REQUIRED else "Install")
+                row.install.setEnabled(
+                    not busy and status.state in (BackendState.INSTALLABLE, BackendState.UPDATE_REQUIRED)
+                )
+                row.uninstall.setEnabled(
+                    not busy and status.state in (BackendState.INSTALLED, BackendState.UPDATE_REQUIRED)
+                )
+                if status.state is BackendState.UNSUPPORTED:
+                    row.install.setToolTip(status.message)
+
+    def set_progress(self, key: str, phase: str, done: int, total: int) -> None:
+        row = self.rows.get(key)
+        if row is None:
+            return
+        self._busy(row, True)
+        if total:
+            row.progress.setRange(0, 1000)
+            row.progress.setValue(int(1000 * done / total))
+        else:
+            row.progress.setRange(0, 0)  # busy: no size known
+        row.progress.setFormat(f"{phase} %p%" if total else phase)
+        row.message.setText("")
+
+    def set_done(self, key: str, message: str) -> None:
+        row = self.rows.get(key)
+        if row is None:
+            return
+        self._busy(row, False)
+        row.message.setText(message or "Installed.")
+        row.message.setVisible(True)
+
+    def _busy(self, row: BackendRow, busy: bool) -> None:
+        row.progress.setVisible(busy)
+        row.cancel.setVisible(busy)
+        row.install.setEnabled(not busy and row.install.isEnabled())
+        row.uninstall.setEnabled(not busy and row.uninstall.isEnabled())
+
+    def _add_row(self, recipe: str, backend: str) -> BackendRow:
+        r = self.grid.rowCount()
+        row = BackendRow(
+            QLabel(self),
+            QLabel(self),
+            QPushButton("Install", self),
+            QPushButton("Uninstall", self),
+            QProgressBar(self),
+            QPushButton("Cancel", self),
+            QLabel(self),
+        )
+        row.message.setWordWrap(True)
+        row.install.clicked.connect(lambda: self._start(recipe, backend))
+        row.uninstall.clicked.connect(lambda: self.uninstall_requested.emit(recipe, backend))
+        row.cancel.clicked.connect(lambda: self.cancel_requested.emit(recipe, backend))
+        for column, widget in enumerate(
+            (
+                QLabel(f"{recipe}:{backend}", self),
+                row.state,
+                row.version,
+                row.install,
+                row.uninstall,
+                row.progress,
+                row.cancel,
+            )
+        ):
+            self.grid.addWidget(widget, r, column)
+        self.grid.addWidget(row.message, r + 1, 0, 1, 7)
+        row.progress.hide()
+        row.cancel.hide()
+        row.message.hide()
+        self.rows[f"{recipe}:{backend}"] = row
+        return row
+
+    def _start(self, recipe: str, backend: str) -> None:
+        row = self.rows[f"{recipe}:{backend}"]
+        self._busy(row, True)
+        row.progress.setRange(0, 0)
+        self.install_requested.emit(recipe, backend)

@@ -1,0 +1,252 @@
+"""The Model Manager: every catalog and user model with its recipe, size, labels and state; a search
+box and filters; actions on the selected row. Fed ``ModelRow``s by the bridge; it only emits intents."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from PySide6.QtCore import QPoint, Qt, Signal
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QComboBox,
+    QFileDialog,
+    QHBoxLayout,
+    QHeaderView,
+    QLineEdit,
+    QMenu,
+    QPushButton,
+    QTreeWidget,
+    QTreeWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.bridge import ModelRow, RowState
+
+NAME_ROLE = Qt.ItemDataRole.UserRole
+ALL = ""
+STATE_TEXT = {
+    RowState.AVAILABLE: "available",
+    RowState.DOWNLOADING: "downloading",
+    RowState.DOWNLOADED: "downloaded",
+    RowState.LOADING: "loading…",
+    RowState.LOADED: "● loaded",
+    RowState.ERROR: "error",
+}
+
+
+class ModelManager(QWidget):
+    model_selected = Signal(str)
+    load_requested = Signal(str)
+    unload_requested = Signal(str)
+    download_requested = Signal(str)
+    cancel_download_requested = Signal(str)
+    delete_requested = Signal(str)
+    options_requested = Signal(str)
+    add_requested = Signal(str)  # a .gguf file or an MLX folder to import
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.search = QLineEdit(self)
+        self.search.setPlaceholderText("Search models")
+        self.search.setClearButtonEnabled(True)
+        self.recipe = QComboBox(self)
+        self.recipe.setToolTip("Show the models of one recipe")
+        self.label = QComboBox(self)
+        self.label.setToolTip("Show the models with a label")
+        self.downloaded_only = QCheckBox("Downloaded", self)
+        self.downloaded_only.setToolTip("Show only the models on this machine")
+        self.tree = QTreeWidget(self)
+        self.tree.setHeaderLabels(["Model", "Recipe", "Size", "State"])
+        self.tree.setRootIsDecorated(False)
+        self.tree.setUniformRowHeights(True)
+        self.tree.setAlternatingRowColors(True)
+        header = self.tree.header()
+        header.setStretchLastSection(False)
+        header.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
+        for column in (1, 2, 3):
+            header.setSectionResizeMode(column, QHeaderView.ResizeMode.ResizeToContents)
+        self.tree.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
+        self.tree.customContextMenuRequested.connect(self._context_menu)
+        self.tree.currentItemChanged.connect(self._current_changed)
+        self.tree.itemDoubleClicked.connect(lambda item, _c: self._primary(str(item.data(0, NAME_ROLE))))
+
+        self.load_button = QPushButton("Load", self)
+        self.unload_button = QPushButton("Unload", self)
+        self.download_button = QPushButton("Download", self)
+        self.delete_button = QPushButton("Delete", self)
+        self.add_button = QPushButton("Add model…", self)
+        self.add_button.setToolTip("Import a local .gguf file or MLX folder")
+        add_menu = QMenu(self.add_button)
+        add_menu.addAction("GGUF file…", self._choose_file)
+        add_menu.addAction("MLX folder…", self._choose_folder)
+        self.add_button.setMenu(add_menu)
+        self.load_button.clicked.connect(lambda: self._act(self.load_requested.emit))
+        self.unload_button.clicked.connect(lambda: self._act(self.unload_requested.emit))
+        self.download_button.clicked.connect(lambda: self._act(self._download_or_cancel))
+        self.delete_button.clicked.connect(lambda: self._act(self.delete_requested.emit))
+
+        filters = QHBoxLayout()
+        filters.addWidget(self.recipe, 1)
+        filters.addWidget(self.label, 1)
+        filters.addWidget(self.downloaded_only)
+        actions = QHBoxLayout()
+        for button in (self.load_button, self.unload_button, self.download_button, self.delete_button):
+            actions.addWidget(button)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(8, 0, 8, 4)
+        layout.addWidget(self.search)
+        layout.addLayout(filters)
+        layout.addWidget(self.tree, 1)
+        layout.addLayout(actions)
+        layout.addWidget(self.add_button)
+        self.search.textChanged.connect(self._apply_filters)
+        self.recipe.currentIndexChanged.connect(self._apply_filters)
+        self.label.currentIndexChanged.connect(self._apply_filters)
+        self.downloaded_only.toggled.connect(self._apply_filters)
+        self._rows: dict[str, ModelRow] = {}
+        self._set_choices(self.recipe, "All recipes", [])
+        self._set_choices(self.label, "All labels", [])
+        self._update_buttons()
+
+    # Fed by the bridge
+
+    def set_rows(self, rows: list[ModelRow]) -> None:
+        current = self.selected()
+        self._rows = {row.name: row for row in rows}
+        self._set_choices(self.recipe, "All recipes", sorted({r.recipe for r in rows if r.recipe}))
+        self._set_choices(self.label, "All labels", sorted({label for r in rows for label in r.labels}))
+        self.tree.blockSignals(True)
+        self.tree.clear()
+        for row in rows:
+            item = QTreeWidgetItem([row.name, row.recipe, f"{row.size_gb:.2f} GB" if row.size_gb else "", ""])
+            item.setData(0, NAME_ROLE, row.name)
+            self._fill_state(item, row)
+            self.tree.addTopLevelItem(item)
+        self.tree.blockSignals(False)
+        self._apply_filters()
+        if current:
+            self.select(current)
+        self._update_buttons()
+
+    def row(self, name: str) -> ModelRow | None:
+        return self._rows.get(name)
+
+    def selected(self) -> str:
+        item = self.tree.currentItem()
+        return str(item.data(0, NAME_ROLE)) if item is not None else ""
+
+    def _items(self) -> list[QTreeWidgetItem]:
+        items = (self.tree.topLevelItem(i) for i in range(self.tree.topLevelItemCount()))
+        return [item for item in items if item is not None]
+
+    def select(self, name: str) -> None:
+        for item in self._items():
+            if item.data(0, NAME_ROLE) == name:
+                self.tree.setCurrentItem(item)
+                return
+
+    def visible_names(self) -> list[str]:
+        return [str(item.data(0, NAME_ROLE)) for item in self._items() if not item.isHidden()]
+
+    def add(self, path: str) -> None:
+        if path:
+            self.add_requested.emit(path)
+
+    # Inside
+
+    @staticmethod
+    def _fill_state(item: QTreeWidgetItem, row: ModelRow) -> None:
+        text = STATE_TEXT[row.state]
+        if row.state is RowState.DOWNLOADING and row.progress is not None:
+            text = f"downloading {row.progress}%"
+        item.setText(3, text)
+        tip = [row.name, f"recipe: {row.recipe or 'unknown until downloaded'}"]
+        if row.labels:
+            tip.append(f"labels: {', '.join(row.labels)}")
+        if row.user:
+            tip.append("added by you")
+        if row.message:
+            tip.append(row.message)
+        for column in range(4):
+            item.setToolTip(column, "\n".join(tip))
+        if row.state is RowState.ERROR:
+            item.setForeground(3, Qt.GlobalColor.red)
+
+    @staticmethod
+    def _set_choices(box: QComboBox, everything: str, values: list[str]) -> None:
+        current = box.currentData()
+        box.blockSignals(True)
+        box.clear()
+        box.addItem(everything, ALL)
+        for value in values:
+            box.addItem(value, value)
+        box.setCurrentIndex(max(0, box.findData(current)))
+        box.blockSignals(False)
+
+    def _apply_filters(self) -> None:
+        words = self.search.text().lower().split()
+        recipe, label = self.recipe.currentData(), self.label.currentData()
+        for item in self._items():
+            row = self._rows[str(item.data(0, NAME_ROLE))]
+            text = " ".join((row.name, row.recipe, *row.labels)).lower()
+            shown = (
+                all(word in text for word in words)
+                and (not recipe or row.recipe == recipe)
+                and (not label or label in row.labels)
+                and (not self.downloaded_only.isChecked() or row.on_disk)
+            )
+            item.setHidden(not shown)
+
+    def _update_buttons(self) -> None:
+        row = self._rows.get(self.selected())
+        state = row.state if row else None
+        self.load_button.setEnabled(row is not None and row.on_disk and state is not RowState.LOADING)
+        self.load_button.setText("Reload" if state is RowState.LOADED else "Load")
+        self.unload_button.setEnabled(state in (RowState.LOADED, RowState.LOADING))
+        downloading = state is RowState.DOWNLOADING
+        self.download_button.setText("Cancel download" if downloading else "Download")
+        self.download_button.setEnabled(row is not None and (downloading or not row.on_disk))
+        self.delete_button.setEnabled(row is not None and (row.on_disk or row.user) and not downloading)
+
+    def _current_changed(self, current: QTreeWidgetItem | None, _previous: QTreeWidgetItem | None) -> None:
+        self._update_buttons()
+        if current is not None:
+            self.model_selected.emit(str(current.data(0, NAME_ROLE)))
+
+    def _act(self, action: Callable[[str], object]) -> None:
+        if name := self.selected():
+            action(name)
+
+    def _download_or_cancel(self, name: str) -> None:
+        row = self._rows.get(name)
+        if row is not None and row.state is RowState.DOWNLOADING:
+            self.cancel_download_requested.emit(name)
+        else:
+            self.download_requested.emit(name)
+
+    def _primary(self, name: str) -> None:
+        row = self._rows.get(name)
+        if row is not None and row.on_disk and row.state is not RowState.LOADED:
+            self.load_requested.emit(name)
+
+    def _context_menu(self, pos: QPoint) -> None:
+        item = self.tree.itemAt(pos)
+        if item is None:
+            return
+        self.tree.setCurrentItem(item)
+        name = str(item.data(0, NAME_ROLE))
+        menu = QMenu(self)
+        for button in (self.load_button, self.unload_button, self.download_button, self.delete_button):
+            action = menu.addAction(button.text(), button.click)
+            action.setEnabled(button.isEnabled())
+        menu.addSeparator()
+        menu.addAction("Options…", lambda: self.options_requested.emit(name))
+        menu.popup(self.tree.viewport().mapToGlobal(pos))
+
+    def _choose_file(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "Add a GGUF model", "", "GGUF models (*.gguf)")
+        self.add(path)
+
+    def _choose_folder(self) -> None:
+        self.add(QFileDialog.getExistingDirectory(self, "Add an MLX model folder"))

@@ -1,0 +1,231 @@
+"""The options panel for the selected model: backend, context size, extra engine arguments (checked as
+they are typed), sampling defaults, "Save for this model" and Load/Reload. It only emits intents."""
+
+from __future__ import annotations
+
+import math
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QStandardItemModel
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QComboBox,
+    QDoubleSpinBox,
+    QFormLayout,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QPushButton,
+    QSlider,
+    QSpinBox,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.bridge import ModelRow, RowState
+from app.core.backends import BackendState
+from app.core.errors import LemonDeskError
+from app.core.launch import check_user_args, split_args
+from app.store.model_options import ModelOptions
+from app.system_info import SystemInfo
+from app.ui.chat.markdown_view import current_theme
+from app.ui.chat.pane import DEFAULT_TEMPERATURE, DEFAULT_TOP_P
+
+CTX_MIN_LOG2, CTX_MAX_LOG2, CTX_STEPS_PER_DOUBLING = 9, 18, 4  # 512 to 262,144 tokens
+STATE_WORDS = {
+    BackendState.INSTALLED: "installed",
+    BackendState.INSTALLABLE: "not installed",
+    BackendState.UPDATE_REQUIRED: "update required",
+    BackendState.UNSUPPORTED: "unsupported",
+}
+
+
+def ctx_from_slider(position: int) -> int:
+    return int(round(2 ** (CTX_MIN_LOG2 + position / CTX_STEPS_PER_DOUBLING) / 256) * 256)
+
+
+def slider_from_ctx(ctx: int) -> int:
+    return round((math.log2(max(ctx, 2**CTX_MIN_LOG2)) - CTX_MIN_LOG2) * CTX_STEPS_PER_DOUBLING)
+
+
+def args_problem(recipe: str, backend: str, text: str) -> str:
+    """What is wrong with extra engine arguments as typed ("" when nothing)."""
+    try:
+        check_user_args(recipe, backend, split_args(text))
+    except LemonDeskError as err:
+        return str(err)
+    return ""
+
+
+class OptionsPanel(QWidget):
+    save_requested = Signal(str, object)  # model name, ModelOptions
+    load_requested = Signal(str, object)  # model name, ModelOptions
+    backends_requested = Signal()
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        muted = current_theme().muted
+        self.model = ""
+        self.recipe = ""
+        self.info: SystemInfo | None = None
+        self.heading = QLabel("Select a model to see how it loads.", self)
+        self.heading.setWordWrap(True)
+        self.heading.setStyleSheet(f"color: {muted};")
+
+        self.backend = QComboBox(self)
+        self.backend.currentIndexChanged.connect(self._validate)
+        self.manage_backends = QPushButton("Backends…", self)
+        self.manage_backends.setToolTip("Install, update or remove engines")
+        self.manage_backends.clicked.connect(self.backends_requested)
+        backend_row = QHBoxLayout()
+        backend_row.addWidget(self.backend, 1)
+        backend_row.addWidget(self.manage_backends)
+
+        self.ctx_auto = QCheckBox("Auto", self)
+        self.ctx_auto.setToolTip("Let the engine pick its default context size")
+        self.ctx_slider = QSlider(Qt.Orientation.Horizontal, self)
+        self.ctx_slider.setRange(0, (CTX_MAX_LOG2 - CTX_MIN_LOG2) * CTX_STEPS_PER_DOUBLING)
+        self.ctx_slider.setValue(slider_from_ctx(4096))
+        self.ctx_value = QLabel(self)
+        self.ctx_value.setMinimumWidth(self.fontMetrics().horizontalAdvance("262,144"))
+        self.ctx_slider.valueChanged.connect(self._ctx_changed)
+        self.ctx_auto.toggled.connect(self._ctx_changed)
+        ctx_row = QHBoxLayout()
+        ctx_row.addWidget(self.ctx_slider, 1)
+        ctx_row.addWidget(self.ctx_value)
+        ctx_row.addWidget(self.ctx_auto)
+
+        self.args = QLineEdit(self)
+        self.args.setPlaceholderText("e.g. --threads 4 --flash-attn on")
+        self.args.textChanged.connect(self._validate)
+        self.args_message = QLabel(self)
+        self.args_message.setWordWrap(True)
+        self.args_message.setStyleSheet("color: #c0392b;")
+        self.args_message.hide()
+
+        self.temperature = QDoubleSpinBox(self)
+        self.temperature.setRange(0.0, 2.0)
+        self.temperature.setSingleStep(0.05)
+        self.top_p = QDoubleSpinBox(self)
+        self.top_p.setRange(0.0, 1.0)
+        self.top_p.setSingleStep(0.05)
+        self.max_tokens = QSpinBox(self)
+        self.max_tokens.setRange(0, 262_144)
+        self.max_tokens.setSingleStep(256)
+        self.max_tokens.setSpecialValueText("no limit")
+
+        self.save_button = QPushButton("Save for this model", self)
+        self.save_button.clicked.connect(lambda: self.save_requested.emit(self.model, self.current()))
+        self.load_button = QPushButton("Load", self)
+        self.load_button.setDefault(True)
+        self.load_button.clicked.connect(lambda: self.load_requested.emit(self.model, self.current()))
+        buttons = QHBoxLayout()
+        buttons.addWidget(self.save_button)
+        buttons.addWidget(self.load_button)
+
+        self.form = QWidget(self)
+        form = QFormLayout(self.form)
+        form.setContentsMargins(0, 0, 0, 0)
+        form.setFieldGrowthPolicy(QFormLayout.FieldGrowthPolicy.AllNonFixedFieldsGrow)
+        form.setRowWrapPolicy(QFormLayout.RowWrapPolicy.WrapAllRows)
+        form.addRow("Backend", backend_row)
+        form.addRow("Context size", ctx_row)
+        form.addRow("Extra engine arguments", self.args)
+        form.addRow(self.args_message)
+        sampling = QHBoxLayout()
+        for label, box in (("Temp", self.temperature), ("Top-p", self.top_p)):
+            sampling.addWidget(QLabel(label, self))
+            sampling.addWidget(box, 1)
+        form.addRow("Sampling defaults", sampling)
+        form.addRow("Max tokens", self.max_tokens)
+        form.addRow(buttons)
+
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(8, 4, 8, 8)
+        layout.addWidget(self.heading)
+        layout.addWidget(self.form)
+        layout.addStretch(1)
+        self.form.setEnabled(False)
+        self._ctx_changed()
+
+    # Fed by the window
+
+    def set_backends(self, info: SystemInfo) -> None:
+        self.info = info
+        if self.model:
+            self._fill_backends(self.backend.currentData())
+
+    def show_model(self, row: ModelRow, options: ModelOptions) -> None:
+        self.model, self.recipe = row.name, row.recipe
+        self.heading.setText(f"<b>{row.name}</b><br>{row.recipe or 'recipe unknown until downloaded'}")
+        self.form.setEnabled(True)
+        self._fill_backends(options.backend)
+        self.ctx_auto.setChecked(options.ctx_size is None)
+        self.ctx_slider.setValue(slider_from_ctx(options.ctx_size or 4096))
+        self.args.setText(options.args)
+        self.temperature.setValue(DEFAULT_TEMPERATURE if options.temperature is None else options.temperature)
+        self.top_p.setValue(DEFAULT_TOP_P if options.top_p is None else options.top_p)
+        self.max_tokens.setValue(options.max_tokens or 0)
+        self.set_row(row)
+
+    def set_row(self, row: ModelRow) -> None:
+        """The selected model's state changed: Load becomes Reload once it is loaded."""
+        if row.name != self.model:
+            return
+        self.load_button.setText("Reload" if row.state is RowState.LOADED else "Load")
+        self.load_button.setEnabled(row.on_disk and row.state is not RowState.LOADING and self._args_ok())
+        self.load_button.setToolTip("" if row.on_disk else "Download the model first")
+
+    def current(self) -> ModelOptions:
+        return ModelOptions(
+            backend=self.backend.currentData() or None,
+            ctx_size=None if self.ctx_auto.isChecked() else ctx_from_slider(self.ctx_slider.value()),
+            args=self.args.text().strip(),
+            temperature=self.temperature.value(),
+            top_p=self.top_p.value(),
+            max_tokens=self.max_tokens.value() or None,
+        )
+
+    # Inside
+
+    def _fill_backends(self, chosen: str | None) -> None:
+        self.backend.blockSignals(True)
+        self.backend.clear()
+        support = self.info.recipes.get(self.recipe) if self.info else None
+        default = support.default_backend if support else None
+        self.backend.addItem(f"Auto ({default})" if default else "Auto", "")
+        model = self.backend.model()
+        assert isinstance(model, QStandardItemModel)
+        for name, status in (support.backends if support else {}).items():
+            self.backend.addItem(f"{name} — {STATE_WORDS[status.state]}", name)
+            item = model.item(self.backend.count() - 1)
+            item.setToolTip(status.message or f"{self.recipe}:{name} {status.version}")
+            if status.state is BackendState.UNSUPPORTED:
+                item.setEnabled(False)
+        self.backend.setCurrentIndex(max(0, self.backend.findData(chosen or "")))
+        self.backend.blockSignals(False)
+        self._validate()
+
+    def _backend_name(self) -> str:
+        chosen = self.backend.currentData()
+        if chosen:
+            return str(chosen)
+        support = self.info.recipes.get(self.recipe) if self.info else None
+        return (support.default_backend or "") if support else ""
+
+    def _args_ok(self) -> bool:
+        return not args_problem(self.recipe, self._backend_name(), self.args.text())
+
+    def _validate(self) -> None:
+        problem = args_problem(self.recipe, self._backend_name(), self.args.text())
+        self.args_message.setText(problem)
+        self.args_message.setVisible(bool(problem))
+        self.args.setStyleSheet("border: 1px solid #c0392b;" if problem else "")
+        self.save_button.setEnabled(not problem)
+        if problem:
+            self.load_button.setEnabled(False)
+
+    def _ctx_changed(self) -> None:
+        auto = self.ctx_auto.isChecked()
+        self.ctx_slider.setEnabled(not auto)
+        self.ctx_value.setText("auto" if auto else f"{ctx_from_slider(self.ctx_slider.value()):,}")
