@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 import qasync
 from PySide6.QtWidgets import QApplication
+from pytestqt.qtbot import QtBot
+
+from app.ui.desktop import DesktopApp
 
 
 @pytest.fixture
@@ -20,3 +23,29 @@ def qt_loop(qapp: QApplication) -> Iterator[qasync.QEventLoop]:
     loop._after_run_forever()
     loop.close()
     asyncio.set_event_loop(None)
+
+
+@pytest.fixture
+def desktop(qtbot: QtBot, qapp: QApplication, qt_loop: object) -> Iterator[Callable[[], DesktopApp]]:
+    """Makes the app as a launch does (once its models and backends are known); quits each at the end,
+    waiting until every engine has stopped."""
+    made: list[DesktopApp] = []
+
+    def make() -> DesktopApp:
+        app = DesktopApp(qapp)
+        app.exit_app = lambda: None  # the test process's QApplication lives on for the next test
+        qtbot.addWidget(app.window)
+        app.window.show()
+        qtbot.waitExposed(app.window)
+        qtbot.waitUntil(lambda: app.bridge.info is not None, timeout=30_000)
+        made.append(app)
+        return app
+
+    yield make
+    for app in made:
+        quit_and_wait(qtbot, app)
+
+
+def quit_and_wait(qtbot: QtBot, app: DesktopApp) -> None:
+    app.quit()
+    qtbot.waitUntil(lambda: app.finished, timeout=60_000)

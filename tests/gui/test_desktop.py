@@ -30,26 +30,6 @@ from tests.support.keychain import private_keychain
 TOKEN = "hf_ui_test_secret_0123456789"
 
 
-@pytest.fixture
-def desktop(qtbot: QtBot, qapp: QApplication, qt_loop: object) -> Iterator[Callable[[], DesktopApp]]:
-    made: list[DesktopApp] = []
-
-    def make() -> DesktopApp:
-        app = DesktopApp(qapp)
-        app.exit_app = lambda: None  # the test process's QApplication lives on for the next test
-        qtbot.addWidget(app.window)
-        app.window.show()
-        qtbot.waitExposed(app.window)
-        qtbot.waitUntil(lambda: app.bridge.info is not None, timeout=30_000)  # models and backends known
-        made.append(app)
-        return app
-
-    yield make
-    for app in made:
-        app.quit()
-        qtbot.waitUntil(lambda app=app: app.finished, timeout=30_000)
-
-
 def rows(names: list[str], loaded: set[str]) -> list[ModelRow]:
     return [
         ModelRow(

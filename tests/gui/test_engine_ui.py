@@ -4,18 +4,18 @@ llama_server_path) on the real SmolLM2 GGUF, driven only through the widgets."""
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import psutil
 import pytest
-from PySide6.QtWidgets import QApplication
 from pytestqt.qtbot import QtBot
 
 from app.bridge import RowState
 from app.core.chat import MessageState
 from app.store.settings import Settings, save_settings
 from app.ui.desktop import DesktopApp
+from tests.gui.conftest import quit_and_wait
 from tests.support.llama import llama_server_dir, smollm_gguf
 
 pytestmark = [
@@ -27,42 +27,23 @@ NAME = "user.SmolLM2-135M-Instruct.Q4_1"
 
 
 @pytest.fixture
-def engine_desktop(
-    qtbot: QtBot, qapp: QApplication, qt_loop: object, lemon_home: Path
-) -> Iterator[Callable[[], DesktopApp]]:
-    server = llama_server_dir(print) / "llama-server"
-    save_settings(Settings(llama_server_path=str(server)))
-    made: list[DesktopApp] = []
-
-    def make() -> DesktopApp:
-        app = DesktopApp(qapp)
-        app.exit_app = lambda: None  # the test process's QApplication lives on
-        qtbot.addWidget(app.window)
-        app.window.show()
-        qtbot.waitExposed(app.window)
-        qtbot.waitUntil(lambda: app.bridge.info is not None, timeout=30_000)
-        made.append(app)
-        return app
-
-    yield make
-    for app in made:
-        app.quit()
-        qtbot.waitUntil(lambda app=app: app.finished, timeout=60_000)
+def engine_desktop(desktop: Callable[[], DesktopApp]) -> Callable[[], DesktopApp]:
+    """The app with the real llama-server as its `system` backend."""
+    save_settings(Settings(llama_server_path=str(llama_server_dir(print) / "llama-server")))
+    return desktop
 
 
-def quit_and_wait(qtbot: QtBot, app: DesktopApp) -> None:
-    app.quit()
-    qtbot.waitUntil(lambda: app.finished, timeout=60_000)
+def import_smollm(qtbot: QtBot, app: DesktopApp) -> None:
+    with qtbot.waitSignal(app.bridge.model_added, timeout=30_000):
+        app.window.models.add(str(smollm_gguf(print)))  # what "Add model… > GGUF file…" does with a file
 
 
 def test_load_chat_stop_regenerate_and_restart_from_the_ui(
     qtbot: QtBot, engine_desktop: Callable[[], DesktopApp], lemon_home: Path
 ) -> None:
-    gguf = smollm_gguf(print)
     app = engine_desktop()
     window = app.window
-    with qtbot.waitSignal(app.bridge.model_added, timeout=30_000):
-        window.models.add(str(gguf))  # what "Add model… > GGUF file…" does with the chosen file
+    import_smollm(qtbot, app)
     assert window.models.selected() == NAME
     assert window.options.model == NAME
     window.options.backend.setCurrentIndex(window.options.backend.findData("system"))
@@ -99,3 +80,22 @@ def test_load_chat_stop_regenerate_and_restart_from_the_ui(
     messages = again.window.chat.messages()
     assert [m.role for m in messages] == ["user", "assistant"]
     assert messages[1].content == reply.content
+
+
+def test_tray_quick_load_loads_the_model_and_checks_it(
+    qtbot: QtBot, engine_desktop: Callable[[], DesktopApp]
+) -> None:
+    app = engine_desktop()
+    import_smollm(qtbot, app)
+    action = app.tray.load_actions()[NAME]
+    assert not action.isChecked()
+    with qtbot.waitSignal(app.tray.notified, timeout=LOAD_MS) as notified:
+        action.trigger()
+    assert notified.args == ["Model loaded", f"{NAME} is ready."]
+    assert app.tray.load_actions()[NAME].isChecked()
+    assert app.window.models.row(NAME).state is RowState.LOADED
+    assert list(app.tray.unload_actions()) == [NAME, "Unload all"]
+    with qtbot.waitSignal(app.bridge.engine_changed, timeout=30_000):
+        app.tray.unload_all_action.trigger()
+    qtbot.waitUntil(lambda: not app.tray.load_actions()[NAME].isChecked())
+    assert app.window.models.row(NAME).state is RowState.DOWNLOADED
