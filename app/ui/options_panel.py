@@ -73,7 +73,8 @@ class OptionsPanel(QWidget):
         self.heading.setStyleSheet(f"color: {muted};")
 
         self.backend = QComboBox(self)
-        self.backend.currentIndexChanged.connect(self._validate)
+        self.backend.currentIndexChanged.connect(self._backend_chosen)
+        self._wanted_backend: str | None = None  # kept while the backends are not known yet
         self.manage_backends = QPushButton("Backends…", self)
         self.manage_backends.setToolTip("Install, update or remove engines")
         self.manage_backends.clicked.connect(self.backends_requested)
@@ -153,7 +154,7 @@ class OptionsPanel(QWidget):
     def set_backends(self, info: SystemInfo) -> None:
         self.info = info
         if self.model:
-            self._fill_backends(self.backend.currentData())
+            self._fill_backends(self._wanted_backend)
 
     def show_model(self, row: ModelRow, options: ModelOptions) -> None:
         self.model, self.recipe = row.name, row.recipe
@@ -188,7 +189,12 @@ class OptionsPanel(QWidget):
 
     # Inside
 
+    def _backend_chosen(self) -> None:
+        self._wanted_backend = self.backend.currentData() or None
+        self._validate()
+
     def _fill_backends(self, chosen: str | None) -> None:
+        self._wanted_backend = chosen
         self.backend.blockSignals(True)
         self.backend.clear()
         support = self.info.recipes.get(self.recipe) if self.info else None
