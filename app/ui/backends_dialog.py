@@ -67,7 +67,7 @@ class BackendsDialog(QDialog):
                     if installed and installed != status.version
                     else installed or status.version
                 )
-                busy = row.progress.isVisible()
+                busy = not row.progress.isHidden()
                 row.install.setText("Update" if status.state is BackendState.UPDATE_REQUIRED else "Install")
                 row.install.setEnabled(
                     not busy and status.state in (BackendState.INSTALLABLE, BackendState.UPDATE_REQUIRED)

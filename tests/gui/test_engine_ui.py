@@ -66,8 +66,9 @@ def test_load_chat_stop_regenerate_and_restart_from_the_ui(
     assert app.bridge._chat is None
 
     chat.regenerate()
-    qtbot.waitUntil(lambda: chat.messages()[-1].state is MessageState.COMPLETE, timeout=60_000)
+    qtbot.waitUntil(lambda: chat.messages()[-1].state is not MessageState.STREAMING, timeout=60_000)
     reply = chat.messages()[-1]
+    assert reply.state is MessageState.COMPLETE, reply.error
     assert reply.content and reply.telemetry and reply.telemetry["decode_tps"] > 0
     assert "decode" in window.telemetry_status.text()
     conversation = chat.conversation_id
