@@ -127,6 +127,8 @@ class Bridge(QObject):
         self._options = loaded.items
         self.warnings = [*self.library.warnings, *([loaded.warning] if loaded.warning else [])]
         self._tasks: set[asyncio.Task[Any]] = set()
+        # Unloads are never cancelled: an engine stop cut short would leave its process unreaped.
+        self._stopping: set[asyncio.Task[Any]] = set()
         self._chat: asyncio.Task[None] | None = None
         self._statuses: dict[str, ModelStatus] = {}
         self._engine_states: dict[str, tuple[EngineState, str]] = {}
@@ -177,15 +179,17 @@ class Bridge(QObject):
 
     # --- tasks ----------------------------------------------------------------------------------------
 
-    def spawn(self, job: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
-        """Run ``job`` as a task kept until it ends; a LemonDeskError it raises is told to the user."""
+    def spawn(self, job: Coroutine[Any, Any, Any], *, stops_engines: bool = False) -> asyncio.Task[Any]:
+        """Run ``job`` as a task kept until it ends; a LemonDeskError it raises is told to the user.
+        Shutdown cancels it, unless it ``stops_engines``: then shutdown waits for it."""
         task = asyncio.ensure_future(job)
-        self._tasks.add(task)
+        (self._stopping if stops_engines else self._tasks).add(task)
         task.add_done_callback(self._task_done)
         return task
 
     def _task_done(self, task: asyncio.Task[Any]) -> None:
         self._tasks.discard(task)
+        self._stopping.discard(task)
         if task.cancelled():
             return
         err = task.exception()
@@ -229,7 +233,7 @@ class Bridge(QObject):
 
     async def _delete(self, name: str) -> None:
         if name in self.supervisor.engines:
-            await self.supervisor.unload(name)
+            await self._unload(name)
         said = await asyncio.to_thread(self.library.remove, name)
         self._errors.pop(name, None)
         self._options.pop(name, None)
@@ -301,7 +305,7 @@ class Bridge(QObject):
         self._errors.pop(name, None)
         for old in self._ready[: max(0, len(self._ready) - self.settings.max_loaded_models + 1)]:
             if old != name:
-                await self.supervisor.unload(old)  # over the limit: the oldest goes first
+                await self._unload(old)  # over the limit: the oldest goes first
         task = self.supervisor.load(model, LoadOptions(options.backend, options.ctx_size, options.args))
         await asyncio.wait([task])
         if task.cancelled():
@@ -316,14 +320,18 @@ class Bridge(QObject):
         self.notify.emit(f"{name} did not load", message, True)
 
     def unload(self, name: str) -> asyncio.Task[None]:
-        return self.spawn(self.supervisor.unload(name))
+        return self.spawn(self.supervisor.unload(name), stops_engines=True)
 
     def unload_all(self) -> asyncio.Task[None]:
-        return self.spawn(self._unload_all())
+        return self.spawn(self._unload_all(), stops_engines=True)
 
     async def _unload_all(self) -> None:
         for name in list(self.supervisor.engines):
             await self.supervisor.unload(name)
+
+    async def _unload(self, name: str) -> None:
+        """Unload from inside a task that may be cancelled: the stop itself runs on to its end."""
+        await asyncio.shield(self.unload(name))
 
     def _on_supervisor(self, event: SupervisorEvent) -> None:
         if isinstance(event, EngineStateChanged):
@@ -438,7 +446,7 @@ class Bridge(QObject):
         tasks = list(self._tasks)
         for task in tasks:
             task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await asyncio.gather(*tasks, *self._stopping, return_exceptions=True)
         await self.supervisor.shutdown()
         if self._downloads is not None:
             await self._downloads.close()

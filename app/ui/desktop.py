@@ -234,6 +234,7 @@ class DesktopApp(QObject):
         store.sync()
         self.tray.hide()
         self.window.hide()
+        self.bridge.blockSignals(True)  # the window is going: what the engines do now is for no one
         self._quit_task = asyncio.ensure_future(self._finish_quit())
 
     async def _finish_quit(self) -> None:
