@@ -137,7 +137,7 @@ class DesktopApp(QObject):
         self._apply_sampling(options)
 
     def _engine_changed(self, name: str, state: str, message: str) -> None:
-        text = f"{name}: {state}" + (f" ({message.splitlines()[0]})" if message else "")
+        text = f"Engine {state}" + (f": {message.splitlines()[0]}" if message else "")
         self.window.set_engine_status(text)
         if state == "starting" and name == self.window.logs.engine:
             self.window.logs.show_engine(name, *self.bridge.engine_log(name))

@@ -23,7 +23,7 @@ from app.ui.options_panel import OptionsPanel
 
 WINDOW_TITLE = "Lemon Desk"
 DEFAULT_SIZE = (1280, 820)
-DEFAULT_SPLIT = [340, 640, 300]
+DEFAULT_SPLIT = [400, 580, 300]
 MB = 1024 * 1024
 
 

@@ -83,7 +83,7 @@ class OptionsPanel(QWidget):
         backend_row.addWidget(self.manage_backends)
 
         self.ctx_auto = QCheckBox("Auto", self)
-        self.ctx_auto.setToolTip("Let the engine pick its default context size")
+        self.ctx_auto.setToolTip("The engine's default context size (llama.cpp: 4,096 tokens)")
         self.ctx_slider = QSlider(Qt.Orientation.Horizontal, self)
         self.ctx_slider.setRange(0, (CTX_MAX_LOG2 - CTX_MIN_LOG2) * CTX_STEPS_PER_DOUBLING)
         self.ctx_slider.setValue(slider_from_ctx(4096))
@@ -134,11 +134,15 @@ class OptionsPanel(QWidget):
         form.addRow("Extra engine arguments", self.args)
         form.addRow(self.args_message)
         sampling = QHBoxLayout()
+        self.max_tokens.setToolTip("Longest reply, in tokens")
         for label, box in (("Temp", self.temperature), ("Top-p", self.top_p)):
             sampling.addWidget(QLabel(label, self))
             sampling.addWidget(box, 1)
-        form.addRow("Sampling defaults", sampling)
-        form.addRow("Max tokens", self.max_tokens)
+        form.addRow("Chat defaults for this model", sampling)
+        longest = QHBoxLayout()
+        longest.addWidget(QLabel("Max tokens", self))
+        longest.addWidget(self.max_tokens, 1)
+        form.addRow(longest)
         form.addRow(buttons)
 
         layout = QVBoxLayout(self)
@@ -234,4 +238,4 @@ class OptionsPanel(QWidget):
     def _ctx_changed(self) -> None:
         auto = self.ctx_auto.isChecked()
         self.ctx_slider.setEnabled(not auto)
-        self.ctx_value.setText("auto" if auto else f"{ctx_from_slider(self.ctx_slider.value()):,}")
+        self.ctx_value.setText("" if auto else f"{ctx_from_slider(self.ctx_slider.value()):,}")
