@@ -73,6 +73,10 @@ def test_load_chat_stop_regenerate_and_restart_from_the_ui(
     assert reply.state is MessageState.COMPLETE, reply.error
     assert reply.content and reply.telemetry and reply.telemetry["decode_tps"] > 0
     assert "decode" in window.telemetry_status.text()
+    qtbot.waitUntil(
+        lambda: window.usage_status.text().startswith("CPU "), timeout=10_000
+    )  # psutil, every 2 s
+    assert window.usage_status.text().endswith(" MB")
     conversation = chat.conversation_id
 
     quit_and_wait(qtbot, app)
@@ -102,3 +106,4 @@ def test_tray_quick_load_loads_the_model_and_checks_it(
         app.tray.unload_all_action.trigger()
     qtbot.waitUntil(lambda: not app.tray.load_actions()[NAME].isChecked())
     assert app.window.models.row(NAME).state is RowState.DOWNLOADED
+    assert not app.bridge._usage.isActive(), "no engine runs: nothing is sampled"
