@@ -28,6 +28,7 @@ from app.core.refs import (
 from app.store.catalog import load_catalog_json
 from app.store.downloads import download_in_progress, load_downloads, save_downloads
 from app.store.hfcache import RepoCache, hub_cache_dir
+from app.store.model_paths import model_for_path
 from app.store.settings import Settings
 from app.store.usermodels import load_user_models, save_user_models
 from app.supervisor.modelmeta import local_gguf_metadata
@@ -119,6 +120,24 @@ class Library:
                 return model
         recipe = GGUF_RECIPE if ref.variant else ""  # a bare repo's format is known once its files are
         return Model(user_model_name(ref), recipe, str(ref), user=True)
+
+    def find(self, name: str) -> Model:
+        """A model by local path (a .gguf file or MLX folder), name, or Hugging Face reference."""
+        if name.endswith(".gguf") or name.startswith(("/", "~", ".")) or Path(name).exists():
+            return model_for_path(Path(name))
+        return self.resolve(name)
+
+    def location(self, model: Model) -> Path:
+        """The GGUF to load or the MLX folder; ModelError, saying what to do, when it is not here."""
+        local = self.local_files(model)
+        if local is not None:
+            return local.main
+        if model.repo_id is None:
+            raise ModelError(f"The files of {model.name} are missing: {model.checkpoint}.")
+        raise ModelError(
+            f"{model.name} ({model.checkpoint}) is not downloaded.",
+            f"Download it first: lemon-desk pull {model.name}",
+        )
 
     def register(self, model: Model) -> None:
         if model.name in self.catalog:

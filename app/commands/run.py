@@ -14,7 +14,7 @@ from app.commands.output import load_settings_noting_problems, print_json, telem
 from app.commands.repl import chat_in_terminal
 from app.core.errors import ConfigError
 from app.core.models import Model
-from app.store.model_paths import find_model
+from app.library import Library
 from app.supervisor.supervisor import LoadOptions, Supervisor
 
 
@@ -51,9 +51,9 @@ def _options(model: Model, args: argparse.Namespace) -> LoadOptions:
 def cmd_run(args: argparse.Namespace) -> int:
     if args.json and args.prompt is None and not args.dry_run:
         raise ConfigError("--json needs --prompt or --dry-run; the terminal chat is for people.")
-    model = find_model(args.model)
-    options = _options(model, args)
     settings = load_settings_noting_problems()
+    model = Library(settings).find(args.model)
+    options = _options(model, args)
     if args.dry_run:
         return asyncio.run(_dry_run(Supervisor(settings), model, options, args.json))
     return asyncio.run(_run(Supervisor(settings), model, options, args))

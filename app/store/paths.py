@@ -42,19 +42,6 @@ def staging_dir() -> Path:
     return home() / "staging"
 
 
-def hf_hub_cache(models_dir: str = "") -> Path:
-    """The Hugging Face cache the app downloads into and engines read: the ``models_dir`` setting, else
-    ``HF_HUB_CACHE``, else ``$HF_HOME/hub``, else huggingface_hub's default."""
-    if models_dir:
-        return Path(models_dir).expanduser()
-    if os.environ.get("HF_HUB_CACHE"):
-        return Path(os.environ["HF_HUB_CACHE"]).expanduser()
-    if os.environ.get("HF_HOME"):
-        return Path(os.environ["HF_HOME"]).expanduser() / "hub"
-    xdg = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(xdg).expanduser() / "huggingface" / "hub"
-
-
 def resource(name: str) -> Path:
     """A bundled file from resources/."""
     return Path(str(resources.files("app.resources").joinpath(name)))

@@ -20,7 +20,7 @@ import httpx
 
 from app.client.chat import ChatClient
 from app.core.backends import BackendKind, BackendState
-from app.core.errors import ConfigError, EngineError, InstallError, ModelError, UnsupportedError
+from app.core.errors import ConfigError, EngineError, InstallError, UnsupportedError
 from app.core.hardware import Hardware
 from app.core.launch import (
     ENGINE_BINARY,
@@ -32,9 +32,9 @@ from app.core.launch import (
     split_args,
 )
 from app.core.models import Model
+from app.library import Library
+from app.store.hfcache import hub_cache_dir
 from app.store.installs import InstallManifest, install_dir
-from app.store.model_paths import cached_snapshot, model_location
-from app.store.paths import hf_hub_cache
 from app.store.settings import Settings
 from app.supervisor.engine import Engine, EngineState
 from app.supervisor.installer import InstallPhase, InstallUpdate, install_backend, installed_binary
@@ -116,11 +116,11 @@ class Supervisor:
         settings: Settings,
         *,
         hardware: Hardware | None = None,
-        resolve_model: ModelResolver = model_location,
+        resolve_model: ModelResolver | None = None,
     ) -> None:
         self.settings = settings
         self._hardware = hardware
-        self._resolve_model = resolve_model
+        self._resolve_model = resolve_model or Library(settings).location
         self._listeners: list[Listener] = []
         self._tasks: dict[str, asyncio.Task[Any]] = {}
         self._engines: dict[str, Engine] = {}
@@ -271,28 +271,25 @@ class Supervisor:
             else:
                 binary = found or folder / ENGINE_BINARY.get(model.recipe, "server")
                 library_dir = str(binary.parent)
-        hub = hf_hub_cache(self.settings.models_dir)
+        hub = hub_cache_dir(self.settings.models_dir)
         return LaunchRequest(
             recipe=model.recipe,
             backend=backend,
             binary=str(binary),
             library_dir=library_dir,
-            model=self._model_argument(model, hub, dry_run),
+            model=self._model_argument(model, dry_run),
             ctx_size=options.ctx_size,
             user_args=split_args(options.args),
             hf_hub_cache=str(hub),
         )
 
-    def _model_argument(self, model: Model, hub: Path, dry_run: bool) -> str:
+    def _model_argument(self, model: Model, dry_run: bool) -> str:
         """A file or folder; for lemon-mlx the repo id whenever there is one (the engine finds it in
         the HF cache), once the app has downloaded it: the engine's own downloads are not atomic."""
         if model.recipe != "lemon-mlx" or model.repo_id is None:
             return str(self._resolve_model(model))
-        if not dry_run and cached_snapshot(hub, model.repo_id) is None:
-            raise ModelError(
-                f"{model.name} ({model.repo_id}) is not downloaded to {hub}.",
-                f"Download it first: lemon-desk pull {model.name}",
-            )
+        if not dry_run:
+            self._resolve_model(model)  # raises, saying how to download it, when it is not here
         return model.repo_id
 
     async def dry_run(self, model: Model, options: LoadOptions, parent_env: dict[str, str]) -> LaunchPlan:

@@ -93,14 +93,17 @@ async def direct(engine: Engine, prompt: str, tokens: int) -> Timing:
         cpu = time.process_time()
         sent = time.perf_counter()
         async with client.stream("POST", "/v1/chat/completions", json=payload, timeout=None) as response:
-            async for line in response.aiter_lines():
-                if not line.startswith("data: ") or line == "data: [DONE]":
-                    continue
-                choices = json.loads(line[6:]).get("choices") or [{}]
-                if (choices[0].get("delta") or {}).get("content"):
-                    last = time.perf_counter()
-                    first = first or last
-                    count += 1
+            rest = b""
+            async for chunk in response.aiter_bytes():  # the least a client can do: split lines, parse JSON
+                *lines, rest = (rest + chunk).split(b"\n")
+                for line in lines:
+                    if not line.startswith(b"data: {"):
+                        continue
+                    choices = json.loads(line[6:]).get("choices") or [{}]
+                    if (choices[0].get("delta") or {}).get("content"):
+                        last = time.perf_counter()
+                        first = first or last
+                        count += 1
     return timing(sent, first, last, count, time.process_time() - cpu)
 
 

@@ -291,3 +291,20 @@ def test_pull_draws_a_progress_bar_on_a_terminal(hub: LoopbackHub) -> None:
     assert child.returncode == 0
     assert b"\r" in drawn and b"100%" in drawn and b"MB/s" in drawn and b"[####" in drawn
     assert "user.Big-GGUF-Q8_0 is ready:" in out
+
+
+def test_run_finds_pulled_models_in_the_cache_and_says_to_pull_the_others(
+    hub: LoopbackHub, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _, err = run(capsys, "run", "Qwen3-0.6B-GGUF", "--dry-run")
+    assert code == 1
+    assert err.strip() == (
+        "error: Qwen3-0.6B-GGUF (unsloth/Qwen3-0.6B-GGUF:Q4_0) is not downloaded. "
+        "Download it first: lemon-desk pull Qwen3-0.6B-GGUF"
+    )
+    pulled = run_json(capsys, "pull", Q8)
+    plan = run_json(capsys, "run", Q8, "--dry-run")  # by reference: the user model pull made
+    command = plan["command"]
+    assert command[command.index("-m") + 1] == pulled["path"]
+    plan = run_json(capsys, "run", "user.Big-GGUF-Q8_0", "--dry-run")  # and by name
+    assert plan["command"][plan["command"].index("-m") + 1] == pulled["path"]

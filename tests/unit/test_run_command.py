@@ -121,8 +121,8 @@ def test_refusals_are_one_clear_line(
     "model,message",
     [
         ("/no/such/model.gguf", "No such model file: /no/such/model.gguf."),
-        ("Qwen3-0.6B-GGUF", "Qwen3-0.6B-GGUF comes from Hugging Face (unsloth/Qwen3-0.6B-GGUF:Q4_0)"),
-        ("no-such-name", "No model called 'no-such-name'"),
+        ("Qwen3-0.6B-GGUF", "Qwen3-0.6B-GGUF (unsloth/Qwen3-0.6B-GGUF:Q4_0) is not downloaded."),
+        ("no-such-name", "There is no model named 'no-such-name'."),
     ],
 )
 def test_models_that_cannot_run(

@@ -39,7 +39,7 @@ class Installed:
 async def install(spec: BackendSpec, on_update: Callable[[InstallUpdate], None]) -> InstallManifest:
     """The app's installer, as ``lemon-desk backends install`` runs it."""
     status = support_matrix(detect_hardware(), load_backend_versions())[spec.recipe].backends[spec.name]
-    async with httpx.AsyncClient() as client:
+    with httpx.Client() as client:
         return await install_backend(spec, status, client, on_update)
 
 

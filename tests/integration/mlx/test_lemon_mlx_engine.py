@@ -125,7 +125,7 @@ async def install_standin(base: str) -> Path:
     versions = load_backend_versions()
     status = support_matrix(cpu_x86(), versions, release_base=base)["lemon-mlx"].backends["cpu"]
     assert status.url is not None and status.url.startswith(base)
-    async with httpx.AsyncClient() as client:
+    with httpx.Client() as client:
         await install_backend(versions.spec("lemon-mlx", "cpu"), status, client)
     binary = installed_binary("lemon-mlx", "cpu")
     assert binary is not None and binary.name == "server"
