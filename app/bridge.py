@@ -121,7 +121,7 @@ class Bridge(QObject):
         super().__init__(parent)
         self.settings = settings
         self.library = Library(settings)
-        self.supervisor = Supervisor(settings, resolve_model=self._model_path)
+        self.supervisor = Supervisor(settings, resolve_model=self.library.location)
         self._unsubscribe = [self.supervisor.subscribe(self._on_supervisor)]
         loaded = load_model_options()
         self._options = loaded.items
@@ -213,12 +213,6 @@ class Bridge(QObject):
     async def _refresh_backends(self) -> None:
         self.info = await self.supervisor.info()
         self.backends_changed.emit(self.info)
-
-    def _model_path(self, model: Model) -> Path:
-        local = self.library.local_files(model)
-        if local is None:
-            raise ModelError(f"{model.name} is not on this machine.", "Download it first.")
-        return local.main
 
     def import_model(self, path: str) -> asyncio.Task[None]:
         return self.spawn(self._import(Path(path)))
