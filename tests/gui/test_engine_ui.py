@@ -3,6 +3,8 @@ llama_server_path) on the real SmolLM2 GGUF, driven only through the widgets."""
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -107,3 +109,25 @@ def test_tray_quick_load_loads_the_model_and_checks_it(
     qtbot.waitUntil(lambda: not app.tray.load_actions()[NAME].isChecked())
     assert app.window.models.row(NAME).state is RowState.DOWNLOADED
     assert not app.bridge._usage.isActive(), "no engine runs: nothing is sampled"
+
+
+def test_an_engine_that_dies_mid_reply_fails_the_reply_with_its_last_words(
+    qtbot: QtBot, engine_desktop: Callable[[], DesktopApp]
+) -> None:
+    app = engine_desktop()
+    import_smollm(qtbot, app)
+    app.bridge.load(NAME)
+    qtbot.waitUntil(lambda: app.window.models.row(NAME).state is RowState.LOADED, timeout=LOAD_MS)
+    chat = app.window.chat
+    chat.max_tokens.setValue(400)
+    chat.composer.setPlainText("Tell me a long story about a lighthouse keeper.")
+    chat.submit()
+    qtbot.waitUntil(lambda: len((chat.reply_snapshot() or ("", ""))[0]) > 5, timeout=REPLY_MS)
+    with qtbot.waitSignal(app.tray.notified, timeout=30_000) as notified:  # a crash is told in the tray
+        os.kill(app.bridge.supervisor.engine(NAME).pid, signal.SIGKILL)
+    assert notified.args[0] == f"{NAME} stopped"
+    qtbot.waitUntil(lambda: chat.messages()[-1].state is MessageState.FAILED, timeout=30_000)
+    error = chat.messages()[-1].error
+    assert "SIGKILL" in error or "killed" in error.lower(), error
+    assert "srv" in error or "slot" in error, "the engine's own last lines are quoted"
+    assert app.window.models.row(NAME).state is RowState.ERROR
