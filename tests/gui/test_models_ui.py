@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QMessageBox
 from pytestqt.qtbot import QtBot
 
 from app.bridge import RowState
@@ -146,3 +147,36 @@ def test_the_context_slider_is_logarithmic() -> None:
         262144,
     ]
     assert ctx_from_slider(1) - ctx_from_slider(0) < ctx_from_slider(33) - ctx_from_slider(32)
+
+
+def test_delete_asks_first_then_takes_an_imported_model_off_the_list(
+    qtbot: QtBot, desktop: Callable[[], DesktopApp], tmp_path: Path
+) -> None:
+    app = desktop()
+    models = app.window.models
+    gguf = tmp_path / "tiny-llama.gguf"
+    gguf.write_bytes(gguf_files("tiny-llama")["tiny-llama.gguf"])
+    with qtbot.waitSignal(app.bridge.model_added):
+        models.add(str(gguf))
+    models.delete_button.click()
+    box = app.window.findChild(QMessageBox)
+    assert box is not None and "Delete user.tiny-llama?" in box.text()
+    box.button(QMessageBox.StandardButton.Cancel).click()
+    assert models.row("user.tiny-llama") is not None
+    models.delete_button.click()
+    box = next(b for b in app.window.findChildren(QMessageBox) if b.isVisible())
+    with qtbot.waitSignal(app.tray.notified) as notified:
+        box.button(QMessageBox.StandardButton.Yes).click()
+    assert notified.args[0] == "Removed" and "files at" in notified.args[1]
+    qtbot.waitUntil(lambda: models.row("user.tiny-llama") is None)
+    assert gguf.exists(), "an imported model's file is left where it is"
+
+
+def test_the_options_row_action_shows_the_options_tab(
+    qtbot: QtBot, desktop: Callable[[], DesktopApp]
+) -> None:
+    app = desktop()
+    app.window.side.setCurrentWidget(app.window.logs)
+    app.window.models.options_requested.emit(MODEL)
+    assert app.window.side.currentWidget() is app.window.options
+    assert app.window.options.model == MODEL and app.window.models.selected() == MODEL
