@@ -124,6 +124,7 @@ class Supervisor:
         self._listeners: list[Listener] = []
         self._tasks: dict[str, asyncio.Task[Any]] = {}
         self._engines: dict[str, Engine] = {}
+        self._stops: set[asyncio.Future[None]] = set()  # engine stops under way; shutdown waits for them
         self._shutting_down = False
 
     async def __aenter__(self) -> Supervisor:
@@ -337,7 +338,11 @@ class Supervisor:
             await asyncio.gather(loading, return_exceptions=True)
         engine = self._engines.pop(engine_id, None)
         if engine is not None:
-            await engine.stop()
+            # A caller cancelled mid-stop must not leave the process unreaped: the stop runs on.
+            stop = asyncio.ensure_future(engine.stop())
+            self._stops.add(stop)
+            stop.add_done_callback(self._stops.discard)
+            await asyncio.shield(stop)
 
     def chat_client(self, engine_id: str) -> ChatClient:
         """A client for a ready engine, with the request timeout from settings; close it when done."""
@@ -354,6 +359,7 @@ class Supervisor:
         await asyncio.gather(*tasks, return_exceptions=True)
         engines = list(self._engines.values())
         self._engines.clear()
-        for outcome in await asyncio.gather(*(e.stop() for e in engines), return_exceptions=True):
+        stops = [*(e.stop() for e in engines), *self._stops]
+        for outcome in await asyncio.gather(*stops, return_exceptions=True):
             if isinstance(outcome, BaseException):
                 log.error("stopping an engine failed: %r", outcome)

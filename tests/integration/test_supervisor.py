@@ -142,3 +142,25 @@ def test_install_of_one_backend_is_one_task(mirror: Mirror) -> None:
 
     assert asyncio.run(go())
     assert len(mirror.served.log) == 1
+
+
+def test_an_unload_cancelled_half_way_still_reaps_the_engine(mirror: Mirror, smol_gguf: Path) -> None:
+    async def go() -> int:
+        supervisor = Supervisor(Settings())
+        await supervisor.install("llamacpp", "cpu")
+        model = model_for_path(smol_gguf)
+        engine = await supervisor.load(model)
+        assert engine.pid is not None
+        stopping = asyncio.Event()
+        engine.add_state_listener(lambda state: stopping.set() if state is S.STOPPING else None)
+        unloading = asyncio.ensure_future(supervisor.unload(model.name))
+        await stopping.wait()
+        unloading.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await unloading
+        await supervisor.shutdown()
+        assert engine.state is S.STOPPED
+        return engine.pid
+
+    pid = asyncio.run(go())
+    assert not psutil.pid_exists(pid)
