@@ -46,12 +46,13 @@ async def through_app(engine: Engine, prompt: str, tokens: int) -> Timing:
         last = 0.0
         count = 0
         sent = time.perf_counter()
+        cpu = time.process_time()
         async for event in client.stream_chat([{"role": "user", "content": prompt}], **params(tokens)):
             if isinstance(event, ChatDelta) and (event.content or event.reasoning):
                 last = time.perf_counter()
                 first = first or last
                 count += 1
-    return timing(sent, first, last, count)
+    return timing(sent, first, last, count, time.process_time() - cpu)
 
 
 async def direct(engine: Engine, prompt: str, tokens: int) -> Timing:
@@ -66,6 +67,7 @@ async def direct(engine: Engine, prompt: str, tokens: int) -> Timing:
         last = 0.0
         count = 0
         sent = time.perf_counter()
+        cpu = time.process_time()
         async with client.stream("POST", "/v1/chat/completions", json=payload, timeout=None) as response:
             async for line in response.aiter_lines():
                 if not line.startswith("data: ") or line == "data: [DONE]":
@@ -75,7 +77,7 @@ async def direct(engine: Engine, prompt: str, tokens: int) -> Timing:
                     last = time.perf_counter()
                     first = first or last
                     count += 1
-    return timing(sent, first, last, count)
+    return timing(sent, first, last, count, time.process_time() - cpu)
 
 
 async def bench(rounds: int, tokens: int) -> None:
