@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import sys
 import tempfile
 from pathlib import Path
 
@@ -25,10 +26,11 @@ LOCK_TIMEOUT_MS = 5000
 
 def runtime_dir() -> Path:
     """The user's runtime folder (XDG_RUNTIME_DIR on Linux), else a private folder under the temp dir."""
-    for candidate in (
-        Path(platformdirs.user_runtime_dir(APP_NAME)),
-        Path(tempfile.gettempdir()) / f"{APP_NAME}-{os.getuid()}",
-    ):
+    candidates = [Path(tempfile.gettempdir()) / f"{APP_NAME}-{os.getuid()}"]
+    if sys.platform == "darwin" or os.environ.get("XDG_RUNTIME_DIR"):
+        # Without XDG_RUNTIME_DIR platformdirs warns on stderr and guesses; the private folder serves.
+        candidates.insert(0, Path(platformdirs.user_runtime_dir(APP_NAME)))
+    for candidate in candidates:
         try:
             candidate.mkdir(mode=0o700, parents=True, exist_ok=True)
         except OSError:
