@@ -11,13 +11,8 @@ within +2 ms.
 
 from __future__ import annotations
 
-import argparse
-import asyncio
 import json
-import os
-import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -26,11 +21,9 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from app.client.events import ChatDelta
-from app.core.hardware import hardware_from_json
 from app.core.launch import LaunchRequest
 from app.supervisor.engine import Engine
-from tests.bench.stream_overhead import PROMPTS, Timing, timing
-from tests.conftest import profile_path
+from tests.bench.stream_overhead import Timing, compare, run_bench, timing
 from tests.support.mlx_env import mlx_python, tiny_mlx_model
 from tests.support.mlx_model import SPECIAL
 
@@ -82,56 +75,12 @@ async def direct(engine: Engine, prompt: str, tokens: int) -> Timing:
 
 async def bench(rounds: int, tokens: int) -> None:
     python, model = mlx_python(), tiny_mlx_model()
-    hardware = hardware_from_json(json.loads(profile_path("cpu_only_x86").read_text()))
     request = LaunchRequest(
         "lemon-mlx", "mlx-lm", str(python), "", str(model), hf_hub_cache=str(model.parent)
     )
-    engine = Engine("bench", request, hardware)
-    await engine.start()
-    try:
-        await through_app(engine, PROMPTS[0], 8)  # warm-up, not counted
-        await direct(engine, PROMPTS[0], 8)
-        app: list[Timing] = []
-        raw: list[Timing] = []
-        for i in range(rounds):
-            prompt = PROMPTS[i % len(PROMPTS)]
-            pair = [(app, through_app), (raw, direct)]
-            for results, path in pair if i % 2 == 0 else reversed(pair):
-                results.append(await path(engine, prompt, tokens))
-    finally:
-        await engine.stop()
-
-    def median(values: list[Timing], field: str) -> float:
-        return statistics.median(getattr(t, field) for t in values)
-
-    pair_ratio = statistics.median(a.decode_tps / r.decode_tps for a, r in zip(app, raw, strict=True))
-    pair_ttft = statistics.median(a.ttft_s - r.ttft_s for a, r in zip(app, raw, strict=True))
-    print(f"rounds: {rounds} per path, {tokens} tokens per reply, mlx-lm (lemon-mlx recipe), tiny MLX model")
-    print(
-        f"decode tok/s (median): app {median(app, 'decode_tps'):.2f}  direct {median(raw, 'decode_tps'):.2f}"
-        f"  paired ratio {pair_ratio:.4f}"
-    )
-    print(
-        f"TTFT (median): app {median(app, 'ttft_s') * 1000:.2f} ms"
-        f"  direct {median(raw, 'ttft_s') * 1000:.2f} ms  paired difference {pair_ttft * 1000:+.2f} ms"
-    )
-    print(
-        f"targets: decode ratio >= 0.99: {'met' if pair_ratio >= 0.99 else 'NOT met'}; "
-        f"TTFT within +2 ms: {'met' if pair_ttft <= 0.002 else 'NOT met'}"
-    )
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--rounds", type=int, default=20)
-    parser.add_argument("--tokens", type=int, default=200)
-    args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="lemon-desk-bench-") as home:
-        os.environ["LEMON_DESK_HOME"] = home
-        asyncio.run(bench(args.rounds, args.tokens))
+    label = "mlx-lm (lemon-mlx recipe), tiny MLX model"
+    await compare(request, label, through_app, direct, rounds, tokens)
 
 
 if __name__ == "__main__":
-    main()
+    run_bench(__doc__, bench)

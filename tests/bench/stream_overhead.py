@@ -18,6 +18,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -107,12 +108,14 @@ async def direct(engine: Engine, prompt: str, tokens: int) -> Timing:
     return timing(sent, first, last, count, time.process_time() - cpu)
 
 
-async def bench(rounds: int, tokens: int) -> None:
-    server_dir, model = llama_server_dir(print), smollm_gguf(print)
+PathFn = Callable[[Engine, str, int], Awaitable[Timing]]
+
+
+async def compare(
+    request: LaunchRequest, label: str, through_app: PathFn, direct: PathFn, rounds: int, tokens: int
+) -> None:
+    """Start the engine, run both paths in alternating order for ``rounds`` rounds, print the figures."""
     hardware = hardware_from_json(json.loads(profile_path("cpu_only_x86").read_text()))
-    request = LaunchRequest(
-        "llamacpp", "cpu", str(server_dir / "llama-server"), str(server_dir), str(model), 2048
-    )
     engine = Engine("bench", request, hardware)
     await engine.start()
     try:
@@ -134,9 +137,7 @@ async def bench(rounds: int, tokens: int) -> None:
     # Paired figures: each round's two runs ran back to back, so load on the machine hits both alike.
     pair_ratio = statistics.median(a.decode_tps / r.decode_tps for a, r in zip(app, raw, strict=True))
     pair_ttft = statistics.median(a.ttft_s - r.ttft_s for a, r in zip(app, raw, strict=True))
-    print(
-        f"rounds: {rounds} per path, {tokens} tokens per reply, llama-server {server_dir.name}, SmolLM2-135M"
-    )
+    print(f"rounds: {rounds} per path, {tokens} tokens per reply, {label}")
     print(
         f"decode tok/s (median): app {median(app, 'decode_tps'):.2f}  direct {median(raw, 'decode_tps'):.2f}"
         f"  paired ratio {pair_ratio:.4f}"
@@ -155,18 +156,26 @@ async def bench(rounds: int, tokens: int) -> None:
     )
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+def run_bench(doc: str | None, make: Callable[[int, int], Awaitable[None]]) -> None:
+    """Parse --rounds/--tokens and run ``make(rounds, tokens)`` with a throwaway app folder."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--tokens", type=int, default=200)
     args = parser.parse_args()
     # The engine's key file and log go to a throwaway app folder, not the user's.
     with tempfile.TemporaryDirectory(prefix="lemon-desk-bench-") as home:
         os.environ["LEMON_DESK_HOME"] = home
-        asyncio.run(bench(args.rounds, args.tokens))
+        asyncio.run(make(args.rounds, args.tokens))
+
+
+async def bench(rounds: int, tokens: int) -> None:
+    server_dir, model = llama_server_dir(print), smollm_gguf(print)
+    request = LaunchRequest(
+        "llamacpp", "cpu", str(server_dir / "llama-server"), str(server_dir), str(model), 2048
+    )
+    label = f"llama-server {server_dir.name}, SmolLM2-135M"
+    await compare(request, label, through_app, direct, rounds, tokens)
 
 
 if __name__ == "__main__":
-    main()
+    run_bench(__doc__, bench)
