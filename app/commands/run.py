@@ -52,11 +52,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.json and args.prompt is None and not args.dry_run:
         raise ConfigError("--json needs --prompt or --dry-run; the terminal chat is for people.")
     settings = load_settings_noting_problems()
-    model = Library(settings).find(args.model)
+    library = Library(settings)
+    model = library.find(args.model)
     options = _options(model, args)
+    supervisor = Supervisor(settings, resolve_model=library.location)
     if args.dry_run:
-        return asyncio.run(_dry_run(Supervisor(settings), model, options, args.json))
-    return asyncio.run(_run(Supervisor(settings), model, options, args))
+        return asyncio.run(_dry_run(supervisor, model, options, args.json))
+    return asyncio.run(_run(supervisor, model, options, args))
 
 
 async def _dry_run(supervisor: Supervisor, model: Model, options: LoadOptions, as_json: bool) -> int:

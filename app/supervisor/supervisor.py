@@ -120,7 +120,7 @@ class Supervisor:
     ) -> None:
         self.settings = settings
         self._hardware = hardware
-        self._resolve_model = resolve_model or Library(settings).location
+        self._resolve_model = resolve_model or self._library_location
         self._listeners: list[Listener] = []
         self._tasks: dict[str, asyncio.Task[Any]] = {}
         self._engines: dict[str, Engine] = {}
@@ -283,6 +283,10 @@ class Supervisor:
             user_args=split_args(options.args),
             hf_hub_cache=str(hub),
         )
+
+    def _library_location(self, model: Model) -> Path:
+        # Read the library only when a model is loaded: install and info commands never need it.
+        return Library(self.settings).location(model)
 
     def _model_argument(self, model: Model, dry_run: bool) -> str:
         """A file or folder; for lemon-mlx the repo id whenever there is one (the engine finds it in
