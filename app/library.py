@@ -187,7 +187,11 @@ class Library:
         mmproj = cache.find(files.mmproj) if files.mmproj else None
         return LocalFiles(main, mmproj, files.size) if main else None
 
-    def status(self, model: Model, downloads: dict[str, DownloadRecord]) -> ModelStatus:
+    def status(self, model: Model, downloads: dict[str, DownloadRecord] | None = None) -> ModelStatus:
+        """Where the model's files are and its last download (``downloads``: this process's records,
+        else the ones on disk)."""
+        if downloads is None:
+            downloads = self._downloads()
         local = self.local_files(model)
         record = downloads.get(model.checkpoint)
         if model.repo_id is None:
@@ -202,11 +206,15 @@ class Library:
             state = ModelState.DOWNLOADED if local else ModelState.NOT_DOWNLOADED
         return ModelStatus(model, state, local, record)
 
-    def statuses(self) -> list[ModelStatus]:
+    def statuses(self, downloads: dict[str, DownloadRecord] | None = None) -> list[ModelStatus]:
+        records = self._downloads() if downloads is None else downloads
+        return [self.status(m, records) for m in self.models().values()]
+
+    def _downloads(self) -> dict[str, DownloadRecord]:
         loaded = load_downloads()
         if loaded.warning:
             self.warnings.append(loaded.warning)
-        return [self.status(m, loaded.items) for m in self.models().values()]
+        return loaded.items
 
     # -- remove and import
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import dataclasses
 import sys
 import time
 from pathlib import Path
@@ -13,7 +12,6 @@ from typing import Any
 import httpx
 
 from app.commands.output import load_settings_noting_problems, print_json, table
-from app.core.downloads import DownloadRecord, DownloadState
 from app.core.errors import ModelError
 from app.core.fit import DEFAULT_CONTEXT, FitEstimate, ModelShape, estimate, weights_bytes
 from app.core.hardware import Hardware
@@ -23,18 +21,17 @@ from app.core.refs import (
     FileSet,
     RepoListing,
     gguf_variants,
-    parse_ref,
-    select,
     select_gguf,
     select_mlx,
 )
-from app.library import Library, ModelState
+from app.library import Library
 from app.platform import detect_hardware
 from app.store.hfcache import RepoCache
 from app.store.secrets import get_hf_token
-from app.supervisor.downloads import DownloadEvent, DownloadManager, DownloadProgress
-from app.supervisor.hub import HubClient, SearchHit, gated_error
+from app.supervisor.downloads import DownloadProgress
+from app.supervisor.hub import HubClient, SearchHit
 from app.supervisor.modelmeta import remote_shape
+from app.supervisor.router import Router
 
 GB = 1e9
 BAR_WIDTH = 30
@@ -197,7 +194,7 @@ class _ProgressBar:
         self.label = label
         self.last = 0.0
 
-    def __call__(self, event: DownloadEvent) -> None:
+    def __call__(self, event: object) -> None:
         if not isinstance(event, DownloadProgress):
             return
         now = time.monotonic()
@@ -221,27 +218,19 @@ class _FileLines:
     def __init__(self) -> None:
         self.file = ""
 
-    def __call__(self, event: DownloadEvent) -> None:
+    def __call__(self, event: object) -> None:
         if isinstance(event, DownloadProgress) and event.file != self.file:
             self.file = event.file
             print(f"fetching {event.file}", file=sys.stderr)
 
 
-async def _pull(args: argparse.Namespace, library: Library) -> dict[str, Any]:
-    model = library.resolve(args.model)
-    if model.repo_id is None:
-        raise ModelError(f"{model.name} is a local model: there is nothing to download.")
-    ref = parse_ref(model.checkpoint)
-    async with httpx.AsyncClient() as client:
-        hub = HubClient(client, token=get_hf_token())
-        listing = await hub.listing(ref.repo_id)
-        if listing.gated and not hub.token:
-            raise gated_error(ref.repo_id, hub.endpoint)
-        files = select(listing, ref, args.recipe or model.recipe or None)
-        if model.user:
-            model = dataclasses.replace(model, recipe=files.recipe, size_gb=round(files.size / GB, 3))
+async def _pull(args: argparse.Namespace, router: Router) -> dict[str, Any]:
+    library = router.library
+    async with router:
+        model, files = await router.plan_pull(args.model, args.recipe)
+        hub = await router.hub()
         fit, fit_error = await _fit(hub, files, detect_hardware(), args.ctx_size)
-        cache = RepoCache(library.cache_root, ref.repo_id)
+        cache = RepoCache(library.cache_root, files.repo_id)
         report: dict[str, Any] = {
             "model": model.name,
             "checkpoint": model.checkpoint,
@@ -258,18 +247,16 @@ async def _pull(args: argparse.Namespace, library: Library) -> dict[str, Any]:
             _print_plan(report, fit)
         if args.dry_run:
             return report
-        library.register(model)
-        manager = DownloadManager(library.cache_root, hub)
-        if manager.warning:
-            print(f"warning: {manager.warning}", file=sys.stderr)
+        router.downloads()
+        for warning in router.warnings:
+            print(f"warning: {warning}", file=sys.stderr)
         if not args.json:
-            manager.subscribe(_ProgressBar(model.name) if sys.stderr.isatty() else _FileLines())
-        manager.submit(model.checkpoint, model.name, files)
-        try:
-            record = await manager.wait(model.checkpoint)
-        finally:
-            await manager.close()
-    return _finish(report, record, library, model.name)
+            router.subscribe(_ProgressBar(model.name) if sys.stderr.isatty() else _FileLines())
+        record = await router.download(model, files)
+    report["state"] = record.state.value
+    local = library.local_files(library.models()[model.name])
+    report["path"] = str(local.main) if local else None
+    return report
 
 
 def _print_plan(report: dict[str, Any], fit: FitEstimate | None) -> None:
@@ -279,19 +266,10 @@ def _print_plan(report: dict[str, Any], fit: FitEstimate | None) -> None:
     print(f"fit: {fit.summary()}" if fit else f"fit unknown: {report['fit_error']}")
 
 
-def _finish(report: dict[str, Any], record: DownloadRecord, library: Library, name: str) -> dict[str, Any]:
-    if record.state is DownloadState.FAILED:
-        raise ModelError(record.message)
-    report["state"] = record.state.value
-    local = library.local_files(library.models()[name])
-    report["path"] = str(local.main) if local else None
-    return report
-
-
 def cmd_pull(args: argparse.Namespace) -> int:
-    library = _library()
+    router = Router(load_settings_noting_problems())
     try:
-        report = asyncio.run(_pull(args, library))
+        report = asyncio.run(_pull(args, router))
     except KeyboardInterrupt:
         print(f"\nDownload paused; run `lemon-desk pull {args.model}` again to resume.", file=sys.stderr)
         raise
@@ -308,19 +286,18 @@ def cmd_pull(args: argparse.Namespace) -> int:
 
 
 def cmd_models(args: argparse.Namespace) -> int:
-    library = _library()
-    statuses = library.statuses()
-    _warn(library)
+    router = Router(load_settings_noting_problems())
+    views = router.statuses()
+    _warn(router.library)
     if args.json:
-        print_json({"models": [s.to_json() for s in statuses]})
+        print_json({"models": [v.to_json() for v in views]})
         return 0
     rows = [["name", "recipe", "size", "state", "checkpoint"]]
-    for s in statuses:
-        state = s.state.value
-        if s.download is not None and s.state not in (ModelState.DOWNLOADED, ModelState.NOT_DOWNLOADED):
-            total = s.download.files.size or 1
-            state += f" {s.download.done_bytes / total:.0%}"
-        rows.append([s.model.name, s.model.recipe, f"{s.model.size_gb:g} GB", state, s.model.checkpoint])
+    for v in views:
+        model = v.model
+        rows.append(
+            [model.name, model.recipe, f"{v.size_bytes / GB:.2g} GB", v.status.text, model.checkpoint]
+        )
     print(table(rows))
     return 0
 

@@ -6,9 +6,11 @@ import json
 import sys
 from typing import Any, TextIO
 
+from app.core.status import LoadPhase
 from app.core.telemetry import Telemetry
 from app.store.settings import Settings, load_settings
 from app.supervisor.installer import InstallPhase
+from app.supervisor.router import LoadProgress
 from app.supervisor.supervisor import InstallProgress, SupervisorEvent
 
 MB = 1_000_000
@@ -85,3 +87,31 @@ def load_settings_noting_problems() -> Settings:
     if loaded.warning:
         print(f"warning: {loaded.warning}", file=sys.stderr)
     return loaded.settings
+
+
+class LoadLines:
+    """A one-click load on the terminal: one line per phase (downloading, installing, loading), redrawn
+    in place with its percentage on a terminal; on a pipe, the line alone."""
+
+    def __init__(self, stream: TextIO = sys.stderr) -> None:
+        self.stream = stream
+        self.live = stream.isatty()
+        self.phase: LoadPhase | None = None
+        self.shown = -1
+
+    def __call__(self, event: object) -> None:
+        if not isinstance(event, LoadProgress):
+            return
+        percent = 100 * event.done // event.total if event.total else -1
+        if event.phase is self.phase and (not self.live or percent == self.shown):
+            return
+        detail = f" {event.detail}" if event.detail and event.phase is LoadPhase.INSTALLING else ""
+        line = f"{event.model}: {event.phase.value}{detail}" + (f" {percent}%" if percent >= 0 else "")
+        if self.live:
+            end = "\n" if event.phase is not self.phase and self.phase is not None else ""
+            last = "\n" if event.phase is LoadPhase.LOADING else ""  # the reply follows on stdout
+            self.stream.write(f"{end}\r{line}\033[K{last}")
+        else:
+            self.stream.write(f"{line}\n")
+        self.stream.flush()
+        self.phase, self.shown = event.phase, percent

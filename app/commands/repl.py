@@ -15,7 +15,8 @@ from typing import Any
 
 from app.client.events import ChatDelta
 from app.commands.output import telemetry_line
-from app.supervisor.engine import Engine, EngineState
+from app.core.engine_state import EngineState
+from app.supervisor.engine import Engine
 from app.supervisor.supervisor import Supervisor
 
 PROMPT = "> "

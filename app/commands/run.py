@@ -1,4 +1,5 @@
-"""``lemon-desk run MODEL``: load a model, answer one prompt (or chat in the terminal), stop the engine."""
+"""``lemon-desk run MODEL``: load a model through the router (one click: download it and install its backend
+first when needed), answer one prompt (or chat in the terminal), stop the engine."""
 
 from __future__ import annotations
 
@@ -10,11 +11,12 @@ import sys
 from typing import Any
 
 from app.client.events import ChatDelta, ChatDone
-from app.commands.output import load_settings_noting_problems, print_json, telemetry_line
+from app.commands.output import LoadLines, load_settings_noting_problems, print_json, telemetry_line
 from app.commands.repl import chat_in_terminal
 from app.core.errors import ConfigError
 from app.core.models import Model
-from app.library import Library
+from app.store.model_options import ModelOptions
+from app.supervisor.router import Router
 from app.supervisor.supervisor import LoadOptions, Supervisor
 
 
@@ -31,10 +33,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser.add_argument("--prompt", metavar="TEXT", help="answer this and exit (else: an interactive chat)")
     parser.add_argument("--json", action="store_true", help="print one JSON object (with --prompt)")
     parser.add_argument("--dry-run", action="store_true", help="print the engine command; start nothing")
+    parser.add_argument("--force", action="store_true", help="load even if it needs more memory than is free")
     parser.set_defaults(handler=cmd_run)
 
 
-def _options(model: Model, args: argparse.Namespace) -> LoadOptions:
+def _options(model: Model, args: argparse.Namespace) -> ModelOptions:
     backend = args.backend
     if backend and ":" in backend:
         recipe, _, backend = backend.partition(":")
@@ -45,24 +48,23 @@ def _options(model: Model, args: argparse.Namespace) -> LoadOptions:
             )
     if args.ctx_size is not None and args.ctx_size <= 0:
         raise ConfigError("--ctx-size must be a positive number of tokens.")
-    return LoadOptions(backend=backend or None, ctx_size=args.ctx_size, args=args.args)
+    return ModelOptions(backend=backend or None, ctx_size=args.ctx_size, args=args.args)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     if args.json and args.prompt is None and not args.dry_run:
         raise ConfigError("--json needs --prompt or --dry-run; the terminal chat is for people.")
-    settings = load_settings_noting_problems()
-    library = Library(settings)
-    model = library.find(args.model)
+    router = Router(load_settings_noting_problems())
+    model = router.library.find(args.model)
     options = _options(model, args)
-    supervisor = Supervisor(settings, resolve_model=library.location)
     if args.dry_run:
-        return asyncio.run(_dry_run(supervisor, model, options, args.json))
-    return asyncio.run(_run(supervisor, model, options, args))
+        return asyncio.run(_dry_run(router.supervisor, model, options, args.json))
+    return asyncio.run(_run(router, model, options, args))
 
 
-async def _dry_run(supervisor: Supervisor, model: Model, options: LoadOptions, as_json: bool) -> int:
-    plan = await supervisor.dry_run(model, options, dict(os.environ))
+async def _dry_run(supervisor: Supervisor, model: Model, options: ModelOptions, as_json: bool) -> int:
+    request = LoadOptions(options.backend, options.ctx_size, options.args)
+    plan = await supervisor.dry_run(model, request, dict(os.environ))
     if as_json:
         print_json({"command": list(plan.argv), "env": plan.env, "device": plan.device.value})
     else:
@@ -72,14 +74,15 @@ async def _dry_run(supervisor: Supervisor, model: Model, options: LoadOptions, a
     return 0
 
 
-async def _run(supervisor: Supervisor, model: Model, options: LoadOptions, args: argparse.Namespace) -> int:
-    async with supervisor:
-        engine = await supervisor.load(model, options)
+async def _run(router: Router, model: Model, options: ModelOptions, args: argparse.Namespace) -> int:
+    async with router:
+        router.subscribe(LoadLines())
+        engine = await router.load(model, options, force=args.force)
         backend = f"{engine.request.recipe}:{engine.request.backend}"
         if args.prompt is None:
-            await chat_in_terminal(supervisor, engine)
+            await chat_in_terminal(router.supervisor, engine)
             return 0
-        reply, reasoning, done = await _answer(supervisor, engine.id, args.prompt, echo=not args.json)
+        reply, reasoning, done = await _answer(router, engine.id, args.prompt, echo=not args.json)
     if args.json:
         result: dict[str, Any] = {"model": model.name, "backend": backend, "reply": reply}
         if reasoning:
@@ -91,23 +94,20 @@ async def _run(supervisor: Supervisor, model: Model, options: LoadOptions, args:
     return 0
 
 
-async def _answer(
-    supervisor: Supervisor, engine_id: str, prompt: str, echo: bool
-) -> tuple[str, str, ChatDone]:
+async def _answer(router: Router, engine_id: str, prompt: str, echo: bool) -> tuple[str, str, ChatDone]:
     reply: list[str] = []
     reasoning: list[str] = []
     done: ChatDone | None = None
-    async with supervisor.chat_client(engine_id) as client:
-        async for event in client.stream_chat([{"role": "user", "content": prompt}]):
-            if isinstance(event, ChatDelta):
-                reply.append(event.content)
-                reasoning.append(event.reasoning)
-                if echo:
-                    sys.stderr.write(event.reasoning)
-                    sys.stdout.write(event.content)
-                    sys.stdout.flush()
-            else:
-                done = event
+    async for event in router.stream_chat(engine_id, [{"role": "user", "content": prompt}]):
+        if isinstance(event, ChatDelta):
+            reply.append(event.content)
+            reasoning.append(event.reasoning)
+            if echo:
+                sys.stderr.write(event.reasoning)
+                sys.stdout.write(event.content)
+                sys.stdout.flush()
+        else:
+            done = event
     if echo:
         print()
     assert done is not None  # a stream ends with ChatDone or raises

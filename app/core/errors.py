@@ -9,6 +9,8 @@ LemonDeskError                  what happened + what to do (``hint``)
 ├── InstallError                download / verify / unpack of an engine failed
 ├── ModelError                  a model reference, file or download is unusable
 ├── EngineError                 an engine failed to start, crashed or hung
+├── PolicyError                 the loading policy forbids a load (everything in the way is pinned)
+├── FitError                    a model would not fit in the memory free now
 └── RequestError                a request to an engine failed
     └── UnsupportedRequestError the engine cannot answer this kind of request
 """
@@ -70,6 +72,18 @@ class EngineError(LemonDeskError):
     def __str__(self) -> str:
         base = super().__str__()
         return f"{base}\n--- engine output ---\n{self.last_output}" if self.last_output else base
+
+
+class PolicyError(LemonDeskError):
+    """The loading policy forbids a load: the models that would have to make room are pinned."""
+
+    def __init__(self, message: str, hint: str = "", pinned: tuple[str, ...] = ()) -> None:
+        super().__init__(message, hint)
+        self.pinned = pinned
+
+
+class FitError(LemonDeskError):
+    """A model would not fit in the memory free now; loading it anyway needs ``force``."""
 
 
 class RequestError(LemonDeskError):

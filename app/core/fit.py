@@ -10,12 +10,12 @@ Sliding-window and latent-attention caches are counted as full ones: the estimat
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
-from app.core.errors import ModelError
+from app.core.errors import FitError, ModelError
 from app.core.hardware import Hardware
 from app.core.matrix import best_amd_gpu
 from app.core.refs import MLX_RECIPE, RepoFile
@@ -239,3 +239,27 @@ def estimate(
         verdict = Verdict.WONT_FIT
     max_context = largest_context(weights, shape, int(budget.usable * FITS_SHARE), recipe)
     return FitEstimate(verdict, context, weights, kv, overhead, budget, max_context)
+
+
+def check_live_fit(
+    name: str, fit: FitEstimate, free: int, max_context: int | None, unloadable: Sequence[tuple[str, int]]
+) -> None:
+    """Refuse a load that needs more than the memory free now, with the numbers and the ways out:
+    a smaller context, a smaller quant, unloading another model (``unloadable``: name and bytes it
+    holds), or loading anyway."""
+    if fit.need <= free:
+        return
+    where = fit.budget.kind.value + (f" ({fit.budget.device})" if fit.budget.device else "")
+    ways = []
+    if max_context is not None and max_context < fit.context:
+        ways.append(f"a context of {max_context:,} tokens or less")
+    ways.append("a smaller quant of the model")
+    biggest = max(unloadable, key=lambda item: item[1], default=None)
+    if biggest is not None and biggest[1] > 0:
+        ways.append(f"unload {biggest[0]} (it holds {_gb(biggest[1])})")
+    ways.append("load it anyway (--force, or Load anyway in the window) if you know better")
+    raise FitError(
+        f"{name} needs {_gb(fit.need)} (weights {_gb(fit.weights)} + KV cache {_gb(fit.kv_cache)} at "
+        f"{fit.context:,} tokens + overhead {_gb(fit.overhead)}), and {_gb(free)} of {where} is free now.",
+        "Ways out: " + "; ".join(ways) + ".",
+    )

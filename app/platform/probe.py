@@ -26,7 +26,7 @@ DRM = Path("/sys/class/drm")
 GIB = 1024**3
 
 
-def _run(argv: list[str]) -> str | None:
+def run_quietly(argv: list[str]) -> str | None:
     """Output of a short command, or None when it is missing, fails or takes too long."""
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S, check=False)
@@ -35,7 +35,7 @@ def _run(argv: list[str]) -> str | None:
     return done.stdout if done.returncode == 0 else None
 
 
-def _read(path: Path) -> str | None:
+def read_quietly(path: Path) -> str | None:
     try:
         return path.read_text()
     except OSError:
@@ -44,8 +44,8 @@ def _read(path: Path) -> str | None:
 
 def _cpu_name(os_name: str) -> str:
     if os_name == "macos":
-        return (_run(["sysctl", "-n", "machdep.cpu.brand_string"]) or platform.processor()).strip()
-    for line in (_read(Path("/proc/cpuinfo")) or "").splitlines():
+        return (run_quietly(["sysctl", "-n", "machdep.cpu.brand_string"]) or platform.processor()).strip()
+    for line in (read_quietly(Path("/proc/cpuinfo")) or "").splitlines():
         if line.startswith(("model name", "Hardware", "Model")):
             return line.split(":", 1)[1].strip()
     return platform.processor() or "unknown CPU"
@@ -63,17 +63,19 @@ def _amd_gpus(notes: list[str]) -> list[AmdGpu]:
     vram = sorted(
         int(text)
         for card in DRM.glob("card*/device/mem_info_vram_total")
-        if (text := (_read(card) or "").strip()).isdigit()
+        if (text := (read_quietly(card) or "").strip()).isdigit()
     )
     gpus = []
     for node in sorted(KFD_NODES.iterdir()):
         props = dict(
-            line.split(maxsplit=1) for line in (_read(node / "properties") or "").splitlines() if " " in line
+            line.split(maxsplit=1)
+            for line in (read_quietly(node / "properties") or "").splitlines()
+            if " " in line
         )
         version = int(props.get("gfx_target_version", "0"))
         if version == 0:  # a CPU node
             continue
-        name = (_read(node / "name") or "AMD GPU").strip() or "AMD GPU"
+        name = (read_quietly(node / "name") or "AMD GPU").strip() or "AMD GPU"
         local_mem = int(props.get("local_mem_size", "0"))
         # An APU reports no local memory in KFD; its carve-out shows in the DRM node instead.
         integrated = local_mem == 0 or props.get("cpu_cores_count", "0") != "0"
@@ -87,7 +89,9 @@ def _amd_gpus(notes: list[str]) -> list[AmdGpu]:
 def _nvidia_gpus(notes: list[str]) -> list[NvidiaGpu]:
     if shutil.which("nvidia-smi") is None:
         return []
-    out = _run(["nvidia-smi", "--query-gpu=name,compute_cap,memory.total", "--format=csv,noheader,nounits"])
+    out = run_quietly(
+        ["nvidia-smi", "--query-gpu=name,compute_cap,memory.total", "--format=csv,noheader,nounits"]
+    )
     if out is None:
         notes.append("nvidia-smi is installed but did not answer; NVIDIA GPUs were not detected.")
         return []

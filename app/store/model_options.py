@@ -21,6 +21,7 @@ class ModelOptions:
     temperature: float | None = None  # sampling defaults; None: the chat pane's own
     top_p: float | None = None
     max_tokens: int | None = None
+    pinned: bool = False  # never evicted to make room, never unloaded when idle
 
 
 def _parse(name: str, raw: Any) -> ModelOptions:

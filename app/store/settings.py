@@ -10,6 +10,8 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from app.core.errors import ConfigError
+from app.core.policy import parse_caps
 from app.store.files import atomic_write_json, set_aside
 from app.store.paths import home
 
@@ -21,7 +23,7 @@ class Settings:
     llama_server_path: str = ""  # a llama-server binary of the user's, for the `system` backend
     release_mirror: str = ""  # stands in for https://github.com in release downloads
     models_dir: str = ""  # Hugging Face cache folder; empty means HF_HUB_CACHE / HF_HOME / default
-    max_loaded_models: int = 1
+    max_loaded_models: int | dict[str, int] = 1  # a total, or per-device caps (app.core.policy)
     idle_unload_minutes: int = 0  # 0: never
     keep_in_tray: bool = True
     load_timeout_s: float = 600.0
@@ -47,6 +49,9 @@ def _from_json(data: Any) -> Settings:
     for f in fields(Settings):
         if f.name in data:
             value, default = data[f.name], getattr(defaults, f.name)
+            if f.name == "max_loaded_models":
+                values[f.name] = parse_caps(value).to_json()
+                continue
             # ints are accepted where floats are expected; nothing else changes type.
             if isinstance(default, float) and isinstance(value, int) and not isinstance(value, bool):
                 value = float(value)
@@ -62,7 +67,7 @@ def load_settings(path: Path | None = None) -> LoadedSettings:
         return LoadedSettings(Settings())
     try:
         return LoadedSettings(_from_json(json.loads(path.read_text())))
-    except (OSError, ValueError) as err:
+    except (OSError, ValueError, ConfigError) as err:
         backup = set_aside(path)
         return LoadedSettings(
             Settings(), f"Settings file was unreadable ({err}); kept it as {backup.name} and used defaults."

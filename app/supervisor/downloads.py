@@ -98,10 +98,16 @@ class DownloadManager:
         self._slots = asyncio.Semaphore(max_parallel)
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._intents: dict[str, DownloadState] = {}  # why a task is being cancelled: pause or cancel
+        self.progress: dict[str, int] = {}  # bytes on disk of each running download, as they arrive
         self._subscribers: list[Subscriber] = []
         loaded = load_downloads()
         self.warning = loaded.warning
         self.records = {rid: self._recovered(r) for rid, r in loaded.items.items()}
+
+    @property
+    def busy(self) -> bool:
+        """A download is queued or running."""
+        return bool(self._tasks)
 
     @property
     def http(self) -> httpx.Client:
@@ -233,6 +239,7 @@ class DownloadManager:
         finally:
             lock.release()
             self._tasks.pop(rid, None)
+            self.progress.pop(rid, None)
 
     async def _download(self, rid: str, files: FileSet) -> None:
         cache = RepoCache(self.cache_root, files.repo_id)
@@ -253,6 +260,7 @@ class DownloadManager:
     ) -> None:
         def on_progress(p: Progress) -> None:
             done = before + p.done
+            self.progress[rid] = done
             eta = (total - done) / p.speed_bps if p.speed_bps > 0 else None
             self._emit(DownloadProgress(rid, file.path, done, total, p.speed_bps, eta))
 

@@ -1,13 +1,8 @@
 """One running engine: a child process with an explicit state machine, readiness, a watchdog and a clean stop.
 
-Life of an engine::
-
-    STOPPED -> STARTING -> READY -> STOPPING -> STOPPED
-                  |          '---> CRASHED (exited, or hung and killed)
-                  '---> FAILED (never became ready: bad model, port taken, timeout)
-
-``_TRANSITIONS`` is the one place that says which moves are legal; ``_set_state`` the one place that
-makes them. Every path out of a running process reaps it.
+Its life is drawn in ``app.core.engine_state``, whose ``_TRANSITIONS`` is the one place that says which
+moves are legal; ``_set_state`` here is the one place that makes them. Every path out of a running
+process reaps it.
 """
 
 from __future__ import annotations
@@ -22,13 +17,13 @@ import signal
 import time
 from collections import deque
 from collections.abc import Callable
-from enum import Enum
 from pathlib import Path
 
 import httpx
 
 from app.client.adapters import adapter_for
 from app.client.chat import ChatClient
+from app.core.engine_state import EngineState, can_transition
 from app.core.errors import EngineError, LemonDeskError, RequestError
 from app.core.hardware import Hardware
 from app.core.launch import LaunchPlan, LaunchRequest, child_environment, plan_launch
@@ -45,29 +40,6 @@ HANG_PROBES = 3  # /health failures in a row, after the grace period, that make 
 EXPLAIN_WAIT_S = 5.0  # how long a broken request waits to learn whether the engine died
 OUTPUT_LINES = 2000
 LAST_WORDS = 20  # output lines quoted in an error
-
-
-class EngineState(Enum):
-    STOPPED = "stopped"  # no process: not started yet, or stopped on request
-    STARTING = "starting"  # process running, model loading: /health has not answered 200 yet
-    READY = "ready"  # /health answered 200: serving requests
-    STOPPING = "stopping"  # stop requested: SIGTERM sent, SIGKILL after the grace period
-    FAILED = "failed"  # never became ready (bad model, port taken, timeout); ``error`` says why
-    CRASHED = "crashed"  # died or hung after it was ready (a hung one is killed); ``error`` says why
-
-
-_TRANSITIONS: dict[EngineState, frozenset[EngineState]] = {
-    EngineState.STOPPED: frozenset({EngineState.STARTING}),
-    EngineState.STARTING: frozenset({EngineState.READY, EngineState.FAILED, EngineState.STOPPING}),
-    EngineState.READY: frozenset({EngineState.STOPPING, EngineState.CRASHED}),
-    EngineState.STOPPING: frozenset({EngineState.STOPPED}),
-    EngineState.FAILED: frozenset({EngineState.STARTING}),
-    EngineState.CRASHED: frozenset({EngineState.STARTING}),
-}
-
-
-def can_transition(old: EngineState, new: EngineState) -> bool:
-    return new in _TRANSITIONS[old]
 
 
 StateListener = Callable[[EngineState], None]

@@ -10,6 +10,7 @@ check the two agree on a real model file.
 from __future__ import annotations
 
 import asyncio
+import json
 import struct
 from pathlib import Path
 from typing import Any
@@ -162,3 +163,13 @@ async def remote_shape(hub: HubClient, files: FileSet) -> ModelShape:
     if not isinstance(config, dict):
         raise ModelError(f"config.json in {files.repo_id} is not a JSON object.")
     return shape_from_config(config)
+
+
+def local_shape(recipe: str, main: Path) -> ModelShape:
+    """A downloaded or imported model's shape: its GGUF header, or its MLX folder's config.json."""
+    if recipe != GGUF_RECIPE:
+        try:
+            return shape_from_config(json.loads((main / "config.json").read_text()))
+        except (OSError, ValueError) as err:
+            raise ModelError(f"{main / 'config.json'} is unreadable ({err}).") from None
+    return shape_from_gguf(local_gguf_metadata(main))

@@ -20,6 +20,7 @@ import httpx
 
 from app.client.chat import ChatClient
 from app.core.backends import BackendKind, BackendState
+from app.core.engine_state import EngineState
 from app.core.errors import ConfigError, EngineError, InstallError, UnsupportedError
 from app.core.hardware import Hardware
 from app.core.launch import (
@@ -36,7 +37,7 @@ from app.library import Library
 from app.store.hfcache import hub_cache_dir
 from app.store.installs import InstallManifest, install_dir
 from app.store.settings import Settings
-from app.supervisor.engine import Engine, EngineState
+from app.supervisor.engine import Engine
 from app.supervisor.installer import InstallPhase, InstallUpdate, install_backend, installed_binary
 from app.supervisor.installer import uninstall_backend as _uninstall_files
 from app.supervisor.mlx_lm import venv_python
@@ -176,6 +177,13 @@ class Supervisor:
         return task.cancel() if task is not None else False
 
     # --- backends -------------------------------------------------------------------------------------
+
+    @property
+    def hardware(self) -> Hardware:
+        """The machine, as the last ``info()`` found it (every load asks ``info()`` first)."""
+        if self._hardware is None:
+            raise RuntimeError("Supervisor.hardware is known only after info()")
+        return self._hardware
 
     async def info(self) -> SystemInfo:
         """The machine and every backend's state now (probes run in a thread)."""

@@ -18,6 +18,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.core.backends import BackendState
+from app.supervisor.supervisor import InstallProgress
 from app.system_info import SystemInfo
 from app.ui.options_panel import STATE_WORDS
 
@@ -78,10 +79,11 @@ class BackendsDialog(QDialog):
                 if status.state is BackendState.UNSUPPORTED:
                     row.install.setToolTip(status.message)
 
-    def set_progress(self, key: str, phase: str, done: int, total: int) -> None:
-        row = self.rows.get(key)
+    def set_progress(self, event: InstallProgress) -> None:
+        row = self.rows.get(str(event.key))
         if row is None:
             return
+        phase, done, total = event.phase.value, event.done, event.total or 0
         self._busy(row, True)
         if total:
             row.progress.setRange(0, 1000)

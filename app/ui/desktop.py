@@ -13,14 +13,17 @@ from PySide6.QtCore import QObject, QSettings, Qt
 from PySide6.QtGui import QGuiApplication, QIcon
 from PySide6.QtWidgets import QApplication, QMessageBox
 
-from app.bridge import Bridge, ModelRow, RowState
+from app.bridge import Bridge
 from app.core.errors import LemonDeskError
+from app.core.status import Status
 from app.desktop_entry import ICON_NAME, PNG_SIZES, packaging_dir
 from app.store import secrets
 from app.store.history import History
 from app.store.model_options import ModelOptions
 from app.store.paths import home
 from app.store.settings import Settings, load_settings, save_settings
+from app.supervisor.router import EngineUsage, LoadProgress, ModelView
+from app.supervisor.supervisor import EngineStateChanged
 from app.ui.backends_dialog import BackendsDialog
 from app.ui.chat.keeper import HistoryKeeper
 from app.ui.main_window import MainWindow
@@ -95,6 +98,8 @@ class DesktopApp(QObject):
         bridge.engine_changed.connect(self._engine_changed)
         bridge.engine_output.connect(window.logs.append)
         bridge.usage_changed.connect(self._usage)
+        bridge.load_progress.connect(self._load_progress)
+        bridge.fit_refused.connect(self._confirm_force_load)
         bridge.reply_started.connect(chat.begin_reply)
         bridge.reply_delta.connect(chat.append_reply)
         bridge.reply_finished.connect(chat.finish_reply)
@@ -109,6 +114,7 @@ class DesktopApp(QObject):
         models.unload_requested.connect(bridge.unload)
         models.download_requested.connect(bridge.download)
         models.cancel_download_requested.connect(bridge.cancel_download)
+        models.pin_requested.connect(bridge.set_pinned)
         models.delete_requested.connect(self._confirm_delete)
         models.add_requested.connect(bridge.import_model)
         window.options.save_requested.connect(self._save_options)
@@ -118,9 +124,9 @@ class DesktopApp(QObject):
         self.tray.unload_requested.connect(bridge.unload)
         self.tray.unload_all_requested.connect(bridge.unload_all)
 
-    def _rows_changed(self, rows: list[ModelRow]) -> None:
+    def _rows_changed(self, rows: list[ModelView]) -> None:
         self.window.set_rows(rows)
-        loaded = {r.name for r in rows if r.state is RowState.LOADED}
+        loaded = {r.name for r in rows if r.status.status is Status.LOADED}
         self.tray.set_models([r.name for r in rows if r.on_disk], loaded)
         selected = self.window.models.selected()
         if selected and self.window.options.model != selected:
@@ -136,17 +142,38 @@ class DesktopApp(QObject):
         self.window.logs.show_engine(name, *self.bridge.engine_log(name))
         self._apply_sampling(options)
 
-    def _engine_changed(self, name: str, state: str, message: str) -> None:
-        text = f"Engine {state}" + (f": {message.splitlines()[0]}" if message else "")
+    def _engine_changed(self, event: EngineStateChanged) -> None:
+        name, message = event.model, event.message
+        text = f"Engine {event.state.value}" + (f": {message.splitlines()[0]}" if message else "")
         self.window.set_engine_status(text)
-        if state == "starting" and name == self.window.logs.engine:
+        if event.state.value == "starting" and name == self.window.logs.engine:
             self.window.logs.show_engine(name, *self.bridge.engine_log(name))
         if not self.bridge.loaded():
             self.window.show_usage(0.0, 0)
 
-    def _usage(self, name: str, cpu_percent: float, rss: int) -> None:
-        if name == self.bridge.chat_target():
-            self.window.show_usage(cpu_percent, rss)
+    def _usage(self, usage: EngineUsage) -> None:
+        if usage.model == self.bridge.chat_target():
+            self.window.show_usage(usage.cpu_percent, usage.rss_bytes)
+
+    def _load_progress(self, progress: LoadProgress) -> None:
+        """One line per phase of a one-click load, in the engine status."""
+        share = f" {100 * progress.done // progress.total}%" if progress.total else ""
+        detail = f" ({progress.detail})" if progress.detail else ""
+        self.window.set_engine_status(f"{progress.model}: {progress.phase.value}{share}{detail}")
+
+    def _confirm_force_load(self, name: str, message: str) -> None:
+        box = QMessageBox(
+            QMessageBox.Icon.Warning,
+            "Not enough memory free",
+            message,
+            QMessageBox.StandardButton.Cancel,
+            self.window,
+        )
+        force = box.addButton("Load anyway", QMessageBox.ButtonRole.AcceptRole)
+        box.setDefaultButton(QMessageBox.StandardButton.Cancel)
+        box.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        force.clicked.connect(lambda: self.bridge.load(name, force=True))
+        box.open()
 
     def _apply_sampling(self, options: ModelOptions) -> None:
         chat = self.window.chat
@@ -215,6 +242,7 @@ class DesktopApp(QObject):
             self._warn(f"Could not save the settings: {err.strerror}. Check that {home()} is writable.")
             return
         self.settings = settings
+        self.bridge.apply_settings(settings)
         self._apply_tray_setting()
         try:
             if token.action is TokenAction.SET:

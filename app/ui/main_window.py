@@ -13,8 +13,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.bridge import ModelRow, RowState
 from app.core.chat import ChatMessage, MessageState, format_telemetry
+from app.core.status import Status
+from app.supervisor.router import ModelView
 from app.ui.chat.pane import ChatPane
 from app.ui.chat.sidebar import ConversationList
 from app.ui.logs_view import LogsView
@@ -124,11 +125,11 @@ class MainWindow(QMainWindow):
 
     # Fed by the bridge
 
-    def set_rows(self, rows: list[ModelRow]) -> None:
+    def set_rows(self, rows: list[ModelView]) -> None:
         self.models.set_rows(rows)
         if self._last_model and not self.models.selected():
             self.models.select(self._last_model)
-        loaded = sorted(r.name for r in rows if r.state is RowState.LOADED)
+        loaded = sorted(r.name for r in rows if r.status.status is Status.LOADED)
         self.model_status.setText(f"Loaded: {', '.join(loaded)}" if loaded else "No model loaded")
         selected = self.models.row(self.models.selected())
         if selected is not None:

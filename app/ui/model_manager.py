@@ -1,5 +1,6 @@
 """The Model Manager: every catalog and user model with its recipe, size, labels and state; a search
-box and filters; actions on the selected row. Fed ``ModelRow``s by the bridge; it only emits intents."""
+box and filters; actions on the selected row. Fed the router's ``ModelView``s by the bridge (each with
+the one status every front end shows); it only emits intents."""
 
 from __future__ import annotations
 
@@ -21,18 +22,13 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.bridge import ModelRow, RowState
+from app.core.status import Status
+from app.supervisor.router import ModelView
 
 NAME_ROLE = Qt.ItemDataRole.UserRole
 ALL = ""
-STATE_TEXT = {
-    RowState.AVAILABLE: "available",
-    RowState.DOWNLOADING: "downloading",
-    RowState.DOWNLOADED: "downloaded",
-    RowState.LOADING: "loading…",
-    RowState.LOADED: "● loaded",
-    RowState.ERROR: "error",
-}
+ERRORS = (Status.FAILED, Status.DOWNLOAD_FAILED, Status.CRASHED)
+BUSY = (Status.DOWNLOADING, Status.INSTALLING, Status.LOADING)  # a one-click load or a download runs
 
 
 class ModelManager(QWidget):
@@ -42,6 +38,7 @@ class ModelManager(QWidget):
     download_requested = Signal(str)
     cancel_download_requested = Signal(str)
     delete_requested = Signal(str)
+    pin_requested = Signal(str, bool)  # model, pinned
     options_requested = Signal(str)
     add_requested = Signal(str)  # a .gguf file or an MLX folder to import
 
@@ -105,22 +102,26 @@ class ModelManager(QWidget):
         self.recipe.currentIndexChanged.connect(self._apply_filters)
         self.label.currentIndexChanged.connect(self._apply_filters)
         self.downloaded_only.toggled.connect(self._apply_filters)
-        self._rows: dict[str, ModelRow] = {}
+        self._rows: dict[str, ModelView] = {}
         self._set_choices(self.recipe, "All recipes", [])
         self._set_choices(self.label, "All labels", [])
         self._update_buttons()
 
     # Fed by the bridge
 
-    def set_rows(self, rows: list[ModelRow]) -> None:
+    def set_rows(self, rows: list[ModelView]) -> None:
         current = self.selected()
         self._rows = {row.name: row for row in rows}
-        self._set_choices(self.recipe, "All recipes", sorted({r.recipe for r in rows if r.recipe}))
-        self._set_choices(self.label, "All labels", sorted({label for r in rows for label in r.labels}))
+        self._set_choices(
+            self.recipe, "All recipes", sorted({r.model.recipe for r in rows if r.model.recipe})
+        )
+        labels = sorted({label for r in rows for label in r.model.labels})
+        self._set_choices(self.label, "All labels", labels)
         self.tree.blockSignals(True)
         self.tree.clear()
         for row in rows:
-            item = QTreeWidgetItem([row.name, row.recipe, f"{row.size_gb:.2f} GB" if row.size_gb else "", ""])
+            size = f"{row.size_bytes / 1e9:.2f} GB" if row.size_bytes else ""
+            item = QTreeWidgetItem([row.name, row.model.recipe, size, ""])
             item.setData(0, NAME_ROLE, row.name)
             self._fill_state(item, row)
             self.tree.addTopLevelItem(item)
@@ -130,7 +131,7 @@ class ModelManager(QWidget):
             self.select(current)
         self._update_buttons()
 
-    def row(self, name: str) -> ModelRow | None:
+    def row(self, name: str) -> ModelView | None:
         return self._rows.get(name)
 
     def selected(self) -> str:
@@ -157,21 +158,19 @@ class ModelManager(QWidget):
     # Inside
 
     @staticmethod
-    def _fill_state(item: QTreeWidgetItem, row: ModelRow) -> None:
-        text = STATE_TEXT[row.state]
-        if row.state is RowState.DOWNLOADING and row.progress is not None:
-            text = f"downloading {row.progress}%"
-        item.setText(3, text)
-        tip = [row.name, f"recipe: {row.recipe or 'unknown until downloaded'}"]
-        if row.labels:
-            tip.append(f"labels: {', '.join(row.labels)}")
-        if row.user:
+    def _fill_state(item: QTreeWidgetItem, row: ModelView) -> None:
+        status = row.status
+        item.setText(3, ("● " if status.status is Status.LOADED else "") + status.text)
+        tip = [row.name, f"recipe: {row.model.recipe or 'unknown until downloaded'}"]
+        if row.model.labels:
+            tip.append(f"labels: {', '.join(row.model.labels)}")
+        if row.model.user:
             tip.append("added by you")
-        if row.message:
-            tip.append(row.message)
+        if status.message:
+            tip.append(status.message)
         for column in range(4):
             item.setToolTip(column, "\n".join(tip))
-        if row.state is RowState.ERROR:
+        if status.status in ERRORS:
             item.setForeground(3, Qt.GlobalColor.red)
 
     @staticmethod
@@ -190,25 +189,26 @@ class ModelManager(QWidget):
         recipe, label = self.recipe.currentData(), self.label.currentData()
         for item in self._items():
             row = self._rows[str(item.data(0, NAME_ROLE))]
-            text = " ".join((row.name, row.recipe, *row.labels)).lower()
+            text = " ".join((row.name, row.model.recipe, *row.model.labels)).lower()
             shown = (
                 all(word in text for word in words)
-                and (not recipe or row.recipe == recipe)
-                and (not label or label in row.labels)
+                and (not recipe or row.model.recipe == recipe)
+                and (not label or label in row.model.labels)
                 and (not self.downloaded_only.isChecked() or row.on_disk)
             )
             item.setHidden(not shown)
 
     def _update_buttons(self) -> None:
         row = self._rows.get(self.selected())
-        state = row.state if row else None
-        self.load_button.setEnabled(row is not None and row.on_disk and state is not RowState.LOADING)
-        self.load_button.setText("Reload" if state is RowState.LOADED else "Load")
-        self.unload_button.setEnabled(state in (RowState.LOADED, RowState.LOADING))
-        downloading = state is RowState.DOWNLOADING
+        state = row.status.status if row else None
+        # Load is one click: it downloads the model and installs its backend first when needed.
+        self.load_button.setEnabled(row is not None and state not in BUSY)
+        self.load_button.setText("Reload" if state is Status.LOADED else "Load")
+        self.unload_button.setEnabled(state in (Status.LOADED, Status.LOADING, Status.CRASHED))
+        downloading = state is Status.DOWNLOADING
         self.download_button.setText("Cancel download" if downloading else "Download")
         self.download_button.setEnabled(row is not None and (downloading or not row.on_disk))
-        self.delete_button.setEnabled(row is not None and (row.on_disk or row.user) and not downloading)
+        self.delete_button.setEnabled(row is not None and (row.on_disk or row.model.user) and not downloading)
 
     def _current_changed(self, current: QTreeWidgetItem | None, _previous: QTreeWidgetItem | None) -> None:
         self._update_buttons()
@@ -221,14 +221,14 @@ class ModelManager(QWidget):
 
     def _download_or_cancel(self, name: str) -> None:
         row = self._rows.get(name)
-        if row is not None and row.state is RowState.DOWNLOADING:
+        if row is not None and row.status.status is Status.DOWNLOADING:
             self.cancel_download_requested.emit(name)
         else:
             self.download_requested.emit(name)
 
     def _primary(self, name: str) -> None:
         row = self._rows.get(name)
-        if row is not None and row.on_disk and row.state is not RowState.LOADED:
+        if row is not None and row.status.status not in (Status.LOADED, *BUSY):
             self.load_requested.emit(name)
 
     def _context_menu(self, pos: QPoint) -> None:
@@ -242,6 +242,12 @@ class ModelManager(QWidget):
             action = menu.addAction(button.text(), button.click)
             action.setEnabled(button.isEnabled())
         menu.addSeparator()
+        row = self._rows.get(name)
+        pinned = row is not None and row.status.pinned
+        pin = menu.addAction("Pinned", lambda: self.pin_requested.emit(name, not pinned))
+        pin.setCheckable(True)
+        pin.setChecked(pinned)
+        pin.setToolTip("A pinned model is never unloaded to make room or when idle")
         menu.addAction("Options…", lambda: self.options_requested.emit(name))
         menu.popup(self.tree.viewport().mapToGlobal(pos))
 

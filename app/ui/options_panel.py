@@ -22,11 +22,12 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.bridge import ModelRow, RowState
 from app.core.backends import BackendState
 from app.core.errors import LemonDeskError
 from app.core.launch import check_user_args, split_args
+from app.core.status import Status
 from app.store.model_options import ModelOptions
+from app.supervisor.router import ModelView
 from app.system_info import SystemInfo
 from app.ui.chat.markdown_view import current_theme
 from app.ui.chat.pane import DEFAULT_TEMPERATURE, DEFAULT_TOP_P
@@ -160,9 +161,10 @@ class OptionsPanel(QWidget):
         if self.model:
             self._fill_backends(self._wanted_backend)
 
-    def show_model(self, row: ModelRow, options: ModelOptions) -> None:
-        self.model, self.recipe = row.name, row.recipe
-        self.heading.setText(f"<b>{row.name}</b><br>{row.recipe or 'recipe unknown until downloaded'}")
+    def show_model(self, row: ModelView, options: ModelOptions) -> None:
+        self.model, self.recipe = row.name, row.model.recipe
+        recipe = row.model.recipe or "recipe unknown until downloaded"
+        self.heading.setText(f"<b>{row.name}</b><br>{recipe}")
         self.form.setEnabled(True)
         self._fill_backends(options.backend)
         self.ctx_auto.setChecked(options.ctx_size is None)
@@ -173,13 +175,15 @@ class OptionsPanel(QWidget):
         self.max_tokens.setValue(options.max_tokens or 0)
         self.set_row(row)
 
-    def set_row(self, row: ModelRow) -> None:
+    def set_row(self, row: ModelView) -> None:
         """The selected model's state changed: Load becomes Reload once it is loaded."""
         if row.name != self.model:
             return
-        self.load_button.setText("Reload" if row.state is RowState.LOADED else "Load")
-        self.load_button.setEnabled(row.on_disk and row.state is not RowState.LOADING and self._args_ok())
-        self.load_button.setToolTip("" if row.on_disk else "Download the model first")
+        state = row.status.status
+        busy = state in (Status.DOWNLOADING, Status.INSTALLING, Status.LOADING)
+        self.load_button.setText("Reload" if state is Status.LOADED else "Load")
+        self.load_button.setEnabled(not busy and self._args_ok())
+        self.load_button.setToolTip("" if row.on_disk else "Downloads the model first, then loads it")
 
     def current(self) -> ModelOptions:
         return ModelOptions(

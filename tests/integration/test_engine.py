@@ -15,11 +15,12 @@ import psutil
 import pytest
 
 from app.client.events import ChatDelta, ChatDone
+from app.core.engine_state import EngineState
 from app.core.errors import EngineError
 from app.core.hardware import Hardware
 from app.core.launch import LaunchRequest
 from app.store.paths import run_dir
-from app.supervisor.engine import Engine, EngineState
+from app.supervisor.engine import Engine
 
 pytestmark = pytest.mark.integration
 T = TypeVar("T")

@@ -11,10 +11,10 @@ from pathlib import Path
 import psutil
 import pytest
 
+from app.core.engine_state import EngineState
 from app.core.errors import InstallError
 from app.store.model_paths import model_for_path
 from app.store.settings import Settings
-from app.supervisor.engine import EngineState
 from app.supervisor.supervisor import (
     EngineStateChanged,
     LoadOptions,

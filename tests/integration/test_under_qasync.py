@@ -14,9 +14,10 @@ import qasync
 from PySide6.QtWidgets import QApplication
 
 from app.client.events import ChatDelta, ChatDone
+from app.core.engine_state import EngineState
 from app.core.hardware import Hardware
 from app.core.launch import LaunchRequest
-from app.supervisor.engine import Engine, EngineState
+from app.supervisor.engine import Engine
 
 pytestmark = pytest.mark.integration
 

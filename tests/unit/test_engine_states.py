@@ -8,10 +8,11 @@ import json
 
 import pytest
 
+from app.core.engine_state import EngineState, can_transition
 from app.core.errors import ConfigError, EngineError
 from app.core.hardware import hardware_from_json
 from app.core.launch import LaunchRequest
-from app.supervisor.engine import Engine, EngineState, can_transition
+from app.supervisor.engine import Engine
 from tests.conftest import profile_path
 
 S = EngineState

@@ -85,7 +85,7 @@ def test_missing_nvidia_smi_is_not_an_error(monkeypatch: pytest.MonkeyPatch) -> 
 def test_hanging_command_times_out(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(probe, "COMMAND_TIMEOUT_S", 0.2)
     start = time.perf_counter()
-    assert probe._run([sys.executable, "-c", "import time; time.sleep(30)"]) is None
+    assert probe.run_quietly([sys.executable, "-c", "import time; time.sleep(30)"]) is None
     assert time.perf_counter() - start < 5
 
 

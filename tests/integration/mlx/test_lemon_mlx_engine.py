@@ -24,6 +24,7 @@ import pytest
 from app.client.adapters import Route
 from app.client.events import ChatDelta, ChatDone
 from app.client.sse import SSEParser
+from app.core.engine_state import EngineState
 from app.core.errors import EngineError
 from app.core.hardware import Hardware, hardware_from_json
 from app.core.launch import LaunchRequest
@@ -31,7 +32,7 @@ from app.core.matrix import support_matrix
 from app.core.telemetry import Telemetry
 from app.store.catalog import load_backend_versions
 from app.store.installs import install_dir
-from app.supervisor.engine import Engine, EngineState
+from app.supervisor.engine import Engine
 from app.supervisor.installer import install_backend, installed_binary
 from tests.conftest import profile_path
 from tests.integration.conftest import lemon_desk

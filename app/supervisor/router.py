@@ -1,0 +1,724 @@
+"""The router: the one owner of what runs. The window (through the bridge), the tray, the CLI and the
+local API are front ends over it and call the same methods.
+
+It owns the supervisor (engines and backend installs), the download manager, the loading policy
+(``app.core.policy``: caps, LRU by last load or request, pins, idle unload), one-click loads (download,
+install, fit check, evict, launch: one ``LoadProgress`` event per phase), recovery (a crashed or hung
+engine restarts with the same options after 1 s, 5 s, 30 s; three crashes in five minutes and it gives
+up, with the engine's last words), engine CPU and memory samples, and the per-model facts from which
+``app.core.status.model_status`` derives the one status every front end shows.
+
+Every event reaches subscribers as a plain dataclass on the loop thread: the supervisor's and the
+download manager's are passed on, and the router adds its own below. asyncio only, no Qt.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import time
+from collections import Counter
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Coroutine
+from dataclasses import dataclass
+from typing import Any, cast
+
+import httpx
+import psutil
+
+from app.client.chat import ChatClient, Messages
+from app.client.events import ChatEvent, ChatReply
+from app.core.backends import BackendKind, BackendState
+from app.core.downloads import DownloadRecord, DownloadState
+from app.core.engine_state import EngineState
+from app.core.errors import EngineError, LemonDeskError, ModelError
+from app.core.fit import DEFAULT_CONTEXT, check_live_fit, estimate, largest_context
+from app.core.lemon_mlx import DeviceType, device_type
+from app.core.models import Model
+from app.core.policy import LoadedModel, over_caps, parse_caps, plan_evictions
+from app.core.refs import FileSet, parse_ref, select
+from app.core.status import LoadPhase, ModelFacts, ModelStatus, model_status
+from app.library import GB, Library, ModelState
+from app.library import ModelStatus as DiskStatus
+from app.platform import free_memory
+from app.store.model_options import ModelOptions, load_model_options, save_model_options
+from app.store.paths import home
+from app.store.secrets import get_hf_token
+from app.store.settings import Settings
+from app.supervisor.downloads import DownloadChanged, DownloadEvent, DownloadManager, DownloadProgress
+from app.supervisor.engine import Engine
+from app.supervisor.hub import HubClient, gated_error
+from app.supervisor.modelmeta import local_shape
+from app.supervisor.supervisor import (
+    EngineStateChanged,
+    InstallProgress,
+    LoadOptions,
+    Supervisor,
+    SupervisorEvent,
+)
+
+log = logging.getLogger(__name__)
+
+RESTART_BACKOFF_S = (1.0, 5.0, 30.0)  # before the 1st, 2nd, 3rd+ restart in a row
+CRASH_WINDOW_S = 300.0  # this many crashes within this window and the router gives up
+CRASH_LIMIT = 3
+STABLE_S = 300.0  # an engine up this long has its restart backoff start again at the first step
+IDLE_CHECK_S = 30.0
+USAGE_INTERVAL_S = 2.0
+
+
+# --- events -----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LoadProgress:
+    """A one-click load entered a phase, or moved on within it."""
+
+    model: str
+    phase: LoadPhase
+    done: int = 0  # bytes, in the download and install phases
+    total: int = 0
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class ModelsChanged:
+    """The facts behind some models' statuses changed: front ends read ``statuses()`` again."""
+
+    names: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class EngineUsage:
+    model: str
+    cpu_percent: float
+    rss_bytes: int
+
+
+@dataclass(frozen=True)
+class EngineRecovery:
+    model: str
+    message: str  # what happened and what the router does about it
+    gave_up: bool  # True: the engine stays down until someone loads it again
+
+
+RouterEvent = SupervisorEvent | DownloadEvent | LoadProgress | ModelsChanged | EngineUsage | EngineRecovery
+Listener = Callable[[RouterEvent], None]
+
+
+@dataclass(frozen=True)
+class ModelView:
+    """A model as every front end shows it: what it is, where its files are, and its one status."""
+
+    model: Model
+    status: ModelStatus
+    on_disk: bool
+    size_bytes: int
+    disk: DiskStatus
+
+    @property
+    def name(self) -> str:
+        return self.model.name
+
+    def to_json(self) -> dict[str, Any]:
+        data = self.disk.to_json()
+        data["state"] = self.status.status.value
+        data["pinned"] = self.status.pinned
+        data["message"] = self.status.message
+        return data
+
+
+# --- the router -------------------------------------------------------------------------------------
+
+
+class Router:
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        library: Library | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.settings = settings
+        self.library = library or Library(settings)
+        self.supervisor = Supervisor(settings, resolve_model=lambda m: self.library.location(m))
+        self._unsubscribe = [self.supervisor.subscribe(self._on_supervisor)]
+        loaded = load_model_options()
+        self._options = loaded.items
+        self.warnings = [*self.library.warnings, *([loaded.warning] if loaded.warning else [])]
+        self._clock = clock
+        self._listeners: list[Listener] = []
+        self._models: dict[str, Model] = {}  # what each engine runs, for restarts
+        self._load_options: dict[str, LoadOptions] = {}
+        self._used: dict[str, float] = {}  # last load or request
+        self._busy: Counter[str] = Counter()  # requests in flight
+        self._phases: dict[str, LoadProgress] = {}
+        self._errors: dict[str, str] = {}  # why the last load failed, or the crash being recovered
+        self._crashes: dict[str, list[float]] = {}
+        self._streak: Counter[str] = Counter()  # restarts in a row without a stable run
+        self._ready_at: dict[str, float] = {}
+        self._loads: dict[str, asyncio.Task[Engine]] = {}
+        self._restarts: dict[str, asyncio.Task[Engine]] = {}
+        self._background: set[asyncio.Task[Any]] = set()
+        self._room: asyncio.Lock | None = None  # held while choosing evictions and launching
+        self._http: httpx.AsyncClient | None = None
+        self._hub: HubClient | None = None
+        self._downloads: DownloadManager | None = None
+        self._idle: asyncio.Task[None] | None = None
+        self._sampler: asyncio.Task[None] | None = None
+        self._sampling = False
+        self._closing = False
+
+    async def __aenter__(self) -> Router:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.shutdown()
+
+    # --- events ---------------------------------------------------------------------------------------
+
+    def subscribe(self, listener: Listener) -> Callable[[], None]:
+        """Call ``listener(event)`` for every event, on the loop; returns the unsubscribe function."""
+        self._listeners.append(listener)
+        return lambda: self._listeners.remove(listener)
+
+    def _emit(self, event: RouterEvent) -> None:
+        for listener in list(self._listeners):
+            try:
+                listener(event)
+            except Exception:
+                log.exception("a router listener failed on %s", event)
+
+    def _changed(self, *names: str) -> None:
+        self._emit(ModelsChanged(names))
+
+    def _spawn(self, job: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
+        task = asyncio.ensure_future(job)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+        return task
+
+    # --- facts and statuses ---------------------------------------------------------------------------
+
+    def options(self, name: str) -> ModelOptions:
+        return self._options.get(name, ModelOptions())
+
+    def save_options(self, name: str, options: ModelOptions) -> None:
+        """Keep a model's recipe options for every later load (its pin stays as it is)."""
+        self._store_options(name, dataclasses.replace(options, pinned=self.options(name).pinned))
+
+    def set_pinned(self, name: str, pinned: bool) -> None:
+        """A pinned model is never evicted or unloaded when idle; saved with its options."""
+        self.library.resolve(name)  # an unknown name is an error, not a stray option
+        self._store_options(name, dataclasses.replace(self.options(name), pinned=pinned))
+
+    def _store_options(self, name: str, options: ModelOptions) -> None:
+        self._options[name] = options
+        try:
+            save_model_options(self._options)
+        except OSError as err:
+            raise ModelError(
+                f"Could not save the options of {name}: {err.strerror}.", f"Check that {home()} is writable."
+            ) from None
+        self._changed(name)
+
+    def engine_state(self, name: str) -> EngineState | None:
+        engine = self.supervisor.engines.get(name)
+        return engine.state if engine is not None else None
+
+    def loaded(self) -> list[str]:
+        """Models whose engine is ready, least recently used first."""
+        ready = [n for n, e in self.supervisor.engines.items() if e.state is EngineState.READY]
+        return sorted(ready, key=lambda n: self._used.get(n, 0.0))
+
+    def _facts(self, disk: DiskStatus) -> ModelFacts:
+        name = disk.model.name
+        record = disk.download
+        phase = self._phases.get(name)
+        done, total = (phase.done, phase.total) if phase else (0, 0)
+        if phase is None and record is not None:
+            done, total = self._download_done(record), record.files.size
+        return ModelFacts(
+            on_disk=disk.state in (ModelState.DOWNLOADED, ModelState.LOCAL),
+            download=record.state if record is not None else None,
+            done_bytes=done,
+            total_bytes=total,
+            download_message=record.message if record is not None else "",
+            phase=phase.phase if phase else None,
+            engine=self.engine_state(name),
+            error=self._errors.get(name, ""),
+            pinned=self.options(name).pinned,
+        )
+
+    def _download_done(self, record: DownloadRecord) -> int:
+        live = self._downloads.progress.get(record.id) if self._downloads else None
+        return live if live is not None else record.done_bytes
+
+    def _view(self, disk: DiskStatus) -> ModelView:
+        on_disk = disk.state in (ModelState.DOWNLOADED, ModelState.LOCAL)
+        size = disk.local.size if disk.local and disk.local.size else int(disk.model.size_gb * GB)
+        return ModelView(disk.model, model_status(self._facts(disk)), on_disk, size, disk)
+
+    def statuses(self) -> list[ModelView]:
+        """Every model with its status; reads the cache, so front ends on the loop call it in a thread."""
+        records = self._downloads.records if self._downloads else None
+        return [self._view(d) for d in self.library.statuses(records)]
+
+    def status(self, name: str) -> ModelView:
+        model = self.library.resolve(name)
+        records = self._downloads.records if self._downloads else None
+        return self._view(self.library.status(model, records))
+
+    # --- downloads ------------------------------------------------------------------------------------
+
+    async def hub(self) -> HubClient:
+        if self._hub is None:
+            self._http = httpx.AsyncClient()
+            self._hub = HubClient(self._http, token=await asyncio.to_thread(get_hf_token))
+        return self._hub
+
+    def downloads(self) -> DownloadManager:
+        if self._downloads is None:
+            assert self._hub is not None, "hub() comes first"
+            self._downloads = DownloadManager(self.library.cache_root, self._hub)
+            if self._downloads.warning:
+                self.warnings.append(self._downloads.warning)
+            self._downloads.subscribe(self._on_download)
+        return self._downloads
+
+    async def plan_pull(self, name_or_ref: str | Model, recipe: str | None = None) -> tuple[Model, FileSet]:
+        """The model and the files a download of it needs (asks the Hub; downloads nothing)."""
+        model = name_or_ref if isinstance(name_or_ref, Model) else self.library.resolve(name_or_ref)
+        if model.repo_id is None:
+            raise ModelError(f"{model.name} is a local model: there is nothing to download.")
+        hub = await self.hub()
+        ref = parse_ref(model.checkpoint)
+        listing = await hub.listing(ref.repo_id)
+        if listing.gated and not hub.token:
+            raise gated_error(ref.repo_id, hub.endpoint)
+        files = select(listing, ref, recipe or model.recipe or None)
+        if model.user:
+            model = dataclasses.replace(model, recipe=files.recipe, size_gb=round(files.size / GB, 3))
+        return model, files
+
+    async def download(self, model: Model, files: FileSet) -> DownloadRecord:
+        """Fetch ``files`` for ``model`` into the cache (joining a download of it under way).
+
+        Raises ModelError when it fails; cancelling this call leaves the download running (pause or
+        cancel it through ``downloads()``).
+        """
+        self.library.register(model)
+        manager = self.downloads()
+        self._errors.pop(model.name, None)
+        manager.submit(model.checkpoint, model.name, files)
+        self._changed(model.name)
+        record = await manager.wait(model.checkpoint)
+        if record.state is DownloadState.FAILED:
+            raise ModelError(record.message)
+        if record.state is DownloadState.CANCELLED:
+            raise asyncio.CancelledError
+        return record
+
+    async def pull(self, name_or_ref: str | Model, recipe: str | None = None) -> DownloadRecord:
+        """The one pull: the CLI's, the window's and the API's."""
+        model, files = await self.plan_pull(name_or_ref, recipe)
+        return await self.download(model, files)
+
+    async def pause_download(self, name: str) -> None:
+        await self.downloads().pause(self.library.resolve(name).checkpoint)
+
+    async def resume_download(self, name: str) -> None:
+        await self.hub()
+        self.downloads().resume(self.library.resolve(name).checkpoint)
+
+    async def cancel_download(self, name: str) -> None:
+        """Stop a download and delete its partial files."""
+        await self.hub()
+        await self.downloads().cancel(self.library.resolve(name).checkpoint)
+        self._changed(name)
+
+    def _on_download(self, event: DownloadEvent) -> None:
+        self._emit(event)
+        record = self._downloads.records.get(event.id) if self._downloads else None
+        name = record.model if record else event.id
+        phase = self._phases.get(name)
+        if phase is not None and phase.phase is LoadPhase.DOWNLOADING and isinstance(event, DownloadProgress):
+            self._set_phase(name, LoadPhase.DOWNLOADING, event.done, event.total, event.file)
+        elif isinstance(event, DownloadChanged):
+            self._changed(name)
+
+    # --- one-click load -------------------------------------------------------------------------------
+
+    def load(
+        self, model: str | Model, options: ModelOptions | None = None, *, force: bool = False
+    ) -> asyncio.Task[Engine]:
+        """Load a model, downloading it and installing its backend first when needed, under the policy.
+
+        One ``LoadProgress`` per phase. A load of the same model under way is replaced. Cancelling the
+        task at any phase leaves nothing half made: a partial download is deleted, an install undone,
+        a starting engine stopped. ``force`` skips the check against the memory free now.
+        """
+        if isinstance(model, str):
+            model = self.library.resolve(model)
+        if self._closing:
+            raise EngineError("Lemon Desk is shutting down.")
+        name = model.name
+        self._cancel_recovery(name)
+        previous = self._loads.get(name)
+        if previous is not None:
+            previous.cancel()
+        task = asyncio.ensure_future(self._load(model, options or self.options(name), force))
+        self._loads[name] = task
+        task.add_done_callback(lambda t: self._loads.pop(name, None) if self._loads.get(name) is t else None)
+        return task
+
+    def cancel_load(self, name: str) -> bool:
+        task = self._loads.get(name)
+        return task.cancel() if task is not None else False
+
+    def _set_phase(
+        self, name: str, phase: LoadPhase, done: int = 0, total: int = 0, detail: str = ""
+    ) -> None:
+        progress = LoadProgress(name, phase, done, total, detail)
+        self._phases[name] = progress
+        self._emit(progress)
+        self._changed(name)
+
+    async def _load(self, model: Model, options: ModelOptions, force: bool) -> Engine:
+        name = model.name
+        self._errors.pop(name, None)
+        downloading = False
+        try:
+            if model.repo_id is not None and self.library.local_files(model) is None:
+                self._set_phase(name, LoadPhase.DOWNLOADING)
+                planned, files = await self.plan_pull(model)
+                downloading = True
+                await self.download(planned, files)
+                downloading = False
+                model = self.library.resolve(name) if name in self.library.models() else planned
+            request = LoadOptions(options.backend, options.ctx_size, options.args)
+            await self._install_backend(model, request)
+            self._set_phase(name, LoadPhase.LOADING)
+            return await self._launch(model, request, force)
+        except asyncio.CancelledError:
+            if downloading and self._downloads is not None:
+                await asyncio.shield(self._downloads.cancel(model.checkpoint))
+            raise
+        except LemonDeskError as err:
+            self._errors[name] = str(err)
+            raise
+        finally:
+            self._phases.pop(name, None)
+            self._changed(name)
+
+    async def _install_backend(self, model: Model, options: LoadOptions) -> None:
+        """Install the backend the load will use when it is installable or out of date."""
+        info = await self.supervisor.info()
+        support = info.recipes.get(model.recipe)
+        backend = options.backend or (support.default_backend if support else None)
+        status = support.backends.get(backend) if support and backend else None
+        if status is None or info.versions.spec(model.recipe, backend or "").kind is BackendKind.SYSTEM:
+            return  # the launch says what is wrong
+        if status.state in (BackendState.INSTALLABLE, BackendState.UPDATE_REQUIRED):
+            self._set_phase(model.name, LoadPhase.INSTALLING, detail=f"{model.recipe}:{backend}")
+            await self.supervisor.install(model.recipe, backend or "")
+
+    async def _launch(self, model: Model, options: LoadOptions, force: bool) -> Engine:
+        request = await self.supervisor.launch_request(model, options)
+        device = device_type(request.backend, self.supervisor.hardware.os)
+        if not force:
+            await self._check_fit(model, options)
+        if self._room is None:
+            self._room = asyncio.Lock()
+        async with self._room:
+            caps = parse_caps(self.settings.max_loaded_models)
+            for victim in plan_evictions(self._running(), model.name, device, caps):
+                log.info("unloading %s to make room for %s", victim, model.name)
+                await self.unload(victim)
+            self._models[model.name] = model
+            self._load_options[model.name] = options
+            engine = await self.supervisor.load(model, options)
+        self._touch(model.name)
+        self._start_idle_watch()
+        return engine
+
+    def _running(self) -> list[LoadedModel]:
+        live = (EngineState.STARTING, EngineState.READY)
+        return [
+            LoadedModel(name, device_of(engine), self.options(name).pinned, self._used.get(name, 0.0))
+            for name, engine in self.supervisor.engines.items()
+            if engine.state in live
+        ]
+
+    async def _check_fit(self, model: Model, options: LoadOptions) -> None:
+        """Refuse, with the numbers and the ways out, a model that needs more memory than is free now."""
+        local = self.library.local_files(model)
+        if local is None:
+            return
+        try:
+            shape = await asyncio.to_thread(local_shape, model.recipe, local.main)
+        except ModelError as err:
+            log.info("no fit check for %s: %s", model.name, err)
+            return
+        hardware = self.supervisor.hardware
+        context = options.ctx_size or DEFAULT_CONTEXT
+        fit = estimate(local.size, shape, hardware, model.recipe, context)
+        free = await asyncio.to_thread(free_memory, fit.budget.kind, hardware)
+        if free is None:
+            return
+        others = [(n, self._rss(n)) for n in self.loaded() if n != model.name and not self.options(n).pinned]
+        check_live_fit(model.name, fit, free, largest_context(local.size, shape, free, model.recipe), others)
+
+    def _rss(self, name: str) -> int:
+        engine = self.supervisor.engines.get(name)
+        if engine is None or engine.pid is None:
+            return 0
+        try:
+            return int(psutil.Process(engine.pid).memory_info().rss)
+        except psutil.Error:
+            return 0
+
+    # --- unload ---------------------------------------------------------------------------------------
+
+    async def unload(self, name: str) -> None:
+        """Stop a model's engine (a load or a restart of it under way is cancelled)."""
+        self._cancel_recovery(name)
+        loading = self._loads.get(name)
+        if loading is not None and loading is not asyncio.current_task():
+            loading.cancel()
+            await asyncio.gather(loading, return_exceptions=True)
+        await self.supervisor.unload(name)
+        self._models.pop(name, None)
+        self._used.pop(name, None)
+        self._changed(name)
+
+    async def unload_all(self) -> None:
+        for name in {*self.supervisor.engines, *self._loads, *self._restarts}:
+            await self.unload(name)
+
+    async def delete(self, name: str) -> str:
+        """Unload a model and delete its files; returns what was done, for people."""
+        model = self.library.resolve(name)
+        await self.unload(model.name)
+        if self._downloads is not None and model.checkpoint in self._downloads.records:
+            await self._downloads.cancel(model.checkpoint)
+        said = await asyncio.to_thread(self.library.remove, name)
+        self._errors.pop(model.name, None)
+        if self._options.pop(model.name, None) is not None:
+            save_model_options(self._options)
+        self._changed(model.name)
+        return said
+
+    # --- requests -------------------------------------------------------------------------------------
+
+    def _touch(self, name: str) -> None:
+        self._used[name] = self._clock()
+
+    async def ensure_loaded(self, name: str) -> Engine:
+        """The model's ready engine, loading it (one-click) under the policy when it is not loaded."""
+        engine = self.supervisor.engines.get(name)
+        if engine is not None and engine.state is EngineState.READY:
+            self._touch(name)
+            return engine
+        pending = self._restarts.get(name) or self._loads.get(name) or self.load(name)
+        return await asyncio.shield(pending)
+
+    @contextlib.asynccontextmanager
+    async def client(self, name: str) -> AsyncIterator[ChatClient]:
+        """A client for the model's engine, loaded on demand; the model counts as used while it is open."""
+        engine = await self.ensure_loaded(name)
+        self._busy[name] += 1
+        self._touch(name)
+        try:
+            async with engine.chat_client(self.settings.request_timeout_s) as client:
+                yield client
+        finally:
+            self._busy[name] -= 1
+            self._touch(name)
+
+    async def stream_chat(self, name: str, messages: Messages, **params: Any) -> AsyncIterator[ChatEvent]:
+        """A streamed reply. An engine that dies mid-reply ends it with an EngineError naming the cause
+        (the engine restarts behind it; a stream cannot be replayed without the user seeing it twice)."""
+        async with self.client(name) as client:
+            # Closing the generator closes the HTTP stream, which stops the engine generating.
+            stream = cast(AsyncGenerator[ChatEvent, None], client.stream_chat(messages, **params))
+            async with contextlib.aclosing(stream):
+                async for event in stream:
+                    yield event
+
+    async def chat(self, name: str, messages: Messages, **params: Any) -> ChatReply:
+        """A whole reply. One broken by an engine crash is sent once more after the restart."""
+        try:
+            async with self.client(name) as client:
+                return await client.chat(messages, **params)
+        except EngineError:
+            restart = self._restarts.get(name)
+            if restart is None:
+                raise
+            log.info("replaying a request to %s after its engine restarts", name)
+            await asyncio.shield(restart)
+            async with self.client(name) as client:
+                return await client.chat(messages, **params)
+
+    # --- recovery -------------------------------------------------------------------------------------
+
+    def _on_supervisor(self, event: SupervisorEvent) -> None:
+        self._emit(event)
+        if isinstance(event, InstallProgress):
+            for name, phase in list(self._phases.items()):
+                if phase.phase is LoadPhase.INSTALLING and phase.detail == str(event.key):
+                    self._set_phase(name, LoadPhase.INSTALLING, event.done, event.total or 0, phase.detail)
+        if not isinstance(event, EngineStateChanged):
+            return
+        name = event.model
+        if event.state is EngineState.READY:
+            self._ready_at[name] = self._clock()
+            self._touch(name)
+        elif event.state is EngineState.CRASHED and not self._closing:
+            self._crashed(name, event.message)
+        self._changed(name)
+
+    def _crashed(self, name: str, why: str) -> None:
+        now = self._clock()
+        if now - self._ready_at.get(name, now) >= STABLE_S:
+            self._streak[name] = 0
+        recent = [t for t in self._crashes.get(name, []) if now - t < CRASH_WINDOW_S] + [now]
+        self._crashes[name] = recent
+        model, options = self._models.get(name), self._load_options.get(name)
+        if len(recent) >= CRASH_LIMIT or model is None or options is None:
+            message = (
+                f"{name} crashed {len(recent)} times in {CRASH_WINDOW_S / 60:g} minutes, so it was not "
+                f"restarted again. Load it again once the cause is fixed.\n{why}"
+            )
+            self._errors[name] = message
+            self._emit(EngineRecovery(name, message, gave_up=True))
+            return
+        delay = RESTART_BACKOFF_S[min(self._streak[name], len(RESTART_BACKOFF_S) - 1)]
+        self._streak[name] += 1
+        message = f"{name} crashed; restarting it in {delay:g} s.\n{why}"
+        self._errors[name] = message
+        self._emit(EngineRecovery(name, message, gave_up=False))
+        task = asyncio.ensure_future(self._restart(name, model, options, delay))
+        self._restarts[name] = task
+        task.add_done_callback(
+            lambda t: self._restarts.pop(name, None) if self._restarts.get(name) is t else None
+        )
+
+    async def _restart(self, name: str, model: Model, options: LoadOptions, delay: float) -> Engine:
+        await asyncio.sleep(delay)
+        try:
+            engine = await self._launch(model, options, force=True)
+        except LemonDeskError as err:
+            message = f"{name} crashed and did not start again: {err}"
+            self._errors[name] = message
+            self._emit(EngineRecovery(name, message, gave_up=True))
+            raise
+        self._errors.pop(name, None)
+        self._emit(EngineRecovery(name, f"{name} was restarted and is ready again.", gave_up=False))
+        return engine
+
+    def _cancel_recovery(self, name: str) -> None:
+        restart = self._restarts.pop(name, None)
+        if restart is not None and restart is not asyncio.current_task():
+            restart.cancel()
+        self._crashes.pop(name, None)
+        self._streak.pop(name, None)
+
+    # --- idle unload and usage samples ----------------------------------------------------------------
+
+    def _start_idle_watch(self) -> None:
+        if self._idle is None or self._idle.done():
+            self._idle = asyncio.ensure_future(self._watch_idle())
+
+    async def _watch_idle(self) -> None:
+        while self.supervisor.engines:
+            await asyncio.sleep(IDLE_CHECK_S)
+            await self.unload_idle()
+
+    async def unload_idle(self) -> list[str]:
+        """Unload every unpinned model without a request for ``idle_unload_minutes`` (0: never)."""
+        minutes = self.settings.idle_unload_minutes
+        if minutes <= 0:
+            return []
+        now = self._clock()
+        idle = [
+            name
+            for name in self.loaded()
+            if not self.options(name).pinned
+            and not self._busy[name]
+            and now - self._used.get(name, now) >= minutes * 60
+        ]
+        for name in idle:
+            log.info("unloading %s: no request for %d minutes", name, minutes)
+            await self.unload(name)
+        return idle
+
+    def sample_usage(self, on: bool) -> None:
+        """Sample every engine's CPU and memory (``EngineUsage`` events) while ``on``."""
+        self._sampling = on
+        if on and (self._sampler is None or self._sampler.done()):
+            self._sampler = asyncio.ensure_future(self._sample())
+
+    async def _sample(self) -> None:
+        processes: dict[int, psutil.Process] = {}
+        while self._sampling:
+            for name, engine in self.supervisor.engines.items():
+                if engine.state is not EngineState.READY or engine.pid is None:
+                    continue
+                try:
+                    proc = processes.setdefault(engine.pid, psutil.Process(engine.pid))
+                    with proc.oneshot():
+                        self._emit(EngineUsage(name, proc.cpu_percent(None), proc.memory_info().rss))
+                except psutil.Error:
+                    processes.pop(engine.pid, None)
+            await asyncio.sleep(USAGE_INTERVAL_S)
+
+    # --- settings -------------------------------------------------------------------------------------
+
+    def apply_settings(self, settings: Settings) -> None:
+        """Take new settings at once: caps (evicting what is over them), idle unload, models folder,
+        release mirror and timeouts; nothing needs a restart."""
+        parse_caps(settings.max_loaded_models)  # a bad value is refused before anything changes
+        old, self.settings = self.settings, settings
+        self.supervisor.settings = settings
+        for engine in self.supervisor.engines.values():
+            engine.load_timeout_s = settings.load_timeout_s
+            engine.hang_grace_s = settings.hang_grace_s
+        if settings.models_dir != old.models_dir:
+            self.library = Library(settings)
+            if self._downloads is not None and not self._downloads.busy:
+                # Downloads under way finish where they started; the next one goes to the new folder.
+                self._spawn(self._downloads.close())
+                self._downloads = None
+        self._spawn(self._enforce_caps())
+        self._changed()
+
+    async def _enforce_caps(self) -> None:
+        """Unload the least recently used unpinned models until the running ones are within the caps."""
+        for name in over_caps(self._running(), parse_caps(self.settings.max_loaded_models)):
+            await self.unload(name)
+
+    # --- shutdown -------------------------------------------------------------------------------------
+
+    async def shutdown(self) -> None:
+        """Cancel every load, restart and background job, pause downloads, stop every engine."""
+        self._closing = True
+        self._sampling = False
+        jobs = [*self._loads.values(), *self._restarts.values(), *self._background]
+        jobs += [t for t in (self._idle, self._sampler) if t is not None]
+        for job in jobs:
+            job.cancel()
+        await asyncio.gather(*jobs, return_exceptions=True)
+        await self.supervisor.shutdown()
+        if self._downloads is not None:
+            await self._downloads.close()
+        if self._http is not None:
+            await self._http.aclose()
+        for unsubscribe in self._unsubscribe:
+            unsubscribe()
+        self._unsubscribe = []
+
+
+def device_of(engine: Engine) -> DeviceType:
+    return device_type(engine.request.backend, engine.hardware.os)
