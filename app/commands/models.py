@@ -284,7 +284,14 @@ def _finish(report: dict[str, Any], record: DownloadRecord, library: Library, na
         raise ModelError(record.message)
     report["state"] = record.state.value
     local = library.local_files(library.models()[name])
-    report["path"] = str(local.main) if local else None
+    if local is None:  # say so rather than "is ready: None"
+        raise ModelError(
+            f"The download of {name} ended ({record.state.value}), but its files are not complete in "
+            f"{library.cache_root}.",
+            f"Run `lemon-desk pull {name}` again; if it ends the same way, the repo lacks files that "
+            "its index or shard names promise.",
+        )
+    report["path"] = str(local.main)
     return report
 
 
