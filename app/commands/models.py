@@ -253,10 +253,7 @@ async def _pull(args: argparse.Namespace, router: Router) -> dict[str, Any]:
         if not args.json:
             router.subscribe(_ProgressBar(model.name) if sys.stderr.isatty() else _FileLines())
         record = await router.download(model, files)
-    report["state"] = record.state.value
-    local = library.local_files(library.models()[model.name])
-    report["path"] = str(local.main) if local else None
-    return report
+    return _finish(report, record, library, model.name)
 
 
 def _print_plan(report: dict[str, Any], fit: FitEstimate | None) -> None:
@@ -264,6 +261,20 @@ def _print_plan(report: dict[str, Any], fit: FitEstimate | None) -> None:
     for f in report["files"]:
         print(f"  {f['path']}  {_size(f['size'])}{'  (already here)' if f['cached'] else ''}")
     print(f"fit: {fit.summary()}" if fit else f"fit unknown: {report['fit_error']}")
+
+
+def _finish(report: dict[str, Any], record: DownloadRecord, library: Library, name: str) -> dict[str, Any]:
+    report["state"] = record.state.value
+    local = library.local_files(library.models()[name])
+    if local is None:  # say so rather than "is ready: None"
+        raise ModelError(
+            f"The download of {name} ended ({record.state.value}), but its files are not complete in "
+            f"{library.cache_root}.",
+            f"Run `lemon-desk pull {name}` again; if it ends the same way, the repo lacks files that "
+            "its index or shard names promise.",
+        )
+    report["path"] = str(local.main)
+    return report
 
 
 def cmd_pull(args: argparse.Namespace) -> int:

@@ -11,6 +11,7 @@ from enum import Enum
 from typing import Any
 
 from app.core.errors import ConfigError
+from app.core.names import file_name_problem
 
 GITHUB = "https://github.com"
 
@@ -89,11 +90,16 @@ class BackendSpec:
         fields = {"version": self.version, "build": str(self.build), "channel": self.channel, **self.vars}
         fields.update(values)
         try:
-            return rule.name.format(**fields)
+            name = rule.name.format(**fields)
         except KeyError as missing:
             raise ConfigError(
                 f"Backend versions: asset name for {self.key} needs {missing}, which is not known here."
             ) from None
+        # The values come from the versions file and the hardware (a gfx target, say), and the name
+        # becomes a file in the staging folder and part of the download URL.
+        if why := file_name_problem(name):
+            raise ConfigError(f"Backend versions: the asset name {name!r} for {self.key} {why}.")
+        return name
 
     def asset_url(self, asset: str, release_base: str = GITHUB) -> str:
         return f"{release_base.rstrip('/')}/{self.repo}/releases/download/{self.version}/{asset}"

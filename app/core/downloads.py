@@ -7,7 +7,8 @@ from enum import Enum
 from typing import Any
 
 from app.core.errors import ConfigError
-from app.core.refs import FileSet, RepoFile
+from app.core.names import listing_problem, path_problem, repo_id_problem
+from app.core.refs import FileSet, RepoFile, RepoListing
 
 INTERRUPTED = "Interrupted when the app stopped; resume it to go on from where it was."
 
@@ -78,6 +79,8 @@ def record_from_json(download_id: str, raw: Any) -> DownloadRecord:
             main=raw.get("main"),
             mmproj=raw.get("mmproj"),
         )
+        if why := _unsafe(fileset):
+            raise ConfigError(f"Download '{download_id}' is not safe to use: {why}.")
         return DownloadRecord(
             id=download_id,
             model=str(raw["model"]),
@@ -88,3 +91,13 @@ def record_from_json(download_id: str, raw: Any) -> DownloadRecord:
         )
     except (KeyError, TypeError, ValueError) as err:
         raise ConfigError(f"Download '{download_id}' is malformed ({err}).") from None
+
+
+def _unsafe(fs: FileSet) -> str | None:
+    """What in a stored record cannot safely become a path: the file may have been edited or damaged."""
+    if why := repo_id_problem(fs.repo_id):
+        return f"the repo {fs.repo_id!r} {why}"
+    for what, path in (("main file", fs.main), ("projector", fs.mmproj)):
+        if path is not None and (why := path_problem(path)):
+            return f"the {what} {path!r} {why}"
+    return listing_problem(RepoListing(fs.repo_id, fs.revision, fs.files))

@@ -8,6 +8,7 @@ LemonDeskError                  what happened + what to do (``hint``)
 │   └── ChecksumError           what arrived is not what was expected (deleted)
 ├── InstallError                download / verify / unpack of an engine failed
 ├── ModelError                  a model reference, file or download is unusable
+├── UnsafePathError             a name from outside would put a file outside its folder (refused)
 ├── EngineError                 an engine failed to start, crashed or hung
 ├── PolicyError                 the loading policy forbids a load (everything in the way is pinned)
 ├── FitError                    a model would not fit in the memory free now
@@ -60,6 +61,10 @@ class InstallError(LemonDeskError):
 
 class ModelError(LemonDeskError):
     """A model reference, file or download is unusable."""
+
+
+class UnsafePathError(LemonDeskError):
+    """A path the app was about to write leads outside the folder it belongs in; nothing was written."""
 
 
 class EngineError(LemonDeskError):

@@ -9,6 +9,24 @@ import time
 from pathlib import Path
 from typing import Any
 
+from app.core.errors import UnsafePathError
+
+
+def inside(root: Path, path: Path) -> Path:
+    """``path``, once sure that writing it lands inside ``root``; else an UnsafePathError.
+
+    The last guard behind the checks on names from the network (``app.core.names``): the folders on
+    the way are resolved, symlinks included, and the final name must be a plain one, since a write
+    replaces it rather than following it.
+    """
+    landed = path.parent.resolve() / path.name
+    if path.name in ("", ".", "..") or not landed.is_relative_to(root.resolve()):
+        raise UnsafePathError(
+            f"Refused to use {path}: it lies outside {root}.",
+            "A name from the network or a damaged file led there; nothing was written. Report this.",
+        )
+    return path
+
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
     """Write to a temporary file beside ``path``, fsync, then rename over it: all or nothing."""

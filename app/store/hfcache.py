@@ -7,6 +7,10 @@
 
 ``<cache>`` is the ``models_dir`` setting, else ``HF_HUB_CACHE``, else ``$HF_HOME/hub``, else
 ``$XDG_CACHE_HOME/huggingface/hub`` or ``~/.cache/huggingface/hub``, the way ``huggingface_hub`` picks it.
+
+Commits, blob ids and file paths come from the Hub and are checked where they enter
+(``app.core.names``); every path written or removed here is checked once more to be inside the repo's
+folder (``inside``), so a name that slipped past still cannot leave it.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ import shutil
 from pathlib import Path
 
 from app.core.refs import RepoFile, RepoListing
-from app.store.files import atomic_write_bytes
+from app.store.files import atomic_write_bytes, inside
 
 
 def hub_cache_dir(models_dir: str = "") -> Path:
@@ -43,10 +47,10 @@ class RepoCache:
         self.folder = root / repo_folder_name(repo_id)
 
     def blob(self, oid: str) -> Path:
-        return self.folder / "blobs" / oid
+        return inside(self.folder, self.folder / "blobs" / oid)
 
     def snapshot(self, revision: str) -> Path:
-        return self.folder / "snapshots" / revision
+        return inside(self.folder, self.folder / "snapshots" / revision)
 
     def ref(self, name: str = "main") -> str | None:
         try:
@@ -66,7 +70,7 @@ class RepoCache:
 
     def link(self, revision: str, file: RepoFile) -> Path:
         """Point ``snapshots/<revision>/<path>`` at its blob with a relative symlink (replacing one)."""
-        dest = self.snapshot(revision) / file.path
+        dest = inside(self.folder, self.snapshot(revision) / file.path)
         dest.parent.mkdir(parents=True, exist_ok=True)
         target = os.path.relpath(self.blob(file.oid), dest.parent)
         tmp = dest.with_name(f".{dest.name}.link")
@@ -133,7 +137,7 @@ class RepoCache:
         snapshots = self.folder / "snapshots"
         for snap in snapshots.iterdir() if snapshots.is_dir() else []:
             for path in paths - keep:
-                (snap / path).unlink(missing_ok=True)
+                inside(self.folder, snap / path).unlink(missing_ok=True)
             _prune_empty_dirs(snap)
         linked = (
             {p.resolve().name for p in snapshots.rglob("*") if p.is_symlink()}

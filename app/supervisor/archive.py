@@ -2,7 +2,8 @@
 
 Every member is checked before anything is written: no absolute paths, no ``..``, no symlink whose
 target leaves the folder, no member reached through a symlink, no device files. One bad member refuses
-the whole archive. Executable bits survive (zip included); set-id bits and group/other write do not.
+the whole archive; each path written is checked once more to be inside the folder. Executable bits
+survive (zip included); set-id bits and group/other write do not.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from app.core.errors import InstallError
+from app.store.files import inside
 
 TAR_SUFFIXES = (".tar.gz", ".tgz", ".tar.xz", ".txz")
 
@@ -96,7 +98,7 @@ def _untar(archive: Path, dest: Path, cancel: threading.Event | None) -> None:
         for member in members:
             if cancel is not None and cancel.is_set():
                 raise Cancelled
-            try:
+            try:  # the "data" filter is tarfile's own check that each member lands inside ``dest``
                 tar.extract(member, dest, filter="data")
             except tarfile.FilterError as err:
                 raise _unsafe(archive.name, member.name, str(err)) from None
@@ -136,7 +138,7 @@ def _unzip(archive: Path, dest: Path, cancel: threading.Event | None) -> None:
         for info, entry in entries:
             if cancel is not None and cancel.is_set():
                 raise Cancelled
-            target = dest / (_relative(info.filename) or ".")
+            target = inside(dest, dest / (_relative(info.filename) or "."))
             if entry.kind == "dir":
                 target.mkdir(parents=True, exist_ok=True)
                 continue

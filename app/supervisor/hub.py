@@ -18,6 +18,7 @@ from urllib.parse import quote
 import httpx
 
 from app.core.errors import ModelError
+from app.core.names import check_listing
 from app.core.refs import GGUF_RECIPE, MLX_RECIPE, RepoFile, RepoListing
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
@@ -106,7 +107,10 @@ class HubClient:
         return response
 
     async def listing(self, repo_id: str) -> RepoListing:
-        """The files on the main branch, with sizes and checksums, and the commit they belong to."""
+        """The files on the main branch, with sizes and checksums, and the commit they belong to.
+
+        Every name in it has been checked (``app.core.names``): none can lead a path out of the cache.
+        """
         url = f"{self.endpoint}/api/models/{repo_id}"
         data = (await self._get(url, repo_id, params={"blobs": "true"})).json()
         try:
@@ -119,11 +123,12 @@ class HubClient:
                 )
                 for s in data["siblings"]
             )
-            return RepoListing(repo_id, str(data["sha"]), files, gated=bool(data.get("gated")))
+            listing = RepoListing(repo_id, str(data["sha"]), files, gated=bool(data.get("gated")))
         except (KeyError, TypeError, ValueError, AttributeError):
             raise ModelError(
                 f"The Hub's file list for {repo_id} is not what the app expects.", "Try again later."
             ) from None
+        return check_listing(listing)  # its names become paths in the cache
 
     async def search(self, query: str, recipe: str | None = None, limit: int = 10) -> list[SearchHit]:
         params: dict[str, Any] = {"search": query, "sort": "downloads", "direction": -1, "limit": limit}

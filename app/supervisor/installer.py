@@ -31,6 +31,7 @@ from app.core.errors import DownloadError, InstallError, UnsupportedError
 from app.core.launch import ENGINE_BINARY
 from app.core.lemon_mlx import MLX_LM
 from app.core.matrix import BackendStatus
+from app.store.files import inside
 from app.store.installs import InstallManifest, install_dir, read_manifest, write_manifest
 from app.store.paths import staging_dir
 from app.supervisor.archive import Cancelled, find_binary, make_executable, unpack
@@ -134,13 +135,14 @@ async def _install_release(
     spec: BackendSpec, asset: str, url: str, client: httpx.Client, report: UpdateCallback
 ) -> InstallManifest:
     with _staging(spec) as work:
-        _clear_leftovers(work, keep=partial_path(work / asset))
+        download = inside(work, work / asset)
+        _clear_leftovers(work, keep=partial_path(download))
         report(InstallUpdate(InstallPhase.DOWNLOADING))
         try:
             digest = await fetch(
                 client,
                 url,
-                work / asset,
+                download,
                 sha256=spec.sha256.get(asset),
                 on_progress=lambda p: report(InstallUpdate(InstallPhase.DOWNLOADING, p)),
             )
@@ -148,7 +150,7 @@ async def _install_release(
             raise InstallError(f"Could not install {spec.key}: {err.message}", err.hint) from None
         report(InstallUpdate(InstallPhase.UNPACKING))
         unpacked = work / "unpacked"
-        await _in_thread(lambda cancel: _unpack_checked(work / asset, unpacked, spec.recipe, cancel))
+        await _in_thread(lambda cancel: _unpack_checked(download, unpacked, spec.recipe, cancel))
         manifest = InstallManifest(spec.version, asset, digest)
         write_manifest(unpacked, manifest)
         _swap_into_place(unpacked, install_dir(spec.recipe, spec.name), work / "previous")

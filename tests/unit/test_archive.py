@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from app.core.errors import InstallError
+from app.core.errors import InstallError, UnsafePathError
+from app.supervisor import archive
 from app.supervisor.archive import Cancelled, find_binary, unpack
 
 ELF = b"\x7fELF fake binary bytes"
@@ -127,6 +128,7 @@ def test_hostile_tar_is_refused_before_anything_is_written(tmp_path: Path, case:
         ("../evil.sh", b"x", stat.S_IFREG | 0o755),
         ("/abs/evil.sh", b"x", stat.S_IFREG | 0o755),
         ("C:/evil.sh", b"x", stat.S_IFREG | 0o755),
+        ("..\\..\\evil.sh", b"x", stat.S_IFREG | 0o755),
         ("link", b"../../outside", stat.S_IFLNK | 0o777),
     ],
 )
@@ -138,6 +140,22 @@ def test_hostile_zip_is_refused(tmp_path: Path, name: str, data: bytes, mode: in
     with pytest.raises(InstallError, match="is unsafe"):
         unpack(archive, tmp_path / "out")
     assert list((tmp_path / "out").iterdir()) == []
+
+
+def test_the_last_guard_holds_when_the_member_checks_are_skipped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each path the unzip writes is checked to be inside the folder, symlinked parents resolved."""
+    monkeypatch.setattr(archive, "check_entries", lambda *_: None)  # as if a check had a hole
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    evil = tmp_path / "evil.zip"
+    with zipfile.ZipFile(evil, "w") as zf:
+        zip_add(zf, "d", str(outside).encode(), stat.S_IFLNK | 0o777)
+        zip_add(zf, "d/evil.sh", b"x", stat.S_IFREG | 0o755)
+    with pytest.raises(UnsafePathError, match="outside"):
+        unpack(evil, tmp_path / "out")
+    assert list(outside.iterdir()) == []
 
 
 def test_truncated_archive_is_damaged(tmp_path: Path) -> None:

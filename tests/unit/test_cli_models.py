@@ -159,6 +159,20 @@ def test_gated_repo_says_what_to_do_then_works_with_the_keychain_token(
         assert run_json(capsys, "pull", "gated-org/Secret-GGUF:Q4_0")["state"] == "done"
 
 
+def test_pull_that_ends_without_a_usable_model_says_so(
+    hub: LoopbackHub, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Its index names a weight shard the repo lacks: every listed file arrives, the model is not whole."""
+    files = mlx_files()
+    del files["model-00002-of-00002.safetensors"]
+    hub.add(HubRepo("mlx-test/Broken-4bit", files, tags=("mlx",)))
+    code, out, err = run(capsys, "pull", "mlx-test/Broken-4bit")
+    assert code == 1 and "is ready" not in out and "Traceback" not in err
+    last = err.splitlines()[-1]
+    assert last.startswith("error: The download of user.Broken-4bit ended (done), but its files are not")
+    assert "the repo lacks files that its index or shard names promise" in last
+
+
 def test_errors_are_one_line(hub: LoopbackHub, capsys: pytest.CaptureFixture[str]) -> None:
     for argv, message in [
         (["pull", "no-such-model"], "error: There is no model named 'no-such-model'."),

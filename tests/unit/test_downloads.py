@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 from huggingface_hub import hf_hub_download, try_to_load_from_cache
 
 from app.core.downloads import INTERRUPTED, DownloadRecord, DownloadState
@@ -296,3 +297,36 @@ def test_a_download_another_process_runs_is_left_to_it(hub: LoopbackHub) -> None
 
 def full_gets(ranges: list[str | None]) -> list[str | None]:
     return [r for r in ranges if r is None or r.endswith("-")]
+
+
+@pytest.mark.parametrize(
+    "field,value",
+    [
+        ("path", "../../../../outside/x.gguf"),
+        ("sha256", "../../../outside"),
+        ("revision", "../../../outside"),
+        ("repo_id", "../outside"),
+    ],
+)
+def test_a_tampered_download_record_is_set_aside_not_resumed(
+    hub: LoopbackHub, tmp_path: Path, field: str, value: str
+) -> None:
+    """downloads.json is read back at start; a name in it that leads out of the cache is not trusted."""
+    record = DownloadRecord("q8", "q8", files_for(f"{BIG}:Q8_0"), DownloadState.PAUSED)
+    save_downloads({"q8": record})
+    raw = json.loads(downloads_path().read_text())
+    entry = raw["downloads"]["q8"]
+    (entry["files"][0] if field in ("path", "sha256") else entry)[field] = value
+    tampered = json.dumps(raw)
+    downloads_path().write_text(tampered)
+
+    async def start() -> DownloadManager:
+        async with httpx.AsyncClient() as client:
+            return DownloadManager(cache(), HubClient(client))
+
+    manager = asyncio.run(start())
+    assert manager.records == {}
+    assert manager.warning.startswith("The downloads file was unreadable (Download 'q8' is not safe")
+    [backup] = downloads_path().parent.glob("downloads.json.corrupt-*")
+    assert backup.read_text() == tampered  # kept for the user, never deleted
+    assert {p.name for p in tmp_path.iterdir()} <= {"lemon-home", "hf-cache"}

@@ -1,0 +1,84 @@
+"""Names that come from the network, checked before anything turns them into a path.
+
+A Hub listing (or a record of one kept on disk) names files, a commit and blob ids; a release names
+its asset. Each becomes part of a path under the Hugging Face cache or the app's home, so a mirror, a
+proxy or a mistyped ``HF_ENDPOINT`` could otherwise write anywhere the user can. The rules are the
+Hub's own, and strict: a file is a relative POSIX path of plain segments; a revision is a commit id
+(40 lowercase hex digits); a blob is named by its SHA-256 (64) or git blob id (40), lowercase as the
+Hub and ``huggingface_hub`` write them.
+"""
+
+from __future__ import annotations
+
+import re
+
+from app.core.errors import ModelError
+from app.core.refs import HubRef, RepoListing, parse_ref
+
+_COMMIT = re.compile(r"[0-9a-f]{40}")
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+_BLOB_ID = _COMMIT
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def path_problem(path: object) -> str | None:
+    """Why ``path`` is not a safe relative POSIX path inside a folder, or None when it is one."""
+    if not isinstance(path, str) or not path:
+        return "is empty or not text"
+    if _CONTROL.search(path):
+        return "holds a control character"
+    if "\\" in path:
+        return "holds a backslash"
+    if path.startswith("/"):
+        return "is an absolute path"
+    segments = path.split("/")
+    if "" in segments:
+        return "has an empty segment"
+    if ".." in segments or "." in segments:
+        return "has a '..' or '.' segment"
+    return None
+
+
+def file_name_problem(name: object) -> str | None:
+    """Why ``name`` is not one plain file name (a release asset), or None when it is one."""
+    if isinstance(name, str) and "/" in name:
+        return "is a path, not a file name"
+    return path_problem(name)
+
+
+def _hex_problem(value: object, pattern: re.Pattern[str], what: str) -> str | None:
+    ok = isinstance(value, str) and pattern.fullmatch(value)
+    return None if ok else f"is not {what}"
+
+
+def repo_id_problem(repo_id: object) -> str | None:
+    try:
+        ok = isinstance(repo_id, str) and parse_ref(repo_id) == HubRef(repo_id)
+    except ModelError:
+        ok = False
+    return None if ok else "is not a repo id (org/repo)"
+
+
+def listing_problem(listing: RepoListing) -> str | None:
+    """What in a listing is not safe to become a path (the first thing found), or None."""
+    if why := _hex_problem(listing.revision, _COMMIT, "a commit id (40 lowercase hex digits)"):
+        return f"the revision {listing.revision!r} {why}"
+    for f in listing.files:
+        if why := path_problem(f.path):
+            return f"the file name {f.path!r} {why}"
+        if f.sha256 is not None and (why := _hex_problem(f.sha256, _SHA256, "a SHA-256 (64 hex digits)")):
+            return f"the SHA-256 of {f.path!r}, {f.sha256!r}, {why}"
+        if f.blob_id is not None and (why := _hex_problem(f.blob_id, _BLOB_ID, "a git blob id (40 hex)")):
+            return f"the blob id of {f.path!r}, {f.blob_id!r}, {why}"
+    return None
+
+
+def check_listing(listing: RepoListing) -> RepoListing:
+    """The listing, once every name in it is safe to use as a path; else a ModelError saying which."""
+    if why := listing_problem(listing):
+        raise ModelError(
+            f"The Hub's file list for {listing.repo_id} is not safe to use: {why}. Nothing was downloaded.",
+            "The Hub or a mirror/proxy sent a file name that is not safe; check HF_ENDPOINT "
+            "(unset it to use huggingface.co), and report the repo if it comes from the Hub itself.",
+        )
+    return listing

@@ -1,0 +1,90 @@
+"""``lemon-desk pull`` against a loopback Hub whose file list was tampered with: names that would lead
+out of the Hugging Face cache are refused with a clear error before one byte is fetched or written.
+
+Each hostile listing is served together with the bytes at the URL the app would ask for, so without the
+checks the pull would go through and write where the name points.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from app.cli import main
+from app.store.hfcache import hub_cache_dir
+from app.supervisor.hub import HubClient
+from tests.conftest import profile_path
+from tests.support.hubserver import LoopbackHub, git_blob_id
+from tests.support.testrepos import big_files
+
+REPO = "hostile-org/Evil-GGUF"
+DATA = big_files()["Big-Q8_0.gguf"]
+COMMIT = hashlib.sha1(b"evil").hexdigest()
+SHA256 = hashlib.sha256(DATA).hexdigest()
+# From snapshots/<commit>/, four levels up is the test's tmp folder, beside the cache: outside it.
+CLIMB = "../../../../outside/x-Q4_K_M.gguf"
+
+
+def serve_listing(hub: LoopbackHub, path: str, commit: str = COMMIT, **entry: Any) -> None:
+    """A one-file listing, and the file's bytes where the app would fetch them."""
+    sibling = {"rfilename": path, "size": len(DATA), "blobId": git_blob_id(DATA)}
+    sibling["lfs"] = {"sha256": SHA256, "size": len(DATA)}
+    sibling.update(entry)
+    listing = {"id": REPO, "sha": commit, "siblings": [sibling]}
+    hub.served.files[f"/api/models/{REPO}"] = json.dumps(listing).encode()
+    url = HubClient(httpx.AsyncClient(), endpoint="http://hub").file_url(REPO, commit, path)
+    hub.served.files[httpx.URL(url).path] = DATA  # the path as sent, dot segments and all
+
+
+HOSTILE: dict[str, dict[str, Any]] = {
+    "file name climbs out": {"path": CLIMB},
+    "absolute file name": {"path": "{tmp}/outside/x-Q4_K_M.gguf"},
+    "backslash file name": {"path": "..\\..\\x-Q4_K_M.gguf"},
+    "revision climbs out": {"path": "x-Q4_K_M.gguf", "commit": "../../../outside"},
+    "sha256 climbs out": {"path": "x-Q4_K_M.gguf", "lfs": {"sha256": "../../../outside", "size": len(DATA)}},
+    # Without an LFS entry the git blob id names the blob.
+    "blob id climbs out": {"path": "x-Q4_K_M.gguf", "lfs": None, "blobId": "../../../outside"},
+}
+
+
+@pytest.mark.parametrize("case", list(HOSTILE))
+def test_pull_refuses_a_listing_whose_names_leave_the_cache(
+    hub: LoopbackHub,
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    case: str,
+) -> None:
+    monkeypatch.setenv("LEMON_DESK_MOCK_HARDWARE", str(profile_path("cpu_only_x86")))
+    listing = dict(HOSTILE[case])
+    listing["path"] = listing["path"].replace("{tmp}", str(tmp_path))
+    serve_listing(hub, **listing)
+
+    code = main(["pull", f"{REPO}:Q4_K_M"])
+    out, err = capsys.readouterr()
+
+    assert code == 1 and "Traceback" not in err and "is ready" not in out
+    assert err.startswith(f"error: The Hub's file list for {REPO} is not safe to use:"), err
+    assert "Nothing was downloaded" in err and "check HF_ENDPOINT" in err
+    assert not hub.byte_requests()  # refused from the listing alone
+    # Nothing outside the app's home and the cache, and nothing in the cache either.
+    assert {p.name for p in tmp_path.iterdir()} <= {"lemon-home", "hf-cache"}
+    cache = hub_cache_dir()
+    assert not cache.exists() or [p for p in cache.rglob("*") if not p.is_dir()] == []
+
+
+def test_a_safe_listing_with_the_same_bytes_pulls(
+    hub: LoopbackHub, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The control: served the same way, a plain name downloads, so the refusals above are the checks'."""
+    monkeypatch.setenv("LEMON_DESK_MOCK_HARDWARE", str(profile_path("cpu_only_x86")))
+    serve_listing(hub, "sub/x-Q4_K_M.gguf")
+    assert main(["pull", f"{REPO}:Q4_K_M"]) == 0
+    out, _ = capsys.readouterr()
+    ready = Path(out.strip().splitlines()[-1].split("is ready: ")[1])
+    assert ready.read_bytes() == DATA and ready.is_relative_to(hub_cache_dir())
