@@ -12,6 +12,7 @@ from typing import Any
 import httpx
 
 from app.commands.output import load_settings_noting_problems, print_json, table
+from app.core.downloads import DownloadRecord
 from app.core.errors import ModelError
 from app.core.fit import DEFAULT_CONTEXT, FitEstimate, ModelShape, estimate, weights_bytes
 from app.core.hardware import Hardware

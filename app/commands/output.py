@@ -93,9 +93,9 @@ class LoadLines:
     """A one-click load on the terminal: one line per phase (downloading, installing, loading), redrawn
     in place with its percentage on a terminal; on a pipe, the line alone."""
 
-    def __init__(self, stream: TextIO = sys.stderr) -> None:
-        self.stream = stream
-        self.live = stream.isatty()
+    def __init__(self, stream: TextIO | None = None) -> None:
+        self.stream = stream or sys.stderr
+        self.live = self.stream.isatty()
         self.phase: LoadPhase | None = None
         self.shown = -1
 

@@ -42,7 +42,7 @@ def test_install_from_the_backends_view_with_progress(
     assert row.install.isEnabled() and not row.uninstall.isEnabled()
     assert not dialog.rows["llamacpp:cuda"].install.isEnabled()
     progress: list[tuple[str, int, int]] = []
-    app.bridge.install_progress.connect(lambda key, phase, done, total: progress.append((phase, done, total)))
+    app.bridge.install_progress.connect(lambda p: progress.append((p.phase.value, p.done, p.total or 0)))
     with qtbot.waitSignal(app.bridge.install_done, timeout=120_000) as done:
         row.install.click()
         assert row.progress.isVisible() and row.cancel.isVisible() and not row.install.isEnabled()
@@ -70,7 +70,7 @@ def test_cancel_leaves_nothing_installed(
     row = app.backends.rows[KEY]
     try:
         with qtbot.waitSignal(
-            app.bridge.install_progress, timeout=60_000, check_params_cb=lambda *a: a[2] > 0
+            app.bridge.install_progress, timeout=60_000, check_params_cb=lambda p: p.done > 0
         ):
             row.install.click()
         assert row.progress.isVisible() and row.progress.value() > 0

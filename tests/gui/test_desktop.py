@@ -15,7 +15,11 @@ from PySide6.QtGui import QColor, QGuiApplication, QIcon, QPalette
 from PySide6.QtWidgets import QApplication, QLineEdit, QMessageBox
 from pytestqt.qtbot import QtBot
 
-from app.bridge import ModelRow, RowState
+from app.core.models import Model
+from app.core.status import ModelStatus, Status
+from app.library import ModelState
+from app.library import ModelStatus as DiskStatus
+from app.supervisor.router import ModelView
 from app.core.chat import ChatMessage, MessageState
 from app.store import secrets
 from app.store.settings import load_settings, save_settings
@@ -30,13 +34,13 @@ from tests.support.keychain import private_keychain
 TOKEN = "hf_ui_test_secret_0123456789"
 
 
-def rows(names: list[str], loaded: set[str]) -> list[ModelRow]:
-    return [
-        ModelRow(
-            name, "llamacpp", 1.0, (), RowState.LOADED if name in loaded else RowState.DOWNLOADED, True, True
-        )
-        for name in names
-    ]
+def rows(names: list[str], loaded: set[str]) -> list[ModelView]:
+    views = []
+    for name in names:
+        model = Model(name, "llamacpp", f"/models/{name}.gguf", size_gb=1.0, user=True)
+        status = ModelStatus(Status.LOADED if name in loaded else Status.DOWNLOADED)
+        views.append(ModelView(model, status, True, 10**9, DiskStatus(model, ModelState.LOCAL, None)))
+    return views
 
 
 def test_tray_menu_is_driven_by_data_and_emits_intents(qtbot: QtBot) -> None:

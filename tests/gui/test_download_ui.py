@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from pytestqt.qtbot import QtBot
 
-from app.bridge import RowState
+from app.core.status import Status
 from app.ui.desktop import DesktopApp
 from tests.conftest import profile_path
 from tests.support.fileserver import Fault
@@ -44,18 +44,19 @@ def test_download_shows_progress_then_the_model_is_ready_to_load(
     app = desktop()
     models = app.window.models
     models.select(MODEL)
-    assert models.row(MODEL).state is RowState.AVAILABLE and not models.load_button.isEnabled()
+    assert models.row(MODEL).status.status is Status.NOT_DOWNLOADED
+    assert models.load_button.isEnabled(), "Load is one click: it downloads first"
     try:
         models.download_button.click()
-        qtbot.waitUntil(lambda: (models.row(MODEL).progress or 0) >= 50, timeout=30_000)
+        qtbot.waitUntil(lambda: (models.row(MODEL).status.percent or 0) >= 50, timeout=30_000)
         row = models.row(MODEL)
-        assert row.state is RowState.DOWNLOADING
-        assert models.tree.currentItem().text(3) == f"downloading {row.progress}%"
+        assert row.status.status is Status.DOWNLOADING
+        assert models.tree.currentItem().text(3) == f"downloading {row.status.percent}%"
         assert models.download_button.text() == "Cancel download"
     finally:
         hub.served.release.set()
     # The held connection ends; the download resumes from where it was and finishes.
-    qtbot.waitUntil(lambda: models.row(MODEL).state is RowState.DOWNLOADED, timeout=60_000)
+    qtbot.waitUntil(lambda: models.row(MODEL).status.status is Status.DOWNLOADED, timeout=60_000)
     assert models.load_button.isEnabled() and not models.download_button.isEnabled()
     assert MODEL in app.tray.load_actions()
     models.downloaded_only.setChecked(True)

@@ -13,7 +13,8 @@ import psutil
 import pytest
 from pytestqt.qtbot import QtBot
 
-from app.bridge import RowState
+from app.core.engine_state import EngineState
+from app.core.status import Status
 from app.core.chat import MessageState
 from app.store.settings import Settings, save_settings
 from app.ui.desktop import DesktopApp
@@ -51,12 +52,12 @@ def test_load_chat_stop_regenerate_and_restart_from_the_ui(
     assert window.options.model == NAME
     window.options.backend.setCurrentIndex(window.options.backend.findData("system"))
     window.options.load_button.click()
-    qtbot.waitUntil(lambda: window.models.row(NAME).state is RowState.LOADED, timeout=LOAD_MS)
+    qtbot.waitUntil(lambda: window.models.row(NAME).status.status is Status.LOADED, timeout=LOAD_MS)
     assert window.options.load_button.text() == "Reload"
     assert app.tray.load_actions()[NAME].isChecked()
     assert "Loaded: " + NAME in window.model_status.text()
     assert window.logs.shown_lines(), "the engine's output shows in the Logs tab"
-    engine = psutil.Process(app.bridge.supervisor.engine(NAME).pid)
+    engine = psutil.Process(app.bridge.router.supervisor.engine(NAME).pid)
 
     chat = window.chat
     chat.max_tokens.setValue(200)
@@ -83,7 +84,7 @@ def test_load_chat_stop_regenerate_and_restart_from_the_ui(
 
     quit_and_wait(qtbot, app)
     assert not engine.is_running(), "quitting stops the engine before the app ends"
-    assert not app.bridge.supervisor.engines
+    assert not app.bridge.router.supervisor.engines
     again = engine_desktop()
     again.keeper.open(conversation)
     messages = again.window.chat.messages()
@@ -101,14 +102,15 @@ def test_tray_quick_load_loads_the_model_and_checks_it(
     with qtbot.waitSignal(app.tray.notified, timeout=LOAD_MS) as notified:
         action.trigger()
     assert notified.args == ["Model loaded", f"{NAME} is ready."]
-    assert app.tray.load_actions()[NAME].isChecked()
-    assert app.window.models.row(NAME).state is RowState.LOADED
+    qtbot.waitUntil(lambda: app.tray.load_actions()[NAME].isChecked())  # statuses are read again soon after
+    assert app.window.models.row(NAME).status.status is Status.LOADED
     assert list(app.tray.unload_actions()) == [NAME, "Unload all"]
     with qtbot.waitSignal(app.bridge.engine_changed, timeout=30_000):
         app.tray.unload_all_action.trigger()
     qtbot.waitUntil(lambda: not app.tray.load_actions()[NAME].isChecked())
-    assert app.window.models.row(NAME).state is RowState.DOWNLOADED
-    assert not app.bridge._usage.isActive(), "no engine runs: nothing is sampled"
+    assert app.window.models.row(NAME).status.status is Status.DOWNLOADED
+    qtbot.waitUntil(lambda: app.bridge.router._sampler is None or app.bridge.router._sampler.done())
+    assert not app.bridge.router._sampling, "no engine runs: nothing is sampled"
 
 
 def test_an_engine_that_dies_mid_reply_fails_the_reply_with_its_last_words(
@@ -117,17 +119,26 @@ def test_an_engine_that_dies_mid_reply_fails_the_reply_with_its_last_words(
     app = engine_desktop()
     import_smollm(qtbot, app)
     app.bridge.load(NAME)
-    qtbot.waitUntil(lambda: app.window.models.row(NAME).state is RowState.LOADED, timeout=LOAD_MS)
+    qtbot.waitUntil(lambda: app.window.models.row(NAME).status.status is Status.LOADED, timeout=LOAD_MS)
     chat = app.window.chat
     chat.max_tokens.setValue(400)
     chat.composer.setPlainText("Tell me a long story about a lighthouse keeper.")
     chat.submit()
     qtbot.waitUntil(lambda: len((chat.reply_snapshot() or ("", ""))[0]) > 5, timeout=REPLY_MS)
+    first = app.bridge.router.supervisor.engine(NAME).pid
     with qtbot.waitSignal(app.tray.notified, timeout=30_000) as notified:  # a crash is told in the tray
-        os.kill(app.bridge.supervisor.engine(NAME).pid, signal.SIGKILL)
-    assert notified.args[0] == f"{NAME} stopped"
+        os.kill(first, signal.SIGKILL)
+    assert notified.args[0] == f"{NAME} recovering"
     qtbot.waitUntil(lambda: chat.messages()[-1].state is MessageState.FAILED, timeout=30_000)
     error = chat.messages()[-1].error
     assert "SIGKILL" in error or "killed" in error.lower(), error
     assert "srv" in error or "slot" in error, "the engine's own last lines are quoted"
-    assert app.window.models.row(NAME).state is RowState.ERROR
+    # The router restarts the engine with the same options; the row comes back loaded.
+    engines = app.bridge.router.supervisor.engines
+
+    def restarted() -> bool:
+        engine = engines.get(NAME)
+        return engine is not None and engine.state is EngineState.READY and engine.pid != first
+
+    qtbot.waitUntil(restarted, timeout=LOAD_MS)
+    qtbot.waitUntil(lambda: app.window.models.row(NAME).status.status is Status.LOADED)

@@ -13,7 +13,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QMessageBox
 from pytestqt.qtbot import QtBot
 
-from app.bridge import RowState
+from app.core.status import Status
 from app.store.model_options import ModelOptions
 from app.ui.desktop import DesktopApp
 from app.ui.options_panel import ctx_from_slider, slider_from_ctx
@@ -41,7 +41,7 @@ def test_every_catalog_model_is_listed_and_the_filters_narrow_the_list(
     models = app.window.models
     names = models.visible_names()
     assert {"Qwen3-0.6B-MLX", MODEL, "SmolLM2-135M-Instruct-GGUF"} <= set(names)
-    assert {models.row(n).state for n in names} == {RowState.AVAILABLE}
+    assert {models.row(n).status.status for n in names} == {Status.NOT_DOWNLOADED}
     qtbot.keyClicks(models.search, "smollm2 135")
     assert models.visible_names() == ["SmolLM2-135M-Instruct-GGUF"]
     models.search.clear()
@@ -60,7 +60,7 @@ def test_every_catalog_model_is_listed_and_the_filters_narrow_the_list(
         models.add(str(gguf))
     assert models.visible_names() == ["user.tiny-llama"]
     row = models.row("user.tiny-llama")
-    assert row.state is RowState.DOWNLOADED and row.recipe == "llamacpp" and row.user
+    assert row.status.status is Status.DOWNLOADED and row.model.recipe == "llamacpp" and row.model.user
     assert models.selected() == "user.tiny-llama" and models.load_button.isEnabled()
     assert app.tray.load_actions().keys() == {"user.tiny-llama"}
 

@@ -129,11 +129,12 @@ def test_an_app_owned_flag_in_extra_args_is_an_error_naming_it(
     assert "--port is set by Lemon Desk" in capsys.readouterr().err
 
 
-def test_a_catalog_mlx_model_not_yet_downloaded_is_refused_with_what_to_do(
+def test_run_of_a_catalog_mlx_model_not_yet_downloaded_downloads_it_first(
     hf_home: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("LEMON_DESK_MOCK_HARDWARE", str(profile_path("linux_arm64")))
-    # A FAKE install (manifest and a python that is /bin/true): the refusal comes before any launch.
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # nothing listens: the download fails at once
+    # A FAKE install (manifest and a python that is /bin/true): the failure comes before any launch.
     python = engines_dir() / "lemon-mlx" / "mlx-lm" / "bin" / "python"
     python.parent.mkdir(parents=True)
     python.symlink_to("/bin/true")
@@ -142,8 +143,8 @@ def test_a_catalog_mlx_model_not_yet_downloaded_is_refused_with_what_to_do(
     )
     assert main(["run", "Qwen3-0.6B-MLX", "--prompt", "hi"]) == 1
     err = capsys.readouterr().err
-    assert f"Qwen3-0.6B-MLX ({REPO}) is not downloaded." in err
-    assert "lemon-desk pull Qwen3-0.6B-MLX" in err
+    assert "Qwen3-0.6B-MLX: downloading" in err  # one click: the run downloads what it lacks
+    assert "Could not reach the Hugging Face Hub at http://127.0.0.1:9" in err
 
 
 def test_both_catalog_mlx_models_load_through_lemon_mlx(
