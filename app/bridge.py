@@ -28,7 +28,7 @@ from app.core.downloads import DownloadState
 from app.core.errors import LemonDeskError, ModelError
 from app.core.models import Model
 from app.core.refs import parse_ref, select
-from app.library import GB, Library, ModelState, ModelStatus
+from app.store.library import GB, Library, ModelState, ModelStatus
 from app.store.model_options import ModelOptions, load_model_options, save_model_options
 from app.store.paths import home
 from app.store.secrets import get_hf_token
@@ -45,7 +45,7 @@ from app.supervisor.supervisor import (
     SupervisorEvent,
     Uninstalled,
 )
-from app.system_info import SystemInfo
+from app.supervisor.system_info import SystemInfo
 
 log = logging.getLogger(__name__)
 

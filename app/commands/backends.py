@@ -8,6 +8,7 @@ from typing import Any
 
 from app.commands.output import ProgressBar, load_settings_noting_problems, print_json, table
 from app.core.errors import ConfigError
+from app.store.library import location_on_demand
 from app.supervisor.supervisor import Supervisor
 
 
@@ -16,6 +17,11 @@ def parse_key(text: str) -> tuple[str, str]:
     if not colon or not recipe or not backend:
         raise ConfigError(f"{text!r} does not name a backend.", "Write RECIPE:BACKEND, e.g. llamacpp:cpu.")
     return recipe, backend
+
+
+def _supervisor() -> Supervisor:
+    settings = load_settings_noting_problems()
+    return Supervisor(settings, resolve_model=location_on_demand(settings))
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -34,7 +40,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    info = asyncio.run(Supervisor(load_settings_noting_problems()).info())
+    info = asyncio.run(_supervisor().info())
     if args.json:
         data: dict[str, Any] = {}
         for recipe, support in info.recipes.items():
@@ -59,7 +65,7 @@ def cmd_install(args: argparse.Namespace) -> int:
     bar = ProgressBar()
 
     async def go() -> Any:
-        async with Supervisor(load_settings_noting_problems()) as supervisor:
+        async with _supervisor() as supervisor:
             supervisor.subscribe(bar.on_event)
             try:
                 return await supervisor.install(recipe, backend)
@@ -78,7 +84,7 @@ def cmd_uninstall(args: argparse.Namespace) -> int:
     recipe, backend = parse_key(args.backend)
 
     async def go() -> bool:
-        async with Supervisor(load_settings_noting_problems()) as supervisor:
+        async with _supervisor() as supervisor:
             return await supervisor.uninstall(recipe, backend)
 
     removed = asyncio.run(go())

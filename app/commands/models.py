@@ -28,9 +28,9 @@ from app.core.refs import (
     select_gguf,
     select_mlx,
 )
-from app.library import Library, ModelState
 from app.platform import detect_hardware
 from app.store.hfcache import RepoCache
+from app.store.library import Library, ModelState
 from app.store.secrets import get_hf_token
 from app.supervisor.downloads import DownloadEvent, DownloadManager, DownloadProgress
 from app.supervisor.hub import HubClient, SearchHit, gated_error

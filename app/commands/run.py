@@ -14,7 +14,7 @@ from app.commands.output import load_settings_noting_problems, print_json, telem
 from app.commands.repl import chat_in_terminal
 from app.core.errors import ConfigError
 from app.core.models import Model
-from app.library import Library
+from app.store.library import Library
 from app.supervisor.supervisor import LoadOptions, Supervisor
 
 

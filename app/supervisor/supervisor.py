@@ -32,7 +32,6 @@ from app.core.launch import (
     split_args,
 )
 from app.core.models import Model
-from app.library import Library
 from app.store.hfcache import hub_cache_dir
 from app.store.installs import InstallManifest, install_dir
 from app.store.settings import Settings
@@ -40,7 +39,7 @@ from app.supervisor.engine import Engine, EngineState
 from app.supervisor.installer import InstallPhase, InstallUpdate, install_backend, installed_binary
 from app.supervisor.installer import uninstall_backend as _uninstall_files
 from app.supervisor.mlx_lm import venv_python
-from app.system_info import SystemInfo, gather
+from app.supervisor.system_info import SystemInfo, gather
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -107,7 +106,7 @@ class LoadOptions:
     args: str = ""  # extra engine arguments, as the user typed them
 
 
-ModelResolver = Callable[[Model], Path]
+ModelResolver = Callable[[Model], Path]  # the GGUF or MLX folder to load; ModelError when not here
 
 
 class Supervisor:
@@ -116,11 +115,11 @@ class Supervisor:
         settings: Settings,
         *,
         hardware: Hardware | None = None,
-        resolve_model: ModelResolver | None = None,
+        resolve_model: ModelResolver,
     ) -> None:
         self.settings = settings
         self._hardware = hardware
-        self._resolve_model = resolve_model or self._library_location
+        self._resolve_model = resolve_model
         self._listeners: list[Listener] = []
         self._tasks: dict[str, asyncio.Task[Any]] = {}
         self._engines: dict[str, Engine] = {}
@@ -283,10 +282,6 @@ class Supervisor:
             user_args=split_args(options.args),
             hf_hub_cache=str(hub),
         )
-
-    def _library_location(self, model: Model) -> Path:
-        # Read the library only when a model is loaded: install and info commands never need it.
-        return Library(self.settings).location(model)
 
     def _model_argument(self, model: Model, dry_run: bool) -> str:
         """A file or folder; for lemon-mlx the repo id whenever there is one (the engine finds it in

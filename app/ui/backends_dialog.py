@@ -18,7 +18,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.core.backends import BackendState
-from app.system_info import SystemInfo
+from app.supervisor.system_info import SystemInfo
 from app.ui.options_panel import STATE_WORDS
 
 
