@@ -24,6 +24,7 @@ import psutil
 from PySide6.QtCore import QObject, QTimer, Signal
 
 from app.client.events import ChatDelta, ChatEvent
+from app.core.backends import BackendKey
 from app.core.downloads import DownloadState
 from app.core.errors import LemonDeskError, ModelError
 from app.core.models import Model
@@ -107,8 +108,8 @@ class Bridge(QObject):
     engine_changed = Signal(str, str, str)  # engine (model) name, EngineState value, message
     engine_output = Signal(str, str)  # engine name, a line it printed
     usage_changed = Signal(str, float, int)  # engine name, CPU %, resident memory in bytes
-    install_progress = Signal(str, str, int, int)  # "recipe:backend", phase, bytes done, total (0: unknown)
-    install_done = Signal(str, str)  # "recipe:backend", "" when installed, else why not
+    install_progress = Signal(object, str, int, int)  # BackendKey, phase, bytes done, total (0: unknown)
+    install_done = Signal(object, str)  # BackendKey, "" when installed, else why not
     model_added = Signal(str)  # an imported model's name
     reply_started = Signal()
     reply_delta = Signal(str, str)  # content, reasoning
@@ -372,7 +373,7 @@ class Bridge(QObject):
         return self.spawn(self._install(recipe, backend))
 
     async def _install(self, recipe: str, backend: str) -> None:
-        key = f"{recipe}:{backend}"
+        key = BackendKey(recipe, backend)
         task = self.supervisor.install(recipe, backend)
         await asyncio.wait([task])
         if task.cancelled():
@@ -384,7 +385,7 @@ class Bridge(QObject):
         await self._refresh_backends()
 
     def cancel_install(self, recipe: str, backend: str) -> None:
-        self.supervisor.cancel(f"install:{recipe}:{backend}")
+        self.supervisor.cancel(f"install:{BackendKey(recipe, backend)}")
 
     def uninstall(self, recipe: str, backend: str) -> asyncio.Task[None]:
         return self.spawn(self._uninstall(recipe, backend))

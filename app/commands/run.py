@@ -12,6 +12,7 @@ from typing import Any
 from app.client.events import ChatDelta, ChatDone
 from app.commands.output import load_settings_noting_problems, print_json, telemetry_line
 from app.commands.repl import chat_in_terminal
+from app.core.backends import BackendKey
 from app.core.errors import ConfigError
 from app.core.models import Model
 from app.store.library import Library
@@ -37,10 +38,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 def _options(model: Model, args: argparse.Namespace) -> LoadOptions:
     backend = args.backend
     if backend and ":" in backend:
-        recipe, _, backend = backend.partition(":")
-        if recipe != model.recipe:
+        key = BackendKey.parse(backend)
+        backend = key.backend
+        if key.recipe != model.recipe:
             raise ConfigError(
-                f"{model.name} is a {model.recipe} model; {args.backend} is a {recipe} backend.",
+                f"{model.name} is a {model.recipe} model; {args.backend} is a {key.recipe} backend.",
                 f"Pick a {model.recipe} backend.",
             )
     if args.ctx_size is not None and args.ctx_size <= 0:
@@ -75,7 +77,7 @@ async def _dry_run(supervisor: Supervisor, model: Model, options: LoadOptions, a
 async def _run(supervisor: Supervisor, model: Model, options: LoadOptions, args: argparse.Namespace) -> int:
     async with supervisor:
         engine = await supervisor.load(model, options)
-        backend = f"{engine.request.recipe}:{engine.request.backend}"
+        backend = str(engine.request.backend_key)
         if args.prompt is None:
             await chat_in_terminal(supervisor, engine)
             return 0

@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 import httpx
 
 from app.client.chat import ChatClient
-from app.core.backends import BackendKind, BackendState
+from app.core.backends import BackendKey, BackendKind, BackendState
 from app.core.errors import ConfigError, EngineError, InstallError, UnsupportedError
 from app.core.hardware import Hardware
 from app.core.launch import (
@@ -50,7 +50,7 @@ T = TypeVar("T")
 
 @dataclass(frozen=True)
 class InstallProgress:
-    key: str  # "recipe:backend"
+    key: BackendKey
     phase: InstallPhase
     done: int = 0  # bytes downloaded so far
     total: int | None = None
@@ -61,21 +61,21 @@ class InstallProgress:
 
 @dataclass(frozen=True)
 class InstallFinished:
-    key: str
+    key: BackendKey
     version: str
     sha256: str
 
 
 @dataclass(frozen=True)
 class Uninstalled:
-    key: str
+    key: BackendKey
 
 
 @dataclass(frozen=True)
 class EngineStateChanged:
     engine_id: str
     model: str
-    backend: str  # "recipe:backend"
+    backend: BackendKey
     state: EngineState
     message: str = ""  # why, when FAILED or CRASHED
 
@@ -184,7 +184,7 @@ class Supervisor:
 
     def install(self, recipe: str, backend: str) -> asyncio.Task[InstallManifest]:
         """Start (or join) installing a backend; progress comes as InstallProgress events."""
-        task_id = f"install:{recipe}:{backend}"
+        task_id = f"install:{BackendKey(recipe, backend)}"
         running = self._tasks.get(task_id)
         if running is not None:
             return running
@@ -209,10 +209,10 @@ class Supervisor:
 
     async def uninstall(self, recipe: str, backend: str) -> bool:
         """Remove an installed backend; refused while it runs or installs. False when none was there."""
-        key = f"{recipe}:{backend}"
+        key = BackendKey(recipe, backend)
         if f"install:{key}" in self._tasks:
             raise InstallError(f"{key} is being installed.", "Cancel the install first.")
-        busy = [e.id for e in self._engines.values() if f"{e.request.recipe}:{e.request.backend}" == key]
+        busy = [e.id for e in self._engines.values() if e.request.backend_key == key]
         if any(self._engines[i].state in (EngineState.STARTING, EngineState.READY) for i in busy):
             raise InstallError(f"{key} is running {', '.join(busy)}.", "Unload the model first.")
         removed = await asyncio.to_thread(_uninstall_files, recipe, backend)
@@ -245,9 +245,9 @@ class Supervisor:
             raise UnsupportedError(f"No {model.recipe} backend can run on this machine.")
         status = support.backends.get(backend)
         if status is None:
-            known = ", ".join(f"{model.recipe}:{b}" for b in support.backends)
+            known = ", ".join(str(BackendKey(model.recipe, b)) for b in support.backends)
             raise ConfigError(f"{model.recipe} has no backend called {backend!r}.", f"Known: {known}.")
-        key = f"{model.recipe}:{backend}"
+        key = BackendKey(model.recipe, backend)
         if status.state is BackendState.UNSUPPORTED:
             raise UnsupportedError(f"{key} cannot run on this machine: {status.message}")
         spec = info.versions.spec(model.recipe, backend)
@@ -318,7 +318,7 @@ class Supervisor:
             hang_grace_s=self.settings.hang_grace_s,
         )
         self._engines[model.name] = engine
-        backend = f"{request.recipe}:{request.backend}"
+        backend = request.backend_key
 
         def changed(state: EngineState) -> None:
             failed = state in (EngineState.FAILED, EngineState.CRASHED) and engine.error is not None

@@ -17,7 +17,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.core.backends import BackendState
+from app.core.backends import BackendKey, BackendState
 from app.supervisor.system_info import SystemInfo
 from app.ui.options_panel import STATE_WORDS
 
@@ -46,7 +46,7 @@ class BackendsDialog(QDialog):
         for column, title in enumerate(("Backend", "State", "Version")):
             label = QLabel(f"<b>{title}</b>", self)
             self.grid.addWidget(label, 0, column)
-        self.rows: dict[str, BackendRow] = {}
+        self.rows: dict[BackendKey, BackendRow] = {}
         close = QDialogButtonBox(QDialogButtonBox.StandardButton.Close, self)
         close.rejected.connect(self.reject)
         layout = QVBoxLayout(self)
@@ -57,8 +57,7 @@ class BackendsDialog(QDialog):
     def set_info(self, info: SystemInfo) -> None:
         for recipe, support in info.recipes.items():
             for name, status in support.backends.items():
-                key = f"{recipe}:{name}"
-                row = self.rows.get(key) or self._add_row(recipe, name)
+                row = self.rows.get(BackendKey(recipe, name)) or self._add_row(recipe, name)
                 row.state.setText(STATE_WORDS[status.state])
                 row.state.setToolTip(status.message)
                 installed = status.installed_version or ""
@@ -78,7 +77,7 @@ class BackendsDialog(QDialog):
                 if status.state is BackendState.UNSUPPORTED:
                     row.install.setToolTip(status.message)
 
-    def set_progress(self, key: str, phase: str, done: int, total: int) -> None:
+    def set_progress(self, key: BackendKey, phase: str, done: int, total: int) -> None:
         row = self.rows.get(key)
         if row is None:
             return
@@ -91,7 +90,7 @@ class BackendsDialog(QDialog):
         row.progress.setFormat(f"{phase} %p%" if total else phase)
         row.message.setText("")
 
-    def set_done(self, key: str, message: str) -> None:
+    def set_done(self, key: BackendKey, message: str) -> None:
         row = self.rows.get(key)
         if row is None:
             return
@@ -122,7 +121,7 @@ class BackendsDialog(QDialog):
         row.cancel.clicked.connect(lambda: self.cancel_requested.emit(recipe, backend))
         for column, widget in enumerate(
             (
-                QLabel(f"{recipe}:{backend}", self),
+                QLabel(str(BackendKey(recipe, backend)), self),
                 row.state,
                 row.version,
                 row.install,
@@ -136,11 +135,11 @@ class BackendsDialog(QDialog):
         row.progress.hide()
         row.cancel.hide()
         row.message.hide()
-        self.rows[f"{recipe}:{backend}"] = row
+        self.rows[BackendKey(recipe, backend)] = row
         return row
 
     def _start(self, recipe: str, backend: str) -> None:
-        row = self.rows[f"{recipe}:{backend}"]
+        row = self.rows[BackendKey(recipe, backend)]
         self._busy(row, True)
         row.progress.setRange(0, 0)
         self.install_requested.emit(recipe, backend)
