@@ -19,6 +19,7 @@ from typing import Any
 from PySide6.QtCore import QObject, QTimer, Signal
 
 from app.client.events import ChatDelta
+from app.core.backends import BackendKey
 from app.core.engine_state import EngineState
 from app.core.errors import FitError, LemonDeskError
 from app.core.status import Status
@@ -35,7 +36,7 @@ from app.supervisor.router import (
     RouterEvent,
 )
 from app.supervisor.supervisor import EngineStateChanged, InstallFinished, InstallProgress, Uninstalled
-from app.system_info import SystemInfo
+from app.supervisor.system_info import SystemInfo
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +52,7 @@ class Bridge(QObject):
     usage_changed = Signal(object)  # EngineUsage
     load_progress = Signal(object)  # LoadProgress
     install_progress = Signal(object)  # InstallProgress
-    install_done = Signal(str, str)  # "recipe:backend", "" when installed, else why not
+    install_done = Signal(object, str)  # BackendKey, "" when installed, else why not
     fit_refused = Signal(str, str)  # model, the refusal with its numbers: the window may load anyway
     model_added = Signal(str)  # an imported model's name
     reply_started = Signal()
@@ -246,7 +247,7 @@ class Bridge(QObject):
         return self.spawn(self._install(recipe, backend))
 
     async def _install(self, recipe: str, backend: str) -> None:
-        key = f"{recipe}:{backend}"
+        key = BackendKey(recipe, backend)
         task = self.router.supervisor.install(recipe, backend)
         await asyncio.wait([task])
         if task.cancelled():
@@ -258,7 +259,7 @@ class Bridge(QObject):
         await self._refresh_backends()
 
     def cancel_install(self, recipe: str, backend: str) -> None:
-        self.router.supervisor.cancel(f"install:{recipe}:{backend}")
+        self.router.supervisor.cancel(f"install:{BackendKey(recipe, backend)}")
 
     def uninstall(self, recipe: str, backend: str) -> asyncio.Task[None]:
         return self.spawn(self._uninstall(recipe, backend))

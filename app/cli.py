@@ -16,7 +16,7 @@ from app.commands.output import print_json as _print_json
 from app.commands.output import table as _table
 from app.core.errors import ConfigError, LemonDeskError
 from app.store.settings import load_settings
-from app.system_info import gather
+from app.supervisor.system_info import gather
 
 EXIT_ERROR = 1
 EXIT_INTERRUPTED = 130

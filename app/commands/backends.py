@@ -7,15 +7,14 @@ import asyncio
 from typing import Any
 
 from app.commands.output import ProgressBar, load_settings_noting_problems, print_json, table
-from app.core.errors import ConfigError
+from app.core.backends import BackendKey
+from app.store.library import location_on_demand
 from app.supervisor.supervisor import Supervisor
 
 
-def parse_key(text: str) -> tuple[str, str]:
-    recipe, colon, backend = text.partition(":")
-    if not colon or not recipe or not backend:
-        raise ConfigError(f"{text!r} does not name a backend.", "Write RECIPE:BACKEND, e.g. llamacpp:cpu.")
-    return recipe, backend
+def _supervisor() -> Supervisor:
+    settings = load_settings_noting_problems()
+    return Supervisor(settings, resolve_model=location_on_demand(settings))
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -34,7 +33,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    info = asyncio.run(Supervisor(load_settings_noting_problems()).info())
+    info = asyncio.run(_supervisor().info())
     if args.json:
         data: dict[str, Any] = {}
         for recipe, support in info.recipes.items():
@@ -55,14 +54,14 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_install(args: argparse.Namespace) -> int:
-    recipe, backend = parse_key(args.backend)
+    key = BackendKey.parse(args.backend)
     bar = ProgressBar()
 
     async def go() -> Any:
-        async with Supervisor(load_settings_noting_problems()) as supervisor:
+        async with _supervisor() as supervisor:
             supervisor.subscribe(bar.on_event)
             try:
-                return await supervisor.install(recipe, backend)
+                return await supervisor.install(key.recipe, key.backend)
             finally:
                 bar.close()
 
@@ -75,11 +74,11 @@ def cmd_install(args: argparse.Namespace) -> int:
 
 
 def cmd_uninstall(args: argparse.Namespace) -> int:
-    recipe, backend = parse_key(args.backend)
+    key = BackendKey.parse(args.backend)
 
     async def go() -> bool:
-        async with Supervisor(load_settings_noting_problems()) as supervisor:
-            return await supervisor.uninstall(recipe, backend)
+        async with _supervisor() as supervisor:
+            return await supervisor.uninstall(key.recipe, key.backend)
 
     removed = asyncio.run(go())
     if args.json:

@@ -25,9 +25,9 @@ from app.core.refs import (
     select_gguf,
     select_mlx,
 )
-from app.library import Library
 from app.platform import detect_hardware
 from app.store.hfcache import RepoCache
+from app.store.library import Library
 from app.store.secrets import get_hf_token
 from app.supervisor.downloads import DownloadProgress
 from app.supervisor.hub import HubClient, SearchHit

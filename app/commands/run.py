@@ -13,6 +13,7 @@ from typing import Any
 from app.client.events import ChatDelta, ChatDone
 from app.commands.output import LoadLines, load_settings_noting_problems, print_json, telemetry_line
 from app.commands.repl import chat_in_terminal
+from app.core.backends import BackendKey
 from app.core.errors import ConfigError
 from app.core.models import Model
 from app.store.model_options import ModelOptions
@@ -40,10 +41,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 def _options(model: Model, args: argparse.Namespace) -> ModelOptions:
     backend = args.backend
     if backend and ":" in backend:
-        recipe, _, backend = backend.partition(":")
-        if recipe != model.recipe:
+        key = BackendKey.parse(backend)
+        backend = key.backend
+        if key.recipe != model.recipe:
             raise ConfigError(
-                f"{model.name} is a {model.recipe} model; {args.backend} is a {recipe} backend.",
+                f"{model.name} is a {model.recipe} model; {args.backend} is a {key.recipe} backend.",
                 f"Pick a {model.recipe} backend.",
             )
     if args.ctx_size is not None and args.ctx_size <= 0:

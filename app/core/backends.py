@@ -35,6 +35,26 @@ class BackendState(Enum):
 
 
 @dataclass(frozen=True)
+class BackendKey:
+    """A backend of a recipe, such as ``llamacpp:cpu``; ``str()`` gives that text and ``parse`` reads it."""
+
+    recipe: str
+    backend: str
+
+    def __str__(self) -> str:
+        return f"{self.recipe}:{self.backend}"
+
+    @classmethod
+    def parse(cls, text: str) -> BackendKey:
+        recipe, colon, backend = text.partition(":")
+        if not colon or not recipe or not backend:
+            raise ConfigError(
+                f"{text!r} does not name a backend.", "Write RECIPE:BACKEND, e.g. llamacpp:cpu."
+            )
+        return cls(recipe, backend)
+
+
+@dataclass(frozen=True)
 class AssetRule:
     platform: str  # "linux-x86_64", "macos-arm64", ...
     name: str  # template: {version} {build} {channel} {gfx_family} {cuda_arch} and the spec's vars
@@ -66,8 +86,8 @@ class BackendSpec:
     binary: str = ""  # SYSTEM: the executable to look for
 
     @property
-    def key(self) -> str:
-        return f"{self.recipe}:{self.name}"
+    def key(self) -> BackendKey:
+        return BackendKey(self.recipe, self.name)
 
     @property
     def build(self) -> int | None:
@@ -114,8 +134,10 @@ class BackendVersions:
         try:
             return self.specs[recipe][backend]
         except KeyError:
-            known = ", ".join(f"{r}:{b}" for r, bs in self.specs.items() for b in bs)
-            raise ConfigError(f"Unknown backend '{recipe}:{backend}'.", f"Known backends: {known}.") from None
+            known = ", ".join(str(BackendKey(r, b)) for r, bs in self.specs.items() for b in bs)
+            raise ConfigError(
+                f"Unknown backend '{BackendKey(recipe, backend)}'.", f"Known backends: {known}."
+            ) from None
 
     def gfx_family(self, gfx: str) -> str | None:
         return next((fam for fam, targets in self.rocm_families.items() if gfx in targets), None)
@@ -128,7 +150,7 @@ def _require(obj: dict[str, Any], key: str, where: str) -> Any:
 
 
 def _parse_spec(recipe: str, name: str, raw: Any) -> BackendSpec:
-    where = f"{recipe}:{name}"
+    where = str(BackendKey(recipe, name))
     if not isinstance(raw, dict):
         raise ConfigError(f"Backend versions: {where} must be an object.")
     try:

@@ -10,6 +10,7 @@ import shlex
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
+from app.core.backends import BackendKey
 from app.core.errors import ConfigError, UnsupportedError
 from app.core.hardware import Hardware
 from app.core.lemon_mlx import (
@@ -64,6 +65,10 @@ class LaunchRequest:
     ctx_size: int | None = None  # None: DEFAULT_CTX_SIZE (lemon-mlx: the engine's own default)
     user_args: tuple[str, ...] = ()
     hf_hub_cache: str = ""  # the app's Hugging Face cache (``hub`` folder), for engines that resolve repo ids
+
+    @property
+    def backend_key(self) -> BackendKey:
+        return BackendKey(self.recipe, self.backend)
 
 
 @dataclass(frozen=True)

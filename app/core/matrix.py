@@ -9,7 +9,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from app.core.backends import GITHUB, PREFERENCE, BackendKind, BackendSpec, BackendState, BackendVersions
+from app.core.backends import (
+    GITHUB,
+    PREFERENCE,
+    BackendKey,
+    BackendKind,
+    BackendSpec,
+    BackendState,
+    BackendVersions,
+)
 from app.core.hardware import AmdGpu, Hardware
 
 DISCRETE_MIN_VRAM_GB = 4.0
@@ -136,7 +144,7 @@ def _status(
     spec: BackendSpec,
     hw: Hardware,
     versions: BackendVersions,
-    installed: Mapping[str, str],
+    installed: Mapping[BackendKey, str],
     system_binary: SystemBinary | None,
     release_base: str,
 ) -> BackendStatus:
@@ -197,7 +205,7 @@ def default_backend(statuses: Mapping[str, BackendStatus]) -> str | None:
 def support_matrix(
     hw: Hardware,
     versions: BackendVersions,
-    installed: Mapping[str, str] | None = None,
+    installed: Mapping[BackendKey, str] | None = None,
     system_binary: SystemBinary | None = None,
     release_base: str = GITHUB,
 ) -> dict[str, RecipeSupport]:

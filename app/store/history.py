@@ -262,9 +262,6 @@ class History:
             "UPDATE conversations SET system_prompt = ? WHERE id = ?", (system_prompt, conversation_id)
         )
 
-    def set_model(self, conversation_id: str, model: str) -> None:
-        self._db.execute("UPDATE conversations SET model = ? WHERE id = ?", (model, conversation_id))
-
     def delete(self, conversation_id: str) -> None:
         self._db.execute("DELETE FROM conversations WHERE id = ?", (conversation_id,))
 

@@ -6,6 +6,7 @@ import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from app.core.backends import BackendKey
 from app.store.files import atomic_write_json
 from app.store.paths import engines_dir
 
@@ -36,12 +37,12 @@ def write_manifest(folder: Path, manifest: InstallManifest) -> None:
     atomic_write_json(folder / MANIFEST, asdict(manifest))
 
 
-def installed_versions() -> dict[str, str]:
-    """``{"recipe:backend": version}`` for every complete install."""
+def installed_versions() -> dict[BackendKey, str]:
+    """The version of every complete install."""
     root = engines_dir()
     found = {}
     for folder in sorted(root.glob("*/*")) if root.is_dir() else []:
         manifest = read_manifest(folder)
         if manifest is not None:
-            found[f"{folder.parent.name}:{folder.name}"] = manifest.version
+            found[BackendKey(folder.parent.name, folder.name)] = manifest.version
     return found

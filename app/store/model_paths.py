@@ -1,14 +1,20 @@
-"""A local .gguf file or MLX folder that a user names on the command line, as a model.
+"""A local .gguf file or MLX folder that a user names on the command line, as a model; a local GGUF's
+metadata.
 
-Names, references and what the Hugging Face cache holds are the library's (``app.library``).
+Names, references and what the Hugging Face cache holds are the library's (``app.store.library``).
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import Any
 
 from app.core.errors import ModelError
+from app.core.fit import ModelShape, shape_from_config, shape_from_gguf
+from app.core.gguf import HEADER_FIRST, HEADER_MAX, HeaderCutShort, gguf_metadata, header_too_big
 from app.core.models import Model
+from app.core.refs import GGUF_RECIPE
 
 
 def model_for_path(path: Path) -> Model:
@@ -25,3 +31,28 @@ def model_for_path(path: Path) -> Model:
             f"{path.name} is not a .gguf file.", "llama.cpp runs GGUF files; MLX models are folders."
         )
     return Model(name=path.stem, recipe="llamacpp", checkpoint=str(path), user=True)
+
+
+def local_gguf_metadata(path: Path) -> dict[str, Any]:
+    """The metadata of a GGUF file on disk, read as the Hub's are: the first megabyte, then more."""
+    want = HEADER_FIRST
+    with path.open("rb") as f:
+        while True:
+            f.seek(0)
+            data = f.read(want)
+            try:
+                return gguf_metadata(data)
+            except HeaderCutShort:
+                if len(data) < want or want >= HEADER_MAX:
+                    raise header_too_big(str(path)) from None
+                want *= 2
+
+
+def local_shape(recipe: str, main: Path) -> ModelShape:
+    """A downloaded or imported model's shape: its GGUF header, or its MLX folder's config.json."""
+    if recipe != GGUF_RECIPE:
+        try:
+            return shape_from_config(json.loads((main / "config.json").read_text()))
+        except (OSError, ValueError) as err:
+            raise ModelError(f"{main / 'config.json'} is unreadable ({err}).") from None
+    return shape_from_gguf(local_gguf_metadata(main))

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import httpx
 
-from app.core.backends import BackendKind, BackendSpec, BackendState
+from app.core.backends import BackendKey, BackendKind, BackendSpec, BackendState
 from app.core.errors import DownloadError, InstallError, UnsupportedError
 from app.core.launch import ENGINE_BINARY
 from app.core.lemon_mlx import MLX_LM
@@ -183,7 +183,7 @@ async def _in_thread(job: Callable[[threading.Event], None]) -> None:
 
 
 @contextlib.contextmanager
-def _claimed(work: Path, key: str) -> Iterator[None]:
+def _claimed(work: Path, key: BackendKey) -> Iterator[None]:
     """An exclusive lock on the staging folder: two app processes never install one backend at once."""
     work.mkdir(parents=True, exist_ok=True)
     fd = os.open(work, os.O_RDONLY)

@@ -1,125 +1,17 @@
 """A model's shape before it is downloaded: GGUF metadata from the file's first megabytes (HTTP Range),
-or ``config.json`` for MLX. Local GGUF files (imports) are read the same way.
-
-The GGUF walk uses the ``gguf`` package's format definitions (magic, versions, value types) but not its
-``GGUFReader``, which turns every vocabulary entry into numpy views: two seconds for a 49k-token
-vocabulary, several for the 150k-token ones, where this walk skips them in milliseconds. The tests
-check the two agree on a real model file.
+or ``config.json`` for MLX. The header walk itself is ``app.core.gguf``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
-import struct
-from pathlib import Path
 from typing import Any
-
-from gguf import GGUF_MAGIC, GGUFValueType
-from gguf.gguf_reader import READER_SUPPORTED_VERSIONS
 
 from app.core.errors import ModelError
 from app.core.fit import ModelShape, shape_from_config, shape_from_gguf
+from app.core.gguf import HEADER_FIRST, HEADER_MAX, HeaderCutShort, gguf_metadata, header_too_big
 from app.core.refs import GGUF_RECIPE, FileSet
 from app.supervisor.hub import HubClient
-
-HEADER_FIRST = 1 << 20
-HEADER_MAX = 64 << 20
-SKIPPED_PREFIX = "tokenizer."  # vocabularies and merges: large, and no help to a memory estimate
-
-_FORMATS: dict[int, str] = {
-    GGUFValueType.UINT8: "B",
-    GGUFValueType.INT8: "b",
-    GGUFValueType.UINT16: "H",
-    GGUFValueType.INT16: "h",
-    GGUFValueType.UINT32: "I",
-    GGUFValueType.INT32: "i",
-    GGUFValueType.FLOAT32: "f",
-    GGUFValueType.BOOL: "?",
-    GGUFValueType.UINT64: "Q",
-    GGUFValueType.INT64: "q",
-    GGUFValueType.FLOAT64: "d",
-}
-
-
-class _Short(Exception):
-    """The bytes ran out before the metadata did."""
-
-
-class _Cursor:
-    def __init__(self, data: bytes) -> None:
-        self.data = data
-        self.pos = 0
-
-    def take_all(self, fmt: str) -> tuple[Any, ...]:
-        size = struct.calcsize(fmt)
-        if self.pos + size > len(self.data):
-            raise _Short
-        values = struct.unpack_from(fmt, self.data, self.pos)
-        self.pos += size
-        return values
-
-    def take(self, fmt: str) -> Any:
-        return self.take_all(fmt)[0]
-
-    def skip(self, n: int) -> None:
-        if self.pos + n > len(self.data):
-            raise _Short
-        self.pos += n
-
-    def string(self) -> str:
-        n = self.take("<Q")
-        start = self.pos
-        self.skip(n)
-        return self.data[start : self.pos].decode("utf-8", errors="replace")
-
-    def value(self, vtype: int, keep: bool) -> Any:
-        if vtype == GGUFValueType.STRING:
-            text = self.string()
-            return text if keep else None
-        if vtype == GGUFValueType.ARRAY:
-            itype, count = self.take("<I"), self.take("<Q")
-            fmt = _FORMATS.get(itype)
-            if fmt is not None:
-                if not keep:
-                    self.skip(count * struct.calcsize(fmt))
-                    return None
-                return list(self.take_all(f"<{count}{fmt}"))
-            return [self.value(itype, keep) for _ in range(count)] if keep else self._skip_all(itype, count)
-        fmt = _FORMATS.get(vtype)
-        if fmt is None:
-            raise ModelError(f"The GGUF metadata has an unknown value type {vtype}.")
-        return self.take(f"<{fmt}")
-
-    def _skip_all(self, itype: int, count: int) -> None:
-        for _ in range(count):
-            self.value(itype, keep=False)
-
-
-def gguf_metadata(data: bytes) -> dict[str, Any]:
-    """The key/value metadata of a GGUF file from its first bytes (``tokenizer.*`` values skipped).
-
-    Raises ``_Short`` when ``data`` ends before the metadata does.
-    """
-    cursor = _Cursor(data)
-    if cursor.take("<I") != GGUF_MAGIC:
-        raise ModelError("The file is not a GGUF model (no GGUF magic at its start).")
-    version = cursor.take("<I")
-    if version not in READER_SUPPORTED_VERSIONS:
-        raise ModelError(f"GGUF version {version} is not supported (big-endian or too new).")
-    _tensors, kv_count = cursor.take("<Q"), cursor.take("<Q")
-    fields: dict[str, Any] = {}
-    for _ in range(kv_count):
-        key = cursor.string()
-        fields[key] = cursor.value(cursor.take("<I"), keep=not key.startswith(SKIPPED_PREFIX))
-    return fields
-
-
-def _too_big(what: str) -> ModelError:
-    return ModelError(
-        f"The GGUF metadata of {what} is larger than {HEADER_MAX >> 20} MB or cut short.",
-        "The fit cannot be estimated.",
-    )
 
 
 async def remote_gguf_metadata(
@@ -132,24 +24,10 @@ async def remote_gguf_metadata(
         data += await hub.read_range(repo_id, revision, path, len(data), want)
         try:
             return await asyncio.to_thread(gguf_metadata, data)  # a large vocabulary takes a while
-        except _Short:
+        except HeaderCutShort:
             if want >= min(size, HEADER_MAX) or len(data) < want:
-                raise _too_big(f"{repo_id}/{path}") from None
+                raise header_too_big(f"{repo_id}/{path}") from None
             want = min(want * 2, size, HEADER_MAX)
-
-
-def local_gguf_metadata(path: Path) -> dict[str, Any]:
-    want = HEADER_FIRST
-    with path.open("rb") as f:
-        while True:
-            f.seek(0)
-            data = f.read(want)
-            try:
-                return gguf_metadata(data)
-            except _Short:
-                if len(data) < want or want >= HEADER_MAX:
-                    raise _too_big(str(path)) from None
-                want *= 2
 
 
 async def remote_shape(hub: HubClient, files: FileSet) -> ModelShape:
@@ -163,13 +41,3 @@ async def remote_shape(hub: HubClient, files: FileSet) -> ModelShape:
     if not isinstance(config, dict):
         raise ModelError(f"config.json in {files.repo_id} is not a JSON object.")
     return shape_from_config(config)
-
-
-def local_shape(recipe: str, main: Path) -> ModelShape:
-    """A downloaded or imported model's shape: its GGUF header, or its MLX folder's config.json."""
-    if recipe != GGUF_RECIPE:
-        try:
-            return shape_from_config(json.loads((main / "config.json").read_text()))
-        except (OSError, ValueError) as err:
-            raise ModelError(f"{main / 'config.json'} is unreadable ({err}).") from None
-    return shape_from_gguf(local_gguf_metadata(main))

@@ -39,17 +39,17 @@ from app.core.models import Model
 from app.core.policy import LoadedModel, over_caps, parse_caps, plan_evictions
 from app.core.refs import FileSet, parse_ref, select
 from app.core.status import LoadPhase, ModelFacts, ModelStatus, model_status
-from app.library import GB, Library, ModelState
-from app.library import ModelStatus as DiskStatus
 from app.platform import free_memory
+from app.store.library import GB, Library, ModelState
+from app.store.library import ModelStatus as DiskStatus
 from app.store.model_options import ModelOptions, load_model_options, save_model_options
+from app.store.model_paths import local_shape
 from app.store.paths import home
 from app.store.secrets import get_hf_token
 from app.store.settings import Settings
 from app.supervisor.downloads import DownloadChanged, DownloadEvent, DownloadManager, DownloadProgress
 from app.supervisor.engine import Engine
 from app.supervisor.hub import HubClient, gated_error
-from app.supervisor.modelmeta import local_shape
 from app.supervisor.supervisor import (
     EngineStateChanged,
     InstallProgress,

@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 import httpx
 
 from app.client.chat import ChatClient
-from app.core.backends import BackendKind, BackendState
+from app.core.backends import BackendKey, BackendKind, BackendState
 from app.core.engine_state import EngineState
 from app.core.errors import ConfigError, EngineError, InstallError, UnsupportedError
 from app.core.hardware import Hardware
@@ -33,7 +33,6 @@ from app.core.launch import (
     split_args,
 )
 from app.core.models import Model
-from app.library import Library
 from app.store.hfcache import hub_cache_dir
 from app.store.installs import InstallManifest, install_dir
 from app.store.settings import Settings
@@ -41,7 +40,7 @@ from app.supervisor.engine import Engine
 from app.supervisor.installer import InstallPhase, InstallUpdate, install_backend, installed_binary
 from app.supervisor.installer import uninstall_backend as _uninstall_files
 from app.supervisor.mlx_lm import venv_python
-from app.system_info import SystemInfo, gather
+from app.supervisor.system_info import SystemInfo, gather
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -52,7 +51,7 @@ T = TypeVar("T")
 
 @dataclass(frozen=True)
 class InstallProgress:
-    key: str  # "recipe:backend"
+    key: BackendKey
     phase: InstallPhase
     done: int = 0  # bytes downloaded so far
     total: int | None = None
@@ -63,21 +62,21 @@ class InstallProgress:
 
 @dataclass(frozen=True)
 class InstallFinished:
-    key: str
+    key: BackendKey
     version: str
     sha256: str
 
 
 @dataclass(frozen=True)
 class Uninstalled:
-    key: str
+    key: BackendKey
 
 
 @dataclass(frozen=True)
 class EngineStateChanged:
     engine_id: str
     model: str
-    backend: str  # "recipe:backend"
+    backend: BackendKey
     state: EngineState
     message: str = ""  # why, when FAILED or CRASHED
 
@@ -108,7 +107,7 @@ class LoadOptions:
     args: str = ""  # extra engine arguments, as the user typed them
 
 
-ModelResolver = Callable[[Model], Path]
+ModelResolver = Callable[[Model], Path]  # the GGUF or MLX folder to load; ModelError when not here
 
 
 class Supervisor:
@@ -117,11 +116,11 @@ class Supervisor:
         settings: Settings,
         *,
         hardware: Hardware | None = None,
-        resolve_model: ModelResolver | None = None,
+        resolve_model: ModelResolver,
     ) -> None:
         self.settings = settings
         self._hardware = hardware
-        self._resolve_model = resolve_model or self._library_location
+        self._resolve_model = resolve_model
         self._listeners: list[Listener] = []
         self._tasks: dict[str, asyncio.Task[Any]] = {}
         self._engines: dict[str, Engine] = {}
@@ -193,7 +192,7 @@ class Supervisor:
 
     def install(self, recipe: str, backend: str) -> asyncio.Task[InstallManifest]:
         """Start (or join) installing a backend; progress comes as InstallProgress events."""
-        task_id = f"install:{recipe}:{backend}"
+        task_id = f"install:{BackendKey(recipe, backend)}"
         running = self._tasks.get(task_id)
         if running is not None:
             return running
@@ -218,10 +217,10 @@ class Supervisor:
 
     async def uninstall(self, recipe: str, backend: str) -> bool:
         """Remove an installed backend; refused while it runs or installs. False when none was there."""
-        key = f"{recipe}:{backend}"
+        key = BackendKey(recipe, backend)
         if f"install:{key}" in self._tasks:
             raise InstallError(f"{key} is being installed.", "Cancel the install first.")
-        busy = [e.id for e in self._engines.values() if f"{e.request.recipe}:{e.request.backend}" == key]
+        busy = [e.id for e in self._engines.values() if e.request.backend_key == key]
         if any(self._engines[i].state in (EngineState.STARTING, EngineState.READY) for i in busy):
             raise InstallError(f"{key} is running {', '.join(busy)}.", "Unload the model first.")
         removed = await asyncio.to_thread(_uninstall_files, recipe, backend)
@@ -254,9 +253,9 @@ class Supervisor:
             raise UnsupportedError(f"No {model.recipe} backend can run on this machine.")
         status = support.backends.get(backend)
         if status is None:
-            known = ", ".join(f"{model.recipe}:{b}" for b in support.backends)
+            known = ", ".join(str(BackendKey(model.recipe, b)) for b in support.backends)
             raise ConfigError(f"{model.recipe} has no backend called {backend!r}.", f"Known: {known}.")
-        key = f"{model.recipe}:{backend}"
+        key = BackendKey(model.recipe, backend)
         if status.state is BackendState.UNSUPPORTED:
             raise UnsupportedError(f"{key} cannot run on this machine: {status.message}")
         spec = info.versions.spec(model.recipe, backend)
@@ -291,10 +290,6 @@ class Supervisor:
             user_args=split_args(options.args),
             hf_hub_cache=str(hub),
         )
-
-    def _library_location(self, model: Model) -> Path:
-        # Read the library only when a model is loaded: install and info commands never need it.
-        return Library(self.settings).location(model)
 
     def _model_argument(self, model: Model, dry_run: bool) -> str:
         """A file or folder; for lemon-mlx the repo id whenever there is one (the engine finds it in
@@ -331,7 +326,7 @@ class Supervisor:
             hang_grace_s=self.settings.hang_grace_s,
         )
         self._engines[model.name] = engine
-        backend = f"{request.recipe}:{request.backend}"
+        backend = request.backend_key
 
         def changed(state: EngineState) -> None:
             failed = state in (EngineState.FAILED, EngineState.CRASHED) and engine.error is not None

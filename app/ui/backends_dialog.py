@@ -17,9 +17,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.core.backends import BackendState
+from app.core.backends import BackendKey, BackendState
 from app.supervisor.supervisor import InstallProgress
-from app.system_info import SystemInfo
+from app.supervisor.system_info import SystemInfo
 from app.ui.options_panel import STATE_WORDS
 
 
@@ -47,7 +47,7 @@ class BackendsDialog(QDialog):
         for column, title in enumerate(("Backend", "State", "Version")):
             label = QLabel(f"<b>{title}</b>", self)
             self.grid.addWidget(label, 0, column)
-        self.rows: dict[str, BackendRow] = {}
+        self.rows: dict[BackendKey, BackendRow] = {}
         close = QDialogButtonBox(QDialogButtonBox.StandardButton.Close, self)
         close.rejected.connect(self.reject)
         layout = QVBoxLayout(self)
@@ -58,8 +58,7 @@ class BackendsDialog(QDialog):
     def set_info(self, info: SystemInfo) -> None:
         for recipe, support in info.recipes.items():
             for name, status in support.backends.items():
-                key = f"{recipe}:{name}"
-                row = self.rows.get(key) or self._add_row(recipe, name)
+                row = self.rows.get(BackendKey(recipe, name)) or self._add_row(recipe, name)
                 row.state.setText(STATE_WORDS[status.state])
                 row.state.setToolTip(status.message)
                 installed = status.installed_version or ""
@@ -80,7 +79,7 @@ class BackendsDialog(QDialog):
                     row.install.setToolTip(status.message)
 
     def set_progress(self, event: InstallProgress) -> None:
-        row = self.rows.get(str(event.key))
+        row = self.rows.get(event.key)
         if row is None:
             return
         phase, done, total = event.phase.value, event.done, event.total or 0
@@ -93,7 +92,7 @@ class BackendsDialog(QDialog):
         row.progress.setFormat(f"{phase} %p%" if total else phase)
         row.message.setText("")
 
-    def set_done(self, key: str, message: str) -> None:
+    def set_done(self, key: BackendKey, message: str) -> None:
         row = self.rows.get(key)
         if row is None:
             return
@@ -124,7 +123,7 @@ class BackendsDialog(QDialog):
         row.cancel.clicked.connect(lambda: self.cancel_requested.emit(recipe, backend))
         for column, widget in enumerate(
             (
-                QLabel(f"{recipe}:{backend}", self),
+                QLabel(str(BackendKey(recipe, backend)), self),
                 row.state,
                 row.version,
                 row.install,
@@ -138,11 +137,11 @@ class BackendsDialog(QDialog):
         row.progress.hide()
         row.cancel.hide()
         row.message.hide()
-        self.rows[f"{recipe}:{backend}"] = row
+        self.rows[BackendKey(recipe, backend)] = row
         return row
 
     def _start(self, recipe: str, backend: str) -> None:
-        row = self.rows[f"{recipe}:{backend}"]
+        row = self.rows[BackendKey(recipe, backend)]
         self._busy(row, True)
         row.progress.setRange(0, 0)
         self.install_requested.emit(recipe, backend)

@@ -28,7 +28,7 @@ from app.core.launch import check_user_args, split_args
 from app.core.status import Status
 from app.store.model_options import ModelOptions
 from app.supervisor.router import ModelView
-from app.system_info import SystemInfo
+from app.supervisor.system_info import SystemInfo
 from app.ui.chat.markdown_view import current_theme
 from app.ui.chat.pane import DEFAULT_TEMPERATURE, DEFAULT_TOP_P
 

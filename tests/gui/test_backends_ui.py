@@ -9,6 +9,7 @@ from collections.abc import Callable
 import pytest
 from pytestqt.qtbot import QtBot
 
+from app.core.backends import BackendKey
 from app.store.installs import install_dir, read_manifest
 from app.store.paths import staging_dir
 from app.ui.desktop import DesktopApp
@@ -20,7 +21,7 @@ pytestmark = [
     pytest.mark.integration,
     pytest.mark.skipif(sys.platform != "linux", reason="the archive holds PyPI's Linux llama-server"),
 ]
-KEY = "llamacpp:cpu"
+KEY = BackendKey("llamacpp", "cpu")
 # The integration tests' fixtures: the real llama-server archive on a loopback release mirror.
 say, llama_dir, release_tarball, mirror = (
     integration.say,
@@ -40,7 +41,7 @@ def test_install_from_the_backends_view_with_progress(
     row = dialog.rows[KEY]
     assert row.state.text() == "not installed" and row.version.text() == TAG
     assert row.install.isEnabled() and not row.uninstall.isEnabled()
-    assert not dialog.rows["llamacpp:cuda"].install.isEnabled()
+    assert not dialog.rows[BackendKey("llamacpp", "cuda")].install.isEnabled()
     progress: list[tuple[str, int, int]] = []
     app.bridge.install_progress.connect(lambda p: progress.append((p.phase.value, p.done, p.total or 0)))
     with qtbot.waitSignal(app.bridge.install_done, timeout=120_000) as done:

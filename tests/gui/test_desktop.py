@@ -15,14 +15,14 @@ from PySide6.QtGui import QColor, QGuiApplication, QIcon, QPalette
 from PySide6.QtWidgets import QApplication, QLineEdit, QMessageBox
 from pytestqt.qtbot import QtBot
 
+from app.core.chat import ChatMessage, MessageState
 from app.core.models import Model
 from app.core.status import ModelStatus, Status
-from app.library import ModelState
-from app.library import ModelStatus as DiskStatus
-from app.supervisor.router import ModelView
-from app.core.chat import ChatMessage, MessageState
 from app.store import secrets
+from app.store.library import ModelState
+from app.store.library import ModelStatus as DiskStatus
 from app.store.settings import load_settings, save_settings
+from app.supervisor.router import ModelView
 from app.ui.chat.markdown_view import CodeBlockView
 from app.ui.chat.render import DARK, LIGHT
 from app.ui.desktop import DesktopApp

@@ -13,9 +13,9 @@ import psutil
 import pytest
 from pytestqt.qtbot import QtBot
 
+from app.core.chat import MessageState
 from app.core.engine_state import EngineState
 from app.core.status import Status
-from app.core.chat import MessageState
 from app.store.settings import Settings, save_settings
 from app.ui.desktop import DesktopApp
 from tests.gui.conftest import quit_and_wait

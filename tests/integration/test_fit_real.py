@@ -16,7 +16,7 @@ import pytest
 from gguf import GGUFReader
 
 from app.cli import main
-from app.supervisor.modelmeta import local_gguf_metadata
+from app.store.model_paths import local_gguf_metadata
 from tests.conftest import profile_path
 from tests.support.hubserver import HubRepo, LoopbackHub
 from tests.support.testrepos import loopback_hub

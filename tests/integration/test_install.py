@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from app.store.installs import install_dir, read_manifest
+from app.store.library import location_on_demand
 from app.store.paths import staging_dir
 from app.store.settings import Settings
 from app.supervisor.installer import InstallPhase
@@ -91,7 +92,7 @@ def test_progress_events_then_finished(mirror: Mirror) -> None:
     events: list[SupervisorEvent] = []
 
     async def go() -> None:
-        async with Supervisor(Settings()) as supervisor:
+        async with Supervisor(Settings(), resolve_model=location_on_demand(Settings())) as supervisor:
             supervisor.subscribe(events.append)
             await supervisor.install("llamacpp", "cpu")
 

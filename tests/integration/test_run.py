@@ -14,6 +14,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from app.store.library import location_on_demand
 from app.store.settings import Settings
 from app.supervisor.supervisor import Supervisor
 from tests.integration.conftest import Mirror, engines_of, lemon_desk
@@ -27,7 +28,7 @@ ENDLESS = "--temp 0 --ignore-eos -n 4000"  # a reply that lasts long enough to b
 @pytest.fixture
 def installed(mirror: Mirror) -> None:
     async def go() -> None:
-        async with Supervisor(Settings()) as supervisor:
+        async with Supervisor(Settings(), resolve_model=location_on_demand(Settings())) as supervisor:
             await supervisor.install("llamacpp", "cpu")
 
     asyncio.run(go())

@@ -13,6 +13,7 @@ import pytest
 
 from app.core.engine_state import EngineState
 from app.core.errors import InstallError
+from app.store.library import location_on_demand
 from app.store.model_paths import model_for_path
 from app.store.settings import Settings
 from app.supervisor.supervisor import (
@@ -38,7 +39,7 @@ def test_load_chat_unload_with_events(mirror: Mirror, smol_gguf: Path) -> None:
     model = model_for_path(smol_gguf)
 
     async def go() -> tuple[str, int]:
-        async with Supervisor(Settings()) as supervisor:
+        async with Supervisor(Settings(), resolve_model=location_on_demand(Settings())) as supervisor:
             supervisor.subscribe(events.append)
             await supervisor.install("llamacpp", "cpu")
             engine = await supervisor.load(model, LoadOptions(ctx_size=1024))
@@ -67,7 +68,7 @@ def test_failed_load_is_a_task_failure_with_the_engines_words(mirror: Mirror, tm
     events: list[SupervisorEvent] = []
 
     async def go() -> None:
-        async with Supervisor(Settings()) as supervisor:
+        async with Supervisor(Settings(), resolve_model=location_on_demand(Settings())) as supervisor:
             supervisor.subscribe(events.append)
             await supervisor.install("llamacpp", "cpu")
             load = supervisor.load(model_for_path(bad))
@@ -87,7 +88,7 @@ def test_crash_is_an_event_with_the_reason(mirror: Mirror, smol_gguf: Path) -> N
     events: list[SupervisorEvent] = []
 
     async def go() -> None:
-        async with Supervisor(Settings()) as supervisor:
+        async with Supervisor(Settings(), resolve_model=location_on_demand(Settings())) as supervisor:
             supervisor.subscribe(events.append)
             await supervisor.install("llamacpp", "cpu")
             engine = await supervisor.load(model_for_path(smol_gguf))
@@ -105,7 +106,7 @@ def test_shutdown_cancels_a_load_and_stops_everything(mirror: Mirror, smol_gguf:
     events: list[SupervisorEvent] = []
 
     async def go() -> int:
-        supervisor = Supervisor(Settings())
+        supervisor = Supervisor(Settings(), resolve_model=location_on_demand(Settings()))
         supervisor.subscribe(events.append)
         await supervisor.install("llamacpp", "cpu")
         model = model_for_path(smol_gguf)
@@ -133,7 +134,7 @@ def test_shutdown_cancels_a_load_and_stops_everything(mirror: Mirror, smol_gguf:
 
 def test_install_of_one_backend_is_one_task(mirror: Mirror) -> None:
     async def go() -> bool:
-        async with Supervisor(Settings()) as supervisor:
+        async with Supervisor(Settings(), resolve_model=location_on_demand(Settings())) as supervisor:
             first = supervisor.install("llamacpp", "cpu")
             second = supervisor.install("llamacpp", "cpu")
             assert supervisor.tasks() == {"install:llamacpp:cpu": first}
@@ -146,7 +147,7 @@ def test_install_of_one_backend_is_one_task(mirror: Mirror) -> None:
 
 def test_an_unload_cancelled_half_way_still_reaps_the_engine(mirror: Mirror, smol_gguf: Path) -> None:
     async def go() -> int:
-        supervisor = Supervisor(Settings())
+        supervisor = Supervisor(Settings(), resolve_model=location_on_demand(Settings()))
         await supervisor.install("llamacpp", "cpu")
         model = model_for_path(smol_gguf)
         engine = await supervisor.load(model)

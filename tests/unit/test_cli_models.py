@@ -197,7 +197,10 @@ def test_import_gguf_and_mlx_and_reject_what_is_neither(
     assert run(capsys, "import", str(gguf))[0] == 0
     assert run(capsys, "import", str(mlx), "--name", "tiny")[0] == 0
     listed = models(capsys)
-    assert (listed["user.Mine-Q4_0"]["recipe"], listed["user.Mine-Q4_0"]["state"]) == ("llamacpp", "downloaded")
+    assert (listed["user.Mine-Q4_0"]["recipe"], listed["user.Mine-Q4_0"]["state"]) == (
+        "llamacpp",
+        "downloaded",
+    )
     assert listed["user.Mine-Q4_0"]["path"] == str(gguf)
     assert (listed["tiny"]["recipe"], listed["tiny"]["path"]) == ("lemon-mlx", str(mlx))
 

@@ -14,9 +14,11 @@ from gguf import GGUFReader
 
 from app.core.errors import ModelError
 from app.core.fit import shape_from_gguf
+from app.core.gguf import HEADER_FIRST, gguf_metadata
 from app.core.refs import parse_ref, select
+from app.store.model_paths import local_gguf_metadata
 from app.supervisor.hub import HubClient
-from app.supervisor.modelmeta import HEADER_FIRST, gguf_metadata, local_gguf_metadata, remote_shape
+from app.supervisor.modelmeta import remote_shape
 from tests.support.hubserver import HubRepo, LoopbackHub, git_blob_id
 from tests.support.modelfiles import gguf_files, mlx_files
 

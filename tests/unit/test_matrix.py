@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from app.core.backends import BackendState, parse_backend_versions
+from app.core.backends import BackendKey, BackendState, parse_backend_versions
+from app.core.errors import ConfigError
 from app.core.hardware import AmdGpu, hardware_from_json
 from app.core.matrix import RecipeSupport, SystemBinary, best_amd_gpu, support_matrix
 from app.store.catalog import backend_versions_path, load_backend_versions
@@ -185,7 +186,13 @@ def test_render_node_alone_allows_vulkan() -> None:
 
 
 def test_installed_beats_installable_and_pin_mismatch_is_update_required() -> None:
-    m = matrix("strix_halo", installed={"llamacpp:vulkan": "b10375", "lemon-mlx:cpu": "b1040-stable"})
+    m = matrix(
+        "strix_halo",
+        installed={
+            BackendKey("llamacpp", "vulkan"): "b10375",
+            BackendKey("lemon-mlx", "cpu"): "b1040-stable",
+        },
+    )
     assert m["llamacpp"].backends["vulkan"].state is BackendState.INSTALLED
     assert m["llamacpp"].default_backend == "vulkan"
     cpu = m["lemon-mlx"].backends["cpu"]
@@ -233,3 +240,16 @@ def test_best_amd_gpu_tie_goes_to_discrete() -> None:
     assert best_amd_gpu((igpu, dgpu)) == dgpu
     assert best_amd_gpu((dgpu, igpu)) == dgpu
     assert best_amd_gpu(()) is None
+
+
+def test_backend_key_reads_and_writes_recipe_colon_backend() -> None:
+    key = BackendKey.parse("llamacpp:vulkan")
+    assert key == BackendKey("llamacpp", "vulkan") and str(key) == "llamacpp:vulkan"
+    assert {key: 1}[BackendKey("llamacpp", "vulkan")] == 1  # frozen: usable as a dict key
+
+
+@pytest.mark.parametrize("text", ["llamacpp", "llamacpp:", ":cpu", ""])
+def test_a_malformed_backend_key_says_how_to_write_one(text: str) -> None:
+    with pytest.raises(ConfigError, match="does not name a backend") as err:
+        BackendKey.parse(text)
+    assert err.value.hint == "Write RECIPE:BACKEND, e.g. llamacpp:cpu."

@@ -12,7 +12,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from app.core.backends import BackendState, parse_backend_versions
+from app.core.backends import BackendKey, BackendState, parse_backend_versions
 from app.core.errors import InstallError
 from app.core.matrix import support_matrix
 from app.platform import detect_hardware
@@ -45,7 +45,7 @@ def test_cli_install_shows_pip_progress_and_writes_the_manifest_last(
     assert folder == install_dir("lemon-mlx", "mlx-lm")
     assert not (folder / "left-by-the-old-install").exists()  # the old install was replaced whole
     assert read_manifest(folder) == InstallManifest("0.32.2", "mlx[cpu]==0.32.4 mlx-lm==0.32.2", "")
-    assert installed_versions() == {"lemon-mlx:mlx-lm": "0.32.2"}
+    assert installed_versions() == {BackendKey("lemon-mlx", "mlx-lm"): "0.32.2"}
     assert not staging_dir().exists()
     assert installed_binary("lemon-mlx", "mlx-lm") == venv_python(folder)
     # The moved venv still runs: mlx computes on the CPU and mlx-lm imports.
@@ -127,5 +127,5 @@ def test_failed_pip_install_says_why_and_keeps_the_previous_install() -> None:
         asyncio.run(install(spec, lambda _: None))
     assert "Installing mlx-lm==0.0.0.404 failed" in err.value.message
     assert "mlx-lm==0.0.0.404" in str(err.value) and "package index" in err.value.hint
-    assert installed_versions() == {"lemon-mlx:mlx-lm": "0.32.1"}
+    assert installed_versions() == {BackendKey("lemon-mlx", "mlx-lm"): "0.32.1"}
     assert not staging_dir().exists()

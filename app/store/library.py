@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
@@ -28,10 +29,9 @@ from app.core.refs import (
 from app.store.catalog import load_catalog_json
 from app.store.downloads import download_in_progress, load_downloads, save_downloads
 from app.store.hfcache import RepoCache, hub_cache_dir
-from app.store.model_paths import model_for_path
+from app.store.model_paths import local_gguf_metadata, model_for_path
 from app.store.settings import Settings
 from app.store.usermodels import load_user_models, save_user_models
-from app.supervisor.modelmeta import local_gguf_metadata
 
 GB = 1e9
 USER_PREFIX = "user."
@@ -91,6 +91,12 @@ class ModelStatus:
 def user_model_name(ref: HubRef) -> str:
     name = ref.repo_id.split("/", 1)[1]
     return f"{USER_PREFIX}{name}-{ref.variant}" if ref.variant else f"{USER_PREFIX}{name}"
+
+
+def location_on_demand(settings: Settings) -> Callable[[Model], Path]:
+    """``Library(settings).location`` that reads the library only when a model is located: install and
+    info commands, which never load one, do not read (or set aside) the user models file."""
+    return lambda model: Library(settings).location(model)
 
 
 class Library:
