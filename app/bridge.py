@@ -17,9 +17,8 @@ from collections.abc import AsyncGenerator, Coroutine
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
-import httpx
 import psutil
 from PySide6.QtCore import QObject, QTimer, Signal
 
@@ -46,6 +45,9 @@ from app.supervisor.supervisor import (
     Uninstalled,
 )
 from app.system_info import SystemInfo
+
+if TYPE_CHECKING:
+    import httpx
 
 log = logging.getLogger(__name__)
 
@@ -254,6 +256,8 @@ class Bridge(QObject):
             raise ModelError(f"{name} is a local model: there is nothing to download.")
         self._errors.pop(name, None)
         if self._http is None:
+            import httpx
+
             self._http = httpx.AsyncClient()
         hub = HubClient(self._http, token=await asyncio.to_thread(get_hf_token))
         ref = parse_ref(model.checkpoint)
