@@ -1,6 +1,8 @@
 """``lemon-desk``: the window with no arguments, or a headless subcommand.
 
 Every failure a user can cause ends in one clear line on stderr and a non-zero exit, never a traceback.
+The subcommands' modules are imported only when there are arguments to parse: the window (no arguments)
+must not pay for the supervisor, the Hub client and their libraries before it shows.
 """
 
 from __future__ import annotations
@@ -11,9 +13,6 @@ import sys
 from collections.abc import Callable, Sequence
 
 from app import __version__
-from app.commands import backends, models, run
-from app.commands.output import print_json as _print_json
-from app.commands.output import table as _table
 from app.core.errors import ConfigError, LemonDeskError
 from app.store.settings import load_settings
 from app.supervisor.system_info import gather
@@ -23,12 +22,14 @@ EXIT_INTERRUPTED = 130
 
 
 def cmd_system_info(args: argparse.Namespace) -> int:
+    from app.commands.output import print_json, table
+
     loaded = load_settings()
     if loaded.warning:
         print(f"warning: {loaded.warning}", file=sys.stderr)
     info = gather(loaded.settings)
     if args.json:
-        _print_json(info.to_json())
+        print_json(info.to_json())
         return 0
     hw = info.hardware
     print(f"OS / arch : {hw.os} {hw.arch}")
@@ -49,7 +50,7 @@ def cmd_system_info(args: argparse.Namespace) -> int:
         print(f"\n{recipe} (default: {support.default_backend or 'none'})")
         rows = [["backend", "state", "version", "details"]]
         rows += [[name, s.state.value, s.version, s.message] for name, s in support.backends.items()]
-        print(_table(rows))
+        print(table(rows))
     return 0
 
 
@@ -70,6 +71,8 @@ def cmd_install_desktop_entry(_args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from app.commands import backends, models, run
+
     parser = argparse.ArgumentParser(prog="lemon-desk", description="Run large language models locally.")
     parser.add_argument("--version", action="version", version=f"lemon-desk {__version__}")
     parser.add_argument(
@@ -91,9 +94,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    handler: Callable[[argparse.Namespace], int] | None = getattr(args, "handler", None)
+    argv = sys.argv[1:] if argv is None else argv
+    handler: Callable[[argparse.Namespace], int] | None = None
+    args = argparse.Namespace()
+    if argv:
+        args = build_parser().parse_args(argv)
+        handler = getattr(args, "handler", None)
     try:
         if handler is None:
             from app.ui.launch import run_window

@@ -11,15 +11,16 @@ import json
 import time
 from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
 from types import TracebackType
-from typing import Any, Protocol
-
-import httpx
+from typing import TYPE_CHECKING, Any, Protocol
 
 from app.client.adapters import DeltaSplitter, EngineAdapter, LlamaCppAdapter, Route, sse_error
 from app.client.events import ChatDelta, ChatDone, ChatEvent, ChatReply
 from app.client.sse import SSEEvent, SSEParser
 from app.core.errors import LemonDeskError, RequestError, UnsupportedRequestError
 from app.core.telemetry import ClientTimes, Telemetry, telemetry_from
+
+if TYPE_CHECKING:
+    import httpx
 
 CONNECT_TIMEOUT_S = 10.0
 CHAT_PATH = "/v1/chat/completions"
@@ -138,6 +139,8 @@ class ChatClient:
         telemetry: TelemetrySource | None = None,
         request_timeout_s: float = 300.0,
     ) -> None:
+        import httpx
+
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         # trust_env=False: a proxy from the environment must never see loopback traffic or the key.
         self._http = httpx.AsyncClient(base_url=base_url, headers=headers, trust_env=False)
@@ -172,6 +175,8 @@ class ChatClient:
         Raises RequestError (or the engine's EngineError when it crashed meanwhile) on any failure,
         including an ``{"error": ...}`` event mid-stream.
         """
+        import httpx
+
         body = self._body(messages, True, params)
         stream = _Stream(self._adapter.splitter())
         observer = self._observer
@@ -224,6 +229,8 @@ class ChatClient:
         here with an SSE error event and the end of the stream: never a hang, never an empty reply.
         Other requests the engine cannot answer raise UnsupportedRequestError.
         """
+        import httpx
+
         try:
             body = self._adapter.adapt_body(dict(body), route)
         except UnsupportedRequestError as err:
@@ -242,6 +249,8 @@ class ChatClient:
 
     async def chat(self, messages: Messages, **params: Any) -> ChatReply:
         """One whole reply, without streaming; gives up after ``request_timeout_s``."""
+        import httpx
+
         body = self._body(messages, False, params)
         observer = self._observer
         if observer:

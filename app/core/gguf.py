@@ -5,16 +5,16 @@
 The walk uses the ``gguf`` package's format definitions (magic, versions, value types) but not its
 ``GGUFReader``, which turns every vocabulary entry into numpy views: two seconds for a 49k-token
 vocabulary, several for the 150k-token ones, where this walk skips them in milliseconds. The tests
-check the two agree on a real model file.
+check the two agree on a real model file. Those definitions are imported on the first parse, not with
+this module: ``gguf`` imports numpy, a tenth of a second of start-up that the window does not need.
 """
 
 from __future__ import annotations
 
+import functools
 import struct
+from dataclasses import dataclass
 from typing import Any
-
-from gguf import GGUF_MAGIC, GGUFValueType
-from gguf.gguf_reader import READER_SUPPORTED_VERSIONS
 
 from app.core.errors import ModelError
 
@@ -22,19 +22,39 @@ HEADER_FIRST = 1 << 20
 HEADER_MAX = 64 << 20
 SKIPPED_PREFIX = "tokenizer."  # vocabularies and merges: large, and no help to a memory estimate
 
-_FORMATS: dict[int, str] = {
-    GGUFValueType.UINT8: "B",
-    GGUFValueType.INT8: "b",
-    GGUFValueType.UINT16: "H",
-    GGUFValueType.INT16: "h",
-    GGUFValueType.UINT32: "I",
-    GGUFValueType.INT32: "i",
-    GGUFValueType.FLOAT32: "f",
-    GGUFValueType.BOOL: "?",
-    GGUFValueType.UINT64: "Q",
-    GGUFValueType.INT64: "q",
-    GGUFValueType.FLOAT64: "d",
-}
+
+@dataclass(frozen=True)
+class _Format:
+    """What the walk needs from the ``gguf`` package's definitions."""
+
+    magic: int
+    versions: frozenset[int]
+    string: int  # the value type of a string
+    array: int  # the value type of an array
+    scalars: dict[int, str]  # value type -> struct format
+
+
+@functools.cache
+def _format() -> _Format:
+    from gguf import GGUF_MAGIC, GGUFValueType
+    from gguf.gguf_reader import READER_SUPPORTED_VERSIONS
+
+    scalars: dict[int, str] = {
+        GGUFValueType.UINT8: "B",
+        GGUFValueType.INT8: "b",
+        GGUFValueType.UINT16: "H",
+        GGUFValueType.INT16: "h",
+        GGUFValueType.UINT32: "I",
+        GGUFValueType.INT32: "i",
+        GGUFValueType.FLOAT32: "f",
+        GGUFValueType.BOOL: "?",
+        GGUFValueType.UINT64: "Q",
+        GGUFValueType.INT64: "q",
+        GGUFValueType.FLOAT64: "d",
+    }
+    return _Format(
+        GGUF_MAGIC, frozenset(READER_SUPPORTED_VERSIONS), GGUFValueType.STRING, GGUFValueType.ARRAY, scalars
+    )
 
 
 class HeaderCutShort(Exception):
@@ -45,6 +65,7 @@ class _Cursor:
     def __init__(self, data: bytes) -> None:
         self.data = data
         self.pos = 0
+        self.format = _format()
 
     def take_all(self, fmt: str) -> tuple[Any, ...]:
         size = struct.calcsize(fmt)
@@ -69,19 +90,19 @@ class _Cursor:
         return self.data[start : self.pos].decode("utf-8", errors="replace")
 
     def value(self, vtype: int, keep: bool) -> Any:
-        if vtype == GGUFValueType.STRING:
+        if vtype == self.format.string:
             text = self.string()
             return text if keep else None
-        if vtype == GGUFValueType.ARRAY:
+        if vtype == self.format.array:
             itype, count = self.take("<I"), self.take("<Q")
-            fmt = _FORMATS.get(itype)
+            fmt = self.format.scalars.get(itype)
             if fmt is not None:
                 if not keep:
                     self.skip(count * struct.calcsize(fmt))
                     return None
                 return list(self.take_all(f"<{count}{fmt}"))
             return [self.value(itype, keep) for _ in range(count)] if keep else self._skip_all(itype, count)
-        fmt = _FORMATS.get(vtype)
+        fmt = self.format.scalars.get(vtype)
         if fmt is None:
             raise ModelError(f"The GGUF metadata has an unknown value type {vtype}.")
         return self.take(f"<{fmt}")
@@ -97,10 +118,10 @@ def gguf_metadata(data: bytes) -> dict[str, Any]:
     Raises ``HeaderCutShort`` when ``data`` ends before the metadata does.
     """
     cursor = _Cursor(data)
-    if cursor.take("<I") != GGUF_MAGIC:
+    if cursor.take("<I") != cursor.format.magic:
         raise ModelError("The file is not a GGUF model (no GGUF magic at its start).")
     version = cursor.take("<I")
-    if version not in READER_SUPPORTED_VERSIONS:
+    if version not in cursor.format.versions:
         raise ModelError(f"GGUF version {version} is not supported (big-endian or too new).")
     _tensors, kv_count = cursor.take("<Q"), cursor.take("<Q")
     fields: dict[str, Any] = {}

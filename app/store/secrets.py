@@ -1,11 +1,12 @@
-"""Secrets live only in the OS keychain (keyring): never in settings, logs or a command line."""
+"""Secrets live only in the OS keychain (keyring): never in settings, logs or a command line.
+
+keyring is imported when a secret is first read or written: finding its backends costs start-up time
+that the window's first paint does not need.
+"""
 
 from __future__ import annotations
 
 import os
-
-import keyring
-from keyring.errors import KeyringError, PasswordDeleteError
 
 from app.core.errors import ConfigError
 
@@ -19,6 +20,9 @@ def get_hf_token() -> str | None:
     env = os.environ.get("HF_TOKEN")
     if env:
         return env
+    import keyring
+    from keyring.errors import KeyringError
+
     try:
         return keyring.get_password(SERVICE, HF_TOKEN_KEY) or None
     except KeyringError:
@@ -26,6 +30,9 @@ def get_hf_token() -> str | None:
 
 
 def set_hf_token(token: str) -> None:
+    import keyring
+    from keyring.errors import KeyringError
+
     try:
         keyring.set_password(SERVICE, HF_TOKEN_KEY, token)
     except KeyringError as err:
@@ -33,6 +40,9 @@ def set_hf_token(token: str) -> None:
 
 
 def delete_hf_token() -> None:
+    import keyring
+    from keyring.errors import KeyringError, PasswordDeleteError
+
     try:
         keyring.delete_password(SERVICE, HF_TOKEN_KEY)
     except PasswordDeleteError:

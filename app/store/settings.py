@@ -6,6 +6,7 @@ A corrupt settings file is set aside (never deleted) and reported; the app start
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,9 @@ from app.store.files import atomic_write_json, set_aside
 from app.store.paths import home
 
 SCHEMA = 1
+# What the Settings dialog accepts, in seconds: below the minimum a model or a reply could never finish.
+LOAD_TIMEOUT_RANGE_S = (10, 7200)
+REQUEST_TIMEOUT_RANGE_S = (10, 3600)
 
 
 @dataclass
@@ -35,6 +39,20 @@ class Settings:
 class LoadedSettings:
     settings: Settings
     warning: str = ""  # what went wrong reading the file, for the user
+
+
+def llama_server_problem(path: str) -> str:
+    """What is wrong with a configured llama-server path, or "" (empty means: look on PATH)."""
+    if not path:
+        return ""
+    binary = Path(path).expanduser()
+    if not binary.is_absolute():
+        return "The llama-server path must be a full path (or empty to look on PATH)."
+    if not binary.is_file():
+        return f"There is no file at {binary}."
+    if not os.access(binary, os.X_OK):
+        return f"{binary} is not executable."
+    return ""
 
 
 def settings_path() -> Path:

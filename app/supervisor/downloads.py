@@ -18,8 +18,7 @@ import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-
-import httpx
+from typing import TYPE_CHECKING
 
 from app.core.downloads import INTERRUPTED, DownloadRecord, DownloadState
 from app.core.errors import ChecksumError, DownloadError, LemonDeskError, ModelError
@@ -28,6 +27,9 @@ from app.store.downloads import DownloadLock, download_in_progress, load_downloa
 from app.store.hfcache import RepoCache
 from app.supervisor.fetch import Progress, fetch
 from app.supervisor.hub import HubClient, gated_error, missing_error
+
+if TYPE_CHECKING:
+    import httpx
 
 GB = 1e9
 
@@ -113,6 +115,8 @@ class DownloadManager:
     def http(self) -> httpx.Client:
         """A blocking client: file bytes move in worker threads (see fetch)."""
         if self._http is None:
+            import httpx
+
             self._http = httpx.Client()
         return self._http
 

@@ -18,8 +18,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from pathlib import Path
-
-import httpx
+from typing import TYPE_CHECKING
 
 from app.client.adapters import adapter_for
 from app.client.chat import ChatClient
@@ -31,6 +30,9 @@ from app.store.files import atomic_write_bytes
 from app.store.paths import logs_dir, run_dir
 from app.supervisor.process import RotatingLog, describe_exit, die_with_parent, free_port, signal_group
 from app.supervisor.tps import telemetry_source
+
+if TYPE_CHECKING:
+    import httpx
 
 log = logging.getLogger(__name__)
 
@@ -232,9 +234,13 @@ class Engine:
         assert self._proc.stdout is not None
         self._reader = asyncio.create_task(self._read_output(self._proc.stdout))
         self._exited = asyncio.create_task(self._wait_exit(self._proc))
+        import httpx
+
         self._http = httpx.AsyncClient(base_url=self.base_url, trust_env=False)
 
     async def _wait_ready(self) -> None:
+        import httpx
+
         assert self._exited is not None and self._http is not None
         deadline = time.monotonic() + self.load_timeout_s
         while True:
@@ -321,6 +327,8 @@ class Engine:
 
     async def _unhealthy(self) -> bool:
         """True when /health fails HANG_PROBES times in a row; a success restarts the grace period."""
+        import httpx
+
         assert self._http is not None
         timeout = min(5.0, self.hang_grace_s)
         for _ in range(HANG_PROBES):

@@ -28,10 +28,12 @@ from collections.abc import Callable, Iterator
 from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
-
-import httpx
+from typing import TYPE_CHECKING
 
 from app.core.errors import ChecksumError, DownloadError
+
+if TYPE_CHECKING:
+    import httpx
 
 CHUNK = 1 << 20
 PROGRESS_INTERVAL_S = 0.1
@@ -232,6 +234,8 @@ def _attempt(
     stall_timeout_s: float,
     control: _Control,
 ) -> None:
+    import httpx
+
     # identity: the bytes on disk (and their SHA-256) are the file's, never a compressed form of it.
     request_headers = {"Accept-Encoding": "identity", **(headers or {})}
     if state.offset:

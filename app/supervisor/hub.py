@@ -12,19 +12,27 @@ from __future__ import annotations
 import asyncio
 import os
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
-
-import httpx
 
 from app.core.errors import ModelError
 from app.core.names import check_listing
 from app.core.refs import GGUF_RECIPE, MLX_RECIPE, RepoFile, RepoListing
 
+if TYPE_CHECKING:
+    import httpx
+
 DEFAULT_ENDPOINT = "https://huggingface.co"
-TIMEOUT = httpx.Timeout(30.0, connect=15.0)
+TIMEOUT_S = 30.0
+CONNECT_TIMEOUT_S = 15.0
 RECIPE_TAGS = {GGUF_RECIPE: "gguf", MLX_RECIPE: "mlx"}
 LISTING_CONCURRENCY = 4
+
+
+def _timeout() -> httpx.Timeout:
+    import httpx
+
+    return httpx.Timeout(TIMEOUT_S, connect=CONNECT_TIMEOUT_S)
 
 
 def hub_endpoint() -> str:
@@ -97,9 +105,11 @@ class HubClient:
         )
 
     async def _get(self, url: str, repo_id: str | None, path: str | None = None, **kw: Any) -> httpx.Response:
+        import httpx
+
         try:
             response = await self.client.get(
-                url, headers=self.headers, timeout=TIMEOUT, follow_redirects=True, **kw
+                url, headers=self.headers, timeout=_timeout(), follow_redirects=True, **kw
             )
         except httpx.TransportError as err:
             raise self._unreachable(err) from None
@@ -167,11 +177,13 @@ class HubClient:
 
     async def read_range(self, repo_id: str, revision: str, path: str, start: int, end: int) -> bytes:
         """Bytes ``start`` to ``end`` (exclusive) of a file, or fewer if the file is shorter."""
+        import httpx
+
         headers = {**self.headers, "Range": f"bytes={start}-{end - 1}"}
         url = self.file_url(repo_id, revision, path)
         try:
             async with self.client.stream(
-                "GET", url, headers=headers, timeout=TIMEOUT, follow_redirects=True
+                "GET", url, headers=headers, timeout=_timeout(), follow_redirects=True
             ) as response:
                 self.check(response, repo_id, path)
                 # A server that ignores Range sends the whole file: stop reading once past ``end``.

@@ -23,8 +23,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
-
-import httpx
+from typing import TYPE_CHECKING
 
 from app.core.backends import BackendKey, BackendKind, BackendSpec, BackendState
 from app.core.errors import DownloadError, InstallError, UnsupportedError
@@ -37,6 +36,9 @@ from app.store.paths import staging_dir
 from app.supervisor.archive import Cancelled, find_binary, make_executable, unpack
 from app.supervisor.fetch import Progress, fetch, partial_path
 from app.supervisor.mlx_lm import PipPhase, build_venv, venv_python
+
+if TYPE_CHECKING:
+    import httpx
 
 
 class InstallPhase(Enum):

@@ -22,9 +22,8 @@ import time
 from collections import Counter
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
-import httpx
 import psutil
 
 from app.client.chat import ChatClient, Messages
@@ -57,6 +56,9 @@ from app.supervisor.supervisor import (
     Supervisor,
     SupervisorEvent,
 )
+
+if TYPE_CHECKING:
+    import httpx
 
 log = logging.getLogger(__name__)
 
@@ -274,6 +276,8 @@ class Router:
 
     async def hub(self) -> HubClient:
         if self._hub is None:
+            import httpx  # on first use: the window's start-up does without it
+
             self._http = httpx.AsyncClient()
             self._hub = HubClient(self._http, token=await asyncio.to_thread(get_hf_token))
         return self._hub

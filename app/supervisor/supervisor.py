@@ -14,9 +14,7 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Any, TypeVar
-
-import httpx
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from app.client.chat import ChatClient
 from app.core.backends import BackendKey, BackendKind, BackendState
@@ -41,6 +39,9 @@ from app.supervisor.installer import InstallPhase, InstallUpdate, install_backen
 from app.supervisor.installer import uninstall_backend as _uninstall_files
 from app.supervisor.mlx_lm import venv_python
 from app.supervisor.system_info import SystemInfo, gather
+
+if TYPE_CHECKING:
+    pass
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -209,6 +210,8 @@ class Supervisor:
                 self._emit(InstallProgress(spec.key, update.phase, detail=update.detail))
             else:
                 self._emit(InstallProgress(spec.key, update.phase, p.done, p.total, p.speed_bps, p.eta_s))
+
+        import httpx
 
         with httpx.Client() as client:  # blocking: fetch moves the bytes in a worker thread
             manifest = await install_backend(spec, status, client, report)

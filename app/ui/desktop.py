@@ -89,6 +89,10 @@ class DesktopApp(QObject):
         for warning in (loaded.warning, self.history.warning, *self.bridge.warnings):
             if warning:
                 self._warn(warning)
+
+    def start(self) -> None:
+        """Find the models and probe the hardware and backends: called once the window is shown, so that
+        the probes (threads, subprocesses) do not hold up its first paint."""
         self.bridge.refresh()
 
     def _connect_bridge(self) -> None:

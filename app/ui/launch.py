@@ -59,6 +59,7 @@ async def _run(app: QApplication, instance: SingleInstance) -> int:
     if os.environ.get("LEMON_DESK_PRINT_READY"):  # for tests and the launch benchmark
         loop.call_soon(lambda: print(f"window shown: {window.windowTitle()}", flush=True))
         instance.activation_requested.connect(lambda: print("asked to show the window", flush=True))
+    loop.call_soon(desktop.start)  # after the window's first turn of the loop
     closed = asyncio.Event()
     app.aboutToQuit.connect(closed.set)
     await closed.wait()

@@ -1,10 +1,16 @@
-"""The settings dialog. It never holds a stored token: only whether one exists, and a new one if typed."""
+"""The settings dialog. It never holds a stored token: only whether one exists, and a new one if typed.
+
+Every setting an error message points to ("raise the load timeout in Settings", "set its path in
+Settings"...) is here, under the same name the message uses.
+"""
 
 from __future__ import annotations
 
 import dataclasses
 import enum
+import json
 from dataclasses import dataclass
+from pathlib import Path
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
@@ -13,6 +19,7 @@ from PySide6.QtWidgets import (
     QDialogButtonBox,
     QFileDialog,
     QFormLayout,
+    QGroupBox,
     QHBoxLayout,
     QLabel,
     QLineEdit,
@@ -22,9 +29,16 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.store.settings import Settings
+from app.core.errors import ConfigError
+from app.core.policy import parse_caps
+from app.store.settings import (
+    LOAD_TIMEOUT_RANGE_S,
+    REQUEST_TIMEOUT_RANGE_S,
+    Settings,
+    llama_server_problem,
+)
 
-MAX_LOADED_MODELS = 16
+MAX_IDLE_MINUTES = 24 * 60
 
 
 class TokenAction(enum.Enum):
@@ -49,13 +63,38 @@ def mirror_problem(url: str) -> str:
     return ""
 
 
+def caps_problem(text: str) -> str:
+    try:
+        parse_caps(text.strip())
+    except ConfigError as err:
+        return str(err)
+    return ""
+
+
+def _seconds(value: float, limits: tuple[int, int], parent: QWidget) -> QSpinBox:
+    box = QSpinBox(parent)
+    box.setRange(*limits)
+    box.setSuffix(" s")
+    box.setSingleStep(10)
+    box.setValue(round(value))
+    return box
+
+
+def _form(title: str, parent: QWidget) -> tuple[QGroupBox, QFormLayout]:
+    group = QGroupBox(title, parent)
+    form = QFormLayout(group)
+    # Text fields take the width; spin boxes keep their natural size instead of stretching across.
+    form.setFieldGrowthPolicy(QFormLayout.FieldGrowthPolicy.ExpandingFieldsGrow)
+    return group, form
+
+
 class SettingsDialog(QDialog):
     applied = Signal(object, object)  # Settings, TokenChange
 
     def __init__(self, settings: Settings, has_token: bool, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setWindowTitle("Settings")
-        self.setMinimumWidth(520)
+        self.setMinimumWidth(600)
         self._settings = settings
         self._delete_token = False
 
@@ -77,26 +116,67 @@ class SettingsDialog(QDialog):
         self.mirror.setPlaceholderText("https://github.com")
         self.mirror.textChanged.connect(self._validate)
         self.models_dir = QLineEdit(settings.models_dir, self)
-        self.models_dir.setPlaceholderText("The Hugging Face cache (HF_HUB_CACHE, HF_HOME or the default)")
+        self.models_dir.setPlaceholderText("The Hugging Face cache when empty")
+        self.models_dir.setToolTip("Empty: HF_HUB_CACHE, else the hub folder in HF_HOME, else the default")
         browse = QPushButton("Browse…", self)
         browse.clicked.connect(self._browse)
         models_row = QHBoxLayout()
         models_row.addWidget(self.models_dir, 1)
         models_row.addWidget(browse)
-        self.max_loaded = QSpinBox(self)
-        self.max_loaded.setRange(1, MAX_LOADED_MODELS)
-        self.max_loaded.setValue(settings.max_loaded_models)
+
+        self.llama_server = QLineEdit(settings.llama_server_path, self)
+        self.llama_server.setPlaceholderText("Found on PATH when empty")
+        self.llama_server.setToolTip("Your own llama-server binary, run by the llama.cpp “system” backend")
+        self.llama_server.textChanged.connect(self._validate)
+        browse_server = QPushButton("Browse…", self)
+        browse_server.clicked.connect(self._browse_llama_server)
+        server_row = QHBoxLayout()
+        server_row.addWidget(self.llama_server, 1)
+        server_row.addWidget(browse_server)
+        caps = settings.max_loaded_models
+        self.max_loaded = QLineEdit(str(caps) if isinstance(caps, int) else json.dumps(caps), self)
+        self.max_loaded.setPlaceholderText('2, or {"gpu": 1, "cpu": 2}')
+        self.max_loaded.setToolTip(
+            'How many models may be loaded at once: a number, or per-device caps such as {"gpu": 1, "cpu": 2, '
+            '"total": 3}. The least recently used model makes room; pinned models never do.'
+        )
+        self.max_loaded.textChanged.connect(self._validate)
+        self.idle_unload = QSpinBox(self)
+        self.idle_unload.setRange(0, MAX_IDLE_MINUTES)
+        self.idle_unload.setSuffix(" min")
+        self.idle_unload.setSpecialValueText("never")
+        self.idle_unload.setValue(settings.idle_unload_minutes)
+        self.idle_unload.setToolTip("Unload a model (unless pinned) after this long without a request")
+        self.load_timeout = _seconds(settings.load_timeout_s, LOAD_TIMEOUT_RANGE_S, self)
+        self.load_timeout.setToolTip("How long a model may take to load before the load fails")
+        self.request_timeout = _seconds(settings.request_timeout_s, REQUEST_TIMEOUT_RANGE_S, self)
+        self.request_timeout.setToolTip(
+            "How long a reply that is not streamed may take (streamed replies have no limit)"
+        )
         self.keep_in_tray = QCheckBox("Keep running in the tray when the window is closed", self)
         self.keep_in_tray.setChecked(settings.keep_in_tray)
 
-        form = QFormLayout()
+        downloads, form = _form("Downloads", self)
         form.addRow("Hugging Face token", token_row)
-        form.addRow("Release mirror", self.mirror)
         form.addRow("Models folder", models_row)
+        form.addRow("Release mirror", self.mirror)
+        engines, form = _form("Engines", self)
+        form.addRow("llama-server path", server_row)
         form.addRow("Max loaded models", self.max_loaded)
-        form.addRow("", self.keep_in_tray)
+        form.addRow("Unload when idle for", self.idle_unload)
+        form.addRow("Load timeout", self.load_timeout)
+        form.addRow("Request timeout", self.request_timeout)
+        boxes = (self.idle_unload, self.load_timeout, self.request_timeout)
+        width = max(box.sizeHint().width() for box in boxes)
+        for box in boxes:
+            box.setMinimumWidth(width)  # one column of equal boxes
+        labels = [*downloads.findChildren(QLabel), *engines.findChildren(QLabel)]
+        label_width = max(label.sizeHint().width() for label in labels)
+        for label in labels:
+            label.setMinimumWidth(label_width)  # both groups' fields start at the same x
         self.problem = QLabel(self)
         self.problem.setStyleSheet("color: #c0392b;")
+        self.problem.setWordWrap(True)
         self.problem.hide()
         self.buttons = QDialogButtonBox(
             QDialogButtonBox.StandardButton.Save | QDialogButtonBox.StandardButton.Cancel, self
@@ -104,10 +184,14 @@ class SettingsDialog(QDialog):
         self.buttons.accepted.connect(self._save)
         self.buttons.rejected.connect(self.reject)
         layout = QVBoxLayout(self)
-        layout.addLayout(form)
+        layout.addWidget(downloads)
+        layout.addWidget(engines)
+        layout.addWidget(self.keep_in_tray)
         layout.addWidget(self.problem)
+        layout.addStretch(1)
         layout.addWidget(self.buttons)
         self.folder_dialog: QFileDialog | None = None
+        self._validate()
 
     def _token_typed(self, text: str) -> None:
         if text:
@@ -128,8 +212,25 @@ class SettingsDialog(QDialog):
         self.folder_dialog = dialog
         dialog.open()
 
+    def _browse_llama_server(self) -> None:
+        dialog = QFileDialog(self, "llama-server", self.llama_server.text() or str(Path.home()))
+        dialog.setFileMode(QFileDialog.FileMode.ExistingFile)
+        dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        dialog.fileSelected.connect(self.llama_server.setText)
+        self.folder_dialog = dialog
+        dialog.open()
+
+    def _llama_server_path(self) -> str:
+        text = self.llama_server.text().strip()
+        return str(Path(text).expanduser()) if text else ""
+
     def _validate(self) -> bool:
-        problem = mirror_problem(self.mirror.text().strip())
+        mirror = self.mirror.text().strip()
+        problem = (
+            mirror_problem(mirror)
+            or llama_server_problem(self._llama_server_path())
+            or caps_problem(self.max_loaded.text())
+        )
         self.problem.setText(problem)
         self.problem.setVisible(bool(problem))
         self.buttons.button(QDialogButtonBox.StandardButton.Save).setEnabled(not problem)
@@ -142,7 +243,11 @@ class SettingsDialog(QDialog):
             self._settings,
             release_mirror=self.mirror.text().strip(),
             models_dir=self.models_dir.text().strip(),
-            max_loaded_models=self.max_loaded.value(),
+            llama_server_path=self._llama_server_path(),
+            max_loaded_models=parse_caps(self.max_loaded.text().strip()).to_json(),
+            idle_unload_minutes=self.idle_unload.value(),
+            load_timeout_s=float(self.load_timeout.value()),
+            request_timeout_s=float(self.request_timeout.value()),
             keep_in_tray=self.keep_in_tray.isChecked(),
         )
         typed = self.token.text().strip()

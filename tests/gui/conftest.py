@@ -37,6 +37,7 @@ def desktop(qtbot: QtBot, qapp: QApplication, qt_loop: object) -> Iterator[Calla
         qtbot.addWidget(app.window)
         app.window.show()
         qtbot.waitExposed(app.window)
+        app.start()
         qtbot.waitUntil(lambda: app.bridge.info is not None, timeout=30_000)
         made.append(app)
         return app

@@ -169,7 +169,10 @@ def test_settings_dialog_saves_settings_and_keeps_the_token_in_the_keychain_only
     dialog.mirror.clear()
     qtbot.keyClicks(dialog.mirror, "http://127.0.0.1:8123")
     assert save.isEnabled()
-    dialog.max_loaded.setValue(3)
+    dialog.max_loaded.setText('{"gpu": 0}')
+    assert not save.isEnabled() and "gpu must be a whole number" in dialog.problem.text()
+    dialog.max_loaded.setText("3")
+    dialog.idle_unload.setValue(15)
     dialog.keep_in_tray.setChecked(False)
     with qtbot.waitSignal(dialog.finished):
         qtbot.mouseClick(save, Qt.MouseButton.LeftButton)
@@ -178,6 +181,12 @@ def test_settings_dialog_saves_settings_and_keeps_the_token_in_the_keychain_only
         "http://127.0.0.1:8123",
         3,
         False,
+    )
+    live = app.bridge.router.settings  # applied at once: no restart
+    assert (live.max_loaded_models, live.idle_unload_minutes, live.release_mirror) == (
+        3,
+        15,
+        "http://127.0.0.1:8123",
     )
     assert secrets.get_hf_token() == TOKEN
     for path in lemon_home.rglob("*"):

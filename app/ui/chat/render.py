@@ -1,18 +1,20 @@
-"""Markdown and code to the HTML subset that Qt's rich text understands."""
+"""Markdown and code to the HTML subset that Qt's rich text understands.
+
+markdown-it and pygments are imported on the first render, not with this module: the window imports it,
+and they cost tens of milliseconds of start-up that no empty chat needs.
+"""
 
 from __future__ import annotations
 
 import html
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from markdown_it import MarkdownIt
-from pygments import highlight
-from pygments.formatters import HtmlFormatter
-from pygments.lexer import Lexer
-from pygments.lexers import TextLexer, get_lexer_by_name
-from pygments.util import ClassNotFound
+if TYPE_CHECKING:
+    from markdown_it import MarkdownIt
+    from pygments.formatters import HtmlFormatter
+    from pygments.lexer import Lexer
 
 LIGHT_CODE_STYLE = "friendly"
 DARK_CODE_STYLE = "monokai"
@@ -39,6 +41,8 @@ _HEADING_SIZES = {"h1": "1.5em", "h2": "1.3em", "h3": "1.15em", "h4": "1em", "h5
 
 
 def _md(theme: Theme) -> MarkdownIt:
+    from markdown_it import MarkdownIt
+
     md = MarkdownIt("commonmark", {"html": False, "breaks": False}).enable(["table", "strikethrough"])
     code = f"background-color:{theme.code_background}; font-family:monospace;"
 
@@ -93,6 +97,9 @@ def markdown_html(source: str, theme: Theme) -> str:
 
 @lru_cache(maxsize=64)
 def _lexer(lang: str) -> Lexer:
+    from pygments.lexers import TextLexer, get_lexer_by_name
+    from pygments.util import ClassNotFound
+
     try:
         return get_lexer_by_name(lang, stripnl=False, ensurenl=False) if lang else TextLexer()
     except ClassNotFound:
@@ -101,11 +108,15 @@ def _lexer(lang: str) -> Lexer:
 
 @lru_cache(maxsize=2)
 def _formatter(style: str) -> HtmlFormatter[str]:
+    from pygments.formatters import HtmlFormatter
+
     return HtmlFormatter(style=style, noclasses=True, nowrap=True)
 
 
 def code_html(code: str, lang: str, theme: Theme) -> str:
     """Highlighted code in a ``<pre>`` that wraps long lines."""
+    from pygments import highlight
+
     body = highlight(code, _lexer(lang.lower()), _formatter(theme.code_style)) if code else ""
     return (
         f'<pre style="white-space:pre-wrap; margin:0; color:{theme.code_foreground};'
