@@ -8,6 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from app.store.settings import Settings
+from tests.support.standin import standin_binary
+
 PROFILES = Path(__file__).parent / "profiles"
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
@@ -24,3 +27,9 @@ def lemon_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path
 
 def profile_path(name: str) -> Path:
     return PROFILES / f"{name}.json"
+
+
+@pytest.fixture
+def standin_settings(tmp_path: Path) -> Settings:
+    """Settings whose `system` llama.cpp backend is the stand-in engine (tests/support/standin.py)."""
+    return Settings(llama_server_path=str(standin_binary(tmp_path / "standin-bin")))
