@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from app.store.settings import Settings
+from tests.support.leaks import LeakWatch, check
 from tests.support.standin import standin_binary
 
 PROFILES = Path(__file__).parent / "profiles"
@@ -23,6 +24,17 @@ def lemon_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path
     for var in ("LEMON_DESK_MOCK_HARDWARE", "LEMON_DESK_RELEASE_MIRROR", "LEMON_DESK_BACKEND_VERSIONS"):
         monkeypatch.delenv(var, raising=False)
     yield home
+
+
+@pytest.fixture(autouse=True)
+def nothing_left_running(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Fail a test that leaves an asyncio task, a Qt timer or a thread running (tests/support/leaks.py).
+    A test that must, says why with ``@pytest.mark.leaves_running("why")``."""
+    exempt = request.node.get_closest_marker("leaves_running")
+    with LeakWatch().watching(monkeypatch) as watch:
+        yield
+    if exempt is None:
+        check(watch, pytest.fail)
 
 
 def profile_path(name: str) -> Path:
