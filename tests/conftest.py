@@ -8,6 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from app.store.settings import Settings
+from tests.support.leaks import LeakWatch, check
+from tests.support.standin import standin_binary
+
 PROFILES = Path(__file__).parent / "profiles"
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
@@ -22,5 +26,22 @@ def lemon_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path
     yield home
 
 
+@pytest.fixture(autouse=True)
+def nothing_left_running(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Fail a test that leaves an asyncio task, a Qt timer or a thread running (tests/support/leaks.py).
+    A test that must, says why with ``@pytest.mark.leaves_running("why")``."""
+    exempt = request.node.get_closest_marker("leaves_running")
+    with LeakWatch().watching(monkeypatch) as watch:
+        yield
+    if exempt is None:
+        check(watch, pytest.fail)
+
+
 def profile_path(name: str) -> Path:
     return PROFILES / f"{name}.json"
+
+
+@pytest.fixture
+def standin_settings(tmp_path: Path) -> Settings:
+    """Settings whose `system` llama.cpp backend is the stand-in engine (tests/support/standin.py)."""
+    return Settings(llama_server_path=str(standin_binary(tmp_path / "standin-bin")))

@@ -3,6 +3,10 @@
 Its life is drawn in ``app.core.engine_state``, whose ``_TRANSITIONS`` is the one place that says which
 moves are legal; ``_set_state`` here is the one place that makes them. Every path out of a running
 process reaps it.
+
+A READY engine is watched for hangs two ways: a request in flight that gets no data for ``hang_grace_s``,
+and, when no request is in flight, a cheap ``/health`` every ``idle_probe_s``. Either way /health must
+then fail ``HANG_PROBES`` times in a row before the engine is declared hung and killed (CRASHED).
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ log = logging.getLogger(__name__)
 HEALTH_POLL_S = 0.1
 HEALTH_TIMEOUT_S = 2.0
 HANG_PROBES = 3  # /health failures in a row, after the grace period, that make a hang
+IDLE_PROBE_S = 15.0  # how often an idle READY engine's /health is checked
 EXPLAIN_WAIT_S = 5.0  # how long a broken request waits to learn whether the engine died
 OUTPUT_LINES = 2000
 LAST_WORDS = 20  # output lines quoted in an error
@@ -90,6 +95,7 @@ class Engine:
         load_timeout_s: float = 600.0,
         hang_grace_s: float = 90.0,
         stop_grace_s: float = 10.0,
+        idle_probe_s: float = IDLE_PROBE_S,
         port: int | None = None,
         log_path: Path | None = None,
     ) -> None:
@@ -99,6 +105,7 @@ class Engine:
         self.load_timeout_s = load_timeout_s
         self.hang_grace_s = hang_grace_s
         self.stop_grace_s = stop_grace_s
+        self.idle_probe_s = idle_probe_s
         self.log_path = log_path or logs_dir() / f"engine-{_safe_name(engine_id)}.log"
         self.name = os.path.basename(request.binary)  # e.g. "llama-server", for messages
         self.state = EngineState.STOPPED
@@ -302,17 +309,27 @@ class Engine:
     # --- watchdog -----------------------------------------------------------------------------------
 
     async def _watch_ready(self) -> None:
-        """Notice an engine that exits, or one that hangs (a request in flight, silent past the grace)."""
+        """Notice an engine that exits, or one that hangs: a request in flight silent past the grace, or
+        an idle engine whose periodic /health fails."""
         assert self._exited is not None
-        tick = min(1.0, self.hang_grace_s / 4)
+        tick = min(1.0, self.hang_grace_s / 4, self.idle_probe_s)
+        next_idle_probe = time.monotonic() + self.idle_probe_s
         while not self._exited.done():
             await asyncio.wait({self._exited}, timeout=tick)
-            silent = not self._exited.done() and self.watch.silent_for(self.hang_grace_s)
-            if silent and await self._unhealthy():
-                self._hang = (
-                    f"{self.name} stopped responding: no reply data for {self.hang_grace_s:g} s and "
-                    f"/health failed {HANG_PROBES} times, so it was killed."
-                )
+            if self._exited.done():
+                break
+            if self.watch.silent_for(self.hang_grace_s):
+                why = f"no reply data for {self.hang_grace_s:g} s, then /health failed {HANG_PROBES} times"
+            elif self.watch.in_flight == 0 and time.monotonic() >= max(
+                next_idle_probe, self.watch.last_activity + self.idle_probe_s
+            ):
+                why = f"while idle, /health failed {HANG_PROBES} times in a row"
+            else:
+                continue
+            hung = await self._unhealthy()
+            next_idle_probe = time.monotonic() + self.idle_probe_s
+            if hung:
+                self._hang = f"{self.name} stopped responding to /health ({why}), so it was killed."
                 self._emit([f"=== {self._hang}"])
                 assert self._proc is not None
                 signal_group(self._proc.pid, signal.SIGKILL)
@@ -326,17 +343,24 @@ class Engine:
             self._set_state(EngineState.CRASHED)
 
     async def _unhealthy(self) -> bool:
-        """True when /health fails HANG_PROBES times in a row; a success restarts the grace period."""
+        """True when /health fails HANG_PROBES times in a row; a success restarts the grace period.
+
+        False when the process exits meanwhile: that is a crash, reported with its own exit, not a hang.
+        """
         import httpx
 
-        assert self._http is not None
+        assert self._http is not None and self._exited is not None
         timeout = min(5.0, self.hang_grace_s)
-        for _ in range(HANG_PROBES):
+        for attempt in range(HANG_PROBES):
+            if attempt:
+                await asyncio.wait({self._exited}, timeout=HEALTH_POLL_S)
+            if self._exited.done():
+                return False
             with contextlib.suppress(httpx.HTTPError):
                 if (await self._http.get("/health", timeout=timeout)).status_code == 200:
                     self.watch.last_activity = time.monotonic()
                     return False
-        return True
+        return not self._exited.done()
 
     async def explain(self, error: RequestError) -> LemonDeskError:
         """Why a request broke: the engine's crash (waiting briefly to learn of it), else ``error``."""

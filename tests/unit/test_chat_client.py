@@ -41,8 +41,13 @@ class StandInEngine:
     requests: list[dict[str, Any]] = field(default_factory=list)
     headers: list[dict[str, str]] = field(default_factory=list)
     hung_up: asyncio.Event = field(default_factory=asyncio.Event)
+    handlers: set[asyncio.Task[None]] = field(default_factory=set)
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self.handlers.add(task)
+        task.add_done_callback(self.handlers.discard)
         head = (await reader.readuntil(b"\r\n\r\n")).decode()
         lines = head.split("\r\n")[1:]
         headers = {k.lower(): v.strip() for k, _, v in (line.partition(":") for line in lines if line)}
@@ -80,7 +85,13 @@ async def engine(script: Script) -> AsyncIterator[tuple[StandInEngine, str]]:
     server = await asyncio.start_server(stand_in.handle, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
     async with server:
-        yield stand_in, f"http://127.0.0.1:{port}"
+        try:
+            yield stand_in, f"http://127.0.0.1:{port}"
+        finally:
+            # A script still answering (or silent on purpose) ends with the test, not after it.
+            for handler in list(stand_in.handlers):
+                handler.cancel()
+            await asyncio.gather(*stand_in.handlers, return_exceptions=True)
 
 
 async def collect(client: ChatClient, **params: Any) -> list[ChatEvent]:

@@ -31,6 +31,11 @@ from tests.support.testrepos import BIG, SHARDS, TINY_MLX, big_files
 Q4 = f"{BIG}:Q4_K_M"
 Q8 = f"{BIG}:Q8_0"
 
+HUB_EARLY_BREAK = pytest.mark.leaves_running(
+    "HubClient.read_range breaks off httpx's aiter_bytes once it has the bytes; httpx's inner generator "
+    "is left for the loop's GC hook to close (an aclose() task asyncio.run cancels at exit)"
+)
+
 
 @pytest.fixture(autouse=True)
 def known_machine(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -65,6 +70,7 @@ def full_gets(ranges: list[str | None]) -> list[str | None]:
     return [r for r in ranges if r is None or r.endswith("-")]
 
 
+@HUB_EARLY_BREAK
 def test_search_shows_variants_sizes_and_fit(hub: LoopbackHub, capsys: pytest.CaptureFixture[str]) -> None:
     data = run_json(capsys, "search", "big", "--ctx-size", "2048")
     [result] = data["results"]
@@ -85,6 +91,7 @@ def test_search_shows_variants_sizes_and_fit(hub: LoopbackHub, capsys: pytest.Ca
     assert code == 0 and TINY_MLX in out and "MLX" in out and "fits: needs" in out
 
 
+@HUB_EARLY_BREAK
 def test_pull_dry_run_lists_files_and_fit_and_fetches_nothing(
     hub: LoopbackHub, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -176,7 +176,7 @@ class CodeBlockView(BlockColumn):
     def _copy(self) -> None:
         QGuiApplication.clipboard().setText(self.code().removesuffix("\n"))
         self.copy_button.setText("Copied")
-        QTimer.singleShot(COPIED_FEEDBACK_MS, self._copied_shown)
+        QTimer.singleShot(COPIED_FEEDBACK_MS, self, self._copied_shown)  # dropped if the block goes first
 
     def _copied_shown(self) -> None:
         self.copy_button.setText("Copy")
