@@ -137,8 +137,9 @@ class SettingsDialog(QDialog):
         self.max_loaded = QLineEdit(str(caps) if isinstance(caps, int) else json.dumps(caps), self)
         self.max_loaded.setPlaceholderText('2, or {"gpu": 1, "cpu": 2}')
         self.max_loaded.setToolTip(
-            'How many models may be loaded at once: a number, or per-device caps such as {"gpu": 1, "cpu": 2, '
-            '"total": 3}. The least recently used model makes room; pinned models never do.'
+            "How many models may be loaded at once: a number, or per-device caps such as "
+            '{"gpu": 1, "cpu": 2, "total": 3}. The least recently used model makes room; pinned ones '
+            "never do."
         )
         self.max_loaded.textChanged.connect(self._validate)
         self.idle_unload = QSpinBox(self)

@@ -11,23 +11,28 @@ from pathlib import Path
 
 import psutil
 import pytest
-from app.library import Library
 
+from app.core.engine_state import EngineState
 from app.core.errors import EngineError
 from app.core.fit import estimate, shape_from_gguf
 from app.core.hardware import hardware_from_json
 from app.core.launch import LaunchRequest
 from app.core.models import Model
 from app.platform.probe import find_system_llama_server
+from app.store.library import Library
+from app.store.model_paths import local_gguf_metadata
 from app.store.settings import Settings
-from app.supervisor.engine import Engine, EngineState
-from app.supervisor.modelmeta import local_gguf_metadata
+from app.supervisor.engine import Engine
 from app.supervisor.supervisor import EngineStateChanged, LoadOptions, Supervisor, SupervisorEvent
 from tests.conftest import profile_path
 from tests.support.standin import control, make_standin_model
 
 S = EngineState
 SYSTEM = LoadOptions(backend="system")
+
+
+def supervise(settings: Settings) -> Supervisor:
+    return Supervisor(settings, resolve_model=Library(settings).location)
 
 
 def imported(settings: Settings, path: Path) -> Model:
@@ -51,7 +56,9 @@ def test_load_then_stream_a_chat_through_the_supervisor(standin_settings: Settin
     events: list[SupervisorEvent] = []
 
     async def go() -> tuple[str, str | None, int | None]:
-        async with Supervisor(standin_settings) as supervisor:
+        async with Supervisor(
+            standin_settings, resolve_model=Library(standin_settings).location
+        ) as supervisor:
             supervisor.subscribe(events.append)
             engine = await supervisor.load(model, SYSTEM)
             assert engine.state is S.READY and engine.request.backend == "system"
@@ -76,7 +83,9 @@ def test_a_crash_is_seen_within_a_second_with_the_last_words(
     model = imported(standin_settings, make_standin_model(tmp_path, "crashy"))
 
     async def go() -> tuple[float, str]:
-        async with Supervisor(standin_settings) as supervisor:
+        async with Supervisor(
+            standin_settings, resolve_model=Library(standin_settings).location
+        ) as supervisor:
             engine = await supervisor.load(model, SYSTEM)
             crashed = asyncio.ensure_future(engine.wait_for_state(S.CRASHED))
             started = time.monotonic()
@@ -94,7 +103,9 @@ def test_crash_on_load_fails_the_load_with_the_last_words(standin_settings: Sett
     model = imported(standin_settings, make_standin_model(tmp_path, "broken", crash_on_load=True))
 
     async def go() -> EngineError:
-        async with Supervisor(standin_settings) as supervisor:
+        async with Supervisor(
+            standin_settings, resolve_model=Library(standin_settings).location
+        ) as supervisor:
             with pytest.raises(EngineError) as failed:
                 await supervisor.load(model, SYSTEM)
             assert supervisor.engine(model.name).state is S.FAILED
