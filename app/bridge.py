@@ -129,6 +129,8 @@ class Bridge(QObject):
     # --- router events --------------------------------------------------------------------------------
 
     def _on_event(self, event: RouterEvent) -> None:
+        if self.shut_down:
+            return  # what the engines do while the app quits is for no one
         if isinstance(event, ModelsChanged | DownloadProgress | DownloadChanged):
             if not self._refresh.isActive():
                 self._refresh.start()

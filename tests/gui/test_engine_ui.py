@@ -134,10 +134,8 @@ def test_an_engine_that_dies_mid_reply_fails_the_reply_with_its_last_words(
     assert "SIGKILL" in error or "killed" in error.lower(), error
     assert "srv" in error or "slot" in error, "the engine's own last lines are quoted"
     # The router restarts the engine with the same options; the row comes back loaded.
-    engines = app.bridge.router.supervisor.engines
-
     def restarted() -> bool:
-        engine = engines.get(NAME)
+        engine = app.bridge.router.supervisor.engines.get(NAME)
         return engine is not None and engine.state is EngineState.READY and engine.pid != first
 
     qtbot.waitUntil(restarted, timeout=LOAD_MS)
