@@ -68,6 +68,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     models.add_argument("--json", action="store_true", help="print JSON")
     models.set_defaults(handler=cmd_models)
 
+    for verb, pinned in (("pin", True), ("unpin", False)):
+        what = "never unload" if pinned else "let the loading policy unload"
+        pin = sub.add_parser(verb, help=f"{what} a model to make room or when idle (saved with its options)")
+        pin.add_argument("model")
+        pin.set_defaults(handler=cmd_pin, pinned=pinned)
+
     rm = sub.add_parser("rm", help="delete a model's files (files other models share are kept)")
     rm.add_argument("model")
     rm.set_defaults(handler=cmd_rm)
@@ -311,6 +317,14 @@ def cmd_models(args: argparse.Namespace) -> int:
             [model.name, model.recipe, f"{v.size_bytes / GB:.2g} GB", v.status.text, model.checkpoint]
         )
     print(table(rows))
+    return 0
+
+
+def cmd_pin(args: argparse.Namespace) -> int:
+    router = Router(load_settings_noting_problems())
+    name = router.library.resolve(args.model).name
+    router.set_pinned(name, args.pinned)
+    print(f"{name} is {'pinned' if args.pinned else 'no longer pinned'}.")
     return 0
 
 

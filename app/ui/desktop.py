@@ -127,11 +127,13 @@ class DesktopApp(QObject):
         self.tray.load_requested.connect(lambda name: bridge.load(name))
         self.tray.unload_requested.connect(bridge.unload)
         self.tray.unload_all_requested.connect(bridge.unload_all)
+        self.tray.pin_requested.connect(bridge.set_pinned)
 
     def _rows_changed(self, rows: list[ModelView]) -> None:
         self.window.set_rows(rows)
         loaded = {r.name for r in rows if r.status.status is Status.LOADED}
-        self.tray.set_models([r.name for r in rows if r.on_disk], loaded)
+        pinned = frozenset(r.name for r in rows if r.status.pinned)
+        self.tray.set_models([r.name for r in rows if r.on_disk], loaded, pinned)
         selected = self.window.models.selected()
         if selected and self.window.options.model != selected:
             self._model_selected(selected)

@@ -14,6 +14,7 @@ class Tray(QObject):
     load_requested = Signal(str)
     unload_requested = Signal(str)
     unload_all_requested = Signal()
+    pin_requested = Signal(str, bool)  # model, pinned
     quit_requested = Signal()
     notified = Signal(str, str)  # title, message: also shown in the window, where a tray may be missing
 
@@ -24,6 +25,8 @@ class Tray(QObject):
         self.open_action.triggered.connect(self.open_requested)
         self.load_menu = self.menu.addMenu("Load")
         self.unload_menu = self.menu.addMenu("Unload")
+        self.pin_menu = self.menu.addMenu("Pin")
+        self.pin_menu.setToolTip("A pinned model is never unloaded to make room or when idle")
         self.menu.addSeparator()
         self.quit_action = self.menu.addAction("Quit")
         self.quit_action.triggered.connect(self.quit_requested)
@@ -46,8 +49,15 @@ class Tray(QObject):
     def hide(self) -> None:
         self.icon.hide()
 
-    def set_models(self, names: list[str], loaded: set[str]) -> None:
-        """The models that can be loaded (downloaded ones) and those loaded now (checked)."""
+    def set_models(self, names: list[str], loaded: set[str], pinned: frozenset[str] = frozenset()) -> None:
+        """The models that can be loaded (downloaded ones), those loaded now and those pinned (checked)."""
+        self.pin_menu.clear()
+        for name in names:
+            pin = self.pin_menu.addAction(name)
+            pin.setCheckable(True)
+            pin.setChecked(name in pinned)
+            pin.triggered.connect(lambda checked, n=name: self.pin_requested.emit(n, checked))
+        self.pin_menu.setEnabled(bool(names))
         self._models, self._loaded = list(names), set(loaded)
         self.load_menu.clear()
         for name in names:

@@ -65,6 +65,15 @@ def test_tray_menu_is_driven_by_data_and_emits_intents(qtbot: QtBot) -> None:
     assert unload.args == ["qwen-7b"]
     with qtbot.waitSignal(tray.unload_all_requested):
         unloads["Unload all"].trigger()
+    tray.set_models(["llama-3b", "qwen-7b"], {"qwen-7b"}, frozenset({"qwen-7b"}))
+    pins = {a.text(): a for a in tray.pin_menu.actions()}
+    assert [a.isChecked() for a in pins.values()] == [False, True]
+    with qtbot.waitSignal(tray.pin_requested) as pin:
+        pins["llama-3b"].trigger()
+    assert pin.args == ["llama-3b", True]
+    with qtbot.waitSignal(tray.pin_requested) as pin:
+        pins["qwen-7b"].trigger()
+    assert pin.args == ["qwen-7b", False]
     with qtbot.waitSignal(tray.open_requested):
         tray.open_action.trigger()
     with qtbot.waitSignal(tray.notified) as note:

@@ -133,6 +133,7 @@ def test_an_engine_that_dies_mid_reply_fails_the_reply_with_its_last_words(
     error = chat.messages()[-1].error
     assert "SIGKILL" in error or "killed" in error.lower(), error
     assert "srv" in error or "slot" in error, "the engine's own last lines are quoted"
+
     # The router restarts the engine with the same options; the row comes back loaded.
     def restarted() -> bool:
         engine = app.bridge.router.supervisor.engines.get(NAME)

@@ -332,3 +332,13 @@ def test_run_finds_pulled_models_in_the_cache_and_says_to_pull_the_others(
     assert command[command.index("-m") + 1] == pulled["path"]
     plan = run_json(capsys, "run", "user.Big-GGUF-Q8_0", "--dry-run")  # and by name
     assert plan["command"][plan["command"].index("-m") + 1] == pulled["path"]
+
+
+def test_pin_and_unpin_are_saved_and_shown(capsys: pytest.CaptureFixture[str]) -> None:
+    name = next(iter(models(capsys)))
+    assert run(capsys, "pin", name)[:2] == (0, f"{name} is pinned.\n")
+    assert models(capsys)[name]["pinned"] is True
+    assert run(capsys, "unpin", name)[0] == 0
+    assert models(capsys)[name]["pinned"] is False
+    code, _, err = run(capsys, "pin", "no-such-model")
+    assert code == 1 and "There is no model named 'no-such-model'" in err
