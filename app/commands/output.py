@@ -38,9 +38,9 @@ class ProgressBar:
     WIDTH = 30
     DETAIL_WIDTH = 60  # pip's latest step, redrawn in place
 
-    def __init__(self, stream: TextIO = sys.stderr) -> None:
-        self.stream = stream
-        self.live = stream.isatty()
+    def __init__(self, stream: TextIO | None = None) -> None:
+        self.stream = stream or sys.stderr  # looked up now: a test may have replaced it since import
+        self.live = self.stream.isatty()
         self.phase: InstallPhase | None = None
         self.drawn = False
 

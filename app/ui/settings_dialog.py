@@ -205,19 +205,18 @@ class SettingsDialog(QDialog):
         self.remove_token.setEnabled(False)
 
     def _browse(self) -> None:
-        dialog = QFileDialog(self, "Models folder", self.models_dir.text())
-        dialog.setFileMode(QFileDialog.FileMode.Directory)
-        dialog.setOption(QFileDialog.Option.ShowDirsOnly)
-        dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
-        dialog.fileSelected.connect(self.models_dir.setText)
-        self.folder_dialog = dialog
-        dialog.open()
+        self._choose("Models folder", self.models_dir, QFileDialog.FileMode.Directory)
 
     def _browse_llama_server(self) -> None:
-        dialog = QFileDialog(self, "llama-server", self.llama_server.text() or str(Path.home()))
-        dialog.setFileMode(QFileDialog.FileMode.ExistingFile)
+        self._choose("llama-server", self.llama_server, QFileDialog.FileMode.ExistingFile)
+
+    def _choose(self, title: str, field: QLineEdit, mode: QFileDialog.FileMode) -> None:
+        dialog = QFileDialog(self, title, field.text() or str(Path.home()))
+        dialog.setFileMode(mode)
+        if mode is QFileDialog.FileMode.Directory:
+            dialog.setOption(QFileDialog.Option.ShowDirsOnly)
         dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
-        dialog.fileSelected.connect(self.llama_server.setText)
+        dialog.fileSelected.connect(field.setText)
         self.folder_dialog = dialog
         dialog.open()
 

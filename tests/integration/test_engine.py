@@ -143,7 +143,7 @@ def test_watchdog_kills_a_hung_engine(llama_request: LaunchRequest, cpu_hardware
     err, pid = run(engine, go)
     assert engine.state is S.CRASHED
     assert isinstance(err, EngineError)
-    assert "stopped responding: no reply data for 1 s and /health failed 3 times" in str(err)
+    assert "stopped responding to /health (no reply data for 1 s, then /health failed 3 times)" in str(err)
     assert gone(pid)
 
 

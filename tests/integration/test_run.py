@@ -4,6 +4,7 @@ a killed app, and the terminal chat."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import re
 import signal
@@ -61,7 +62,7 @@ def test_engine_killed_mid_stream_is_one_clear_error(
     engine.kill()
     _, err = cli.communicate(timeout=60)
     assert cli.returncode == 1
-    assert err.startswith(
+    assert after_phases(err).startswith(
         "error: llama-server stopped unexpectedly (killed by signal SIGKILL). Load the model"
     )
     assert "--- engine output ---" in err and "Traceback" not in err
@@ -84,17 +85,30 @@ def test_corrupt_gguf_gives_the_engines_own_reason(installed: None, tmp_path: Pa
     bad.write_bytes(b"GGUF" + os.urandom(4096))  # the right magic, then garbage
     done = lemon_desk("run", str(bad), "--prompt", "hi")
     assert done.returncode == 1
-    assert done.stderr.startswith("error: llama-server exited while loading broken.gguf")
+    assert after_phases(done.stderr).startswith("error: llama-server exited while loading broken.gguf")
     assert "failed to load model" in done.stderr and "Traceback" not in done.stderr
     assert engines_of(lemon_home) == []
 
 
-def test_not_installed_backend_says_how_to_install(mirror: Mirror, smol_gguf: Path) -> None:
-    done = lemon_desk("run", str(smol_gguf), "--prompt", "hi")
-    assert done.returncode == 1
-    assert done.stderr == (
-        "error: llamacpp:cpu is not installed. Install it first: lemon-desk backends install llamacpp:cpu\n"
-    )
+def test_a_backend_not_installed_is_installed_first(
+    mirror: Mirror, smol_gguf: Path, lemon_home: Path
+) -> None:
+    done = lemon_desk("run", str(smol_gguf), "--prompt", "Say hi.", "--json")
+    assert done.returncode == 0, done.stderr
+    name = smol_gguf.stem
+    assert done.stderr.splitlines()[:2] == [f"{name}: installing llamacpp:cpu", f"{name}: loading"]
+    assert json.loads(done.stdout)["backend"] == "llamacpp:cpu"
+    listed = json.loads(lemon_desk("backends", "--json").stdout)
+    assert listed["recipes"]["llamacpp"]["backends"]["cpu"]["state"] == "installed"
+    assert engines_of(lemon_home) == []
+
+
+def after_phases(err: str) -> str:
+    """stderr without the one-click progress lines (``<model>: loading``) that come first."""
+    lines = err.splitlines(keepends=True)
+    while lines and re.match(r"\S+: (downloading|installing|loading)", lines[0]):
+        lines.pop(0)
+    return "".join(lines)
 
 
 def telemetry_lines(err: str) -> list[tuple[int, int]]:
@@ -164,6 +178,6 @@ def test_ctrl_c_during_a_one_shot_reply_stops_the_engine(
     os.kill(cli.pid, signal.SIGINT)
     _, err = cli.communicate(timeout=60)
     assert cli.returncode == 130
-    assert err.strip() == "interrupted"
+    assert after_phases(err).strip() == "interrupted"
     assert not psutil.pid_exists(engine.pid)
     assert engines_of(lemon_home) == []

@@ -58,7 +58,7 @@ def test_load_chat_unload_with_events(mirror: Mirror, smol_gguf: Path) -> None:
     assert content
     assert states(events) == [S.STARTING, S.READY, S.STOPPING, S.STOPPED]
     changed = [e for e in events if isinstance(e, EngineStateChanged)]
-    assert {(e.engine_id, e.backend) for e in changed} == {(model.name, "llamacpp:cpu")}
+    assert {(e.engine_id, str(e.backend)) for e in changed} == {(model.name, "llamacpp:cpu")}
     assert not psutil.pid_exists(pid)
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import re
 import threading
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -38,7 +37,7 @@ class Served:
     routes: dict[str, Callable[[dict[str, list[str]]], bytes]] = field(default_factory=dict)
     headers: dict[str, dict[str, str]] = field(default_factory=dict)  # extra response headers per path
     lock: threading.Lock = field(default_factory=threading.Lock)
-    release: threading.Event = field(default_factory=threading.Event)  # ends every hold
+    release: threading.Event = field(default_factory=threading.Event)  # ends every hold and stall
 
     def arm(self, path: str, fault: Fault) -> None:
         with self.lock:
@@ -115,7 +114,7 @@ class _Handler(BaseHTTPRequestHandler):
         if head:
             return
         if fault.stall_s:
-            time.sleep(fault.stall_s)
+            served.release.wait(fault.stall_s)  # the server's shutdown ends a stall too
         if fault.hold_after is not None:
             self.wfile.write(payload[: fault.hold_after])
             self.wfile.flush()
