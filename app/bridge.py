@@ -130,7 +130,8 @@ class Bridge(QObject):
 
     def _on_event(self, event: RouterEvent) -> None:
         if isinstance(event, ModelsChanged | DownloadProgress | DownloadChanged):
-            if not self._refresh.isActive():
+            # The router's shutdown stops engines and says so: no refresh may start after ours stopped.
+            if not self._refresh.isActive() and not self.shut_down:
                 self._refresh.start()
         elif isinstance(event, EngineStateChanged):
             self._engine_changed(event)
