@@ -132,7 +132,8 @@ class Bridge(QObject):
         if self.shut_down:
             return  # what the engines do while the app quits is for no one
         if isinstance(event, ModelsChanged | DownloadProgress | DownloadChanged):
-            if not self._refresh.isActive():
+            # The router's shutdown stops engines and says so: no refresh may start after ours stopped.
+            if not self._refresh.isActive() and not self.shut_down:
                 self._refresh.start()
         elif isinstance(event, EngineStateChanged):
             self._engine_changed(event)

@@ -252,10 +252,13 @@ class Engine:
         deadline = time.monotonic() + self.load_timeout_s
         while True:
             probe = asyncio.create_task(self._http.get("/health", timeout=HEALTH_TIMEOUT_S))
-            await asyncio.wait({probe, self._exited}, return_when=asyncio.FIRST_COMPLETED)
-            if self._exited.done():
-                probe.cancel()
+            try:
+                await asyncio.wait({probe, self._exited}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                # A load cancelled here, or an engine that exited first, must not leave the probe behind.
+                probe.cancel()  # does nothing once it is done
                 await asyncio.gather(probe, return_exceptions=True)
+            if self._exited.done():
                 raise EngineError(
                     f"{self.name} exited while loading {self._model_name()} "
                     f"({describe_exit(self._exited.result())}).",

@@ -20,6 +20,7 @@ def qt_loop(qapp: QApplication) -> Iterator[qasync.QEventLoop]:
     yield loop
     # run_forever never ran: undo what already_running did (stop() would call QApplication.exit())
     loop._QEventLoop__is_running = False  # type: ignore[attr-defined]
+    asyncio.events._set_running_loop(None)  # else a later asyncio.run() in this process finds it running
     loop._after_run_forever()
     loop.close()
     asyncio.set_event_loop(None)
