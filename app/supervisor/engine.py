@@ -7,6 +7,10 @@ process reaps it.
 A READY engine is watched for hangs two ways: a request in flight that gets no data for ``hang_grace_s``,
 and, when no request is in flight, a cheap ``/health`` every ``idle_probe_s``. Either way /health must
 then fail ``HANG_PROBES`` times in a row before the engine is declared hung and killed (CRASHED).
+
+No engine outlives the app: on Linux it gets SIGKILL when the app dies (PDEATHSIG), elsewhere a reaper
+process watches it (``reaper.py``), and while it runs a run record names it, so that the next start
+stops it if both failed (``orphans.py``).
 """
 
 from __future__ import annotations
@@ -32,7 +36,10 @@ from app.core.hardware import Hardware
 from app.core.launch import LaunchPlan, LaunchRequest, child_environment, plan_launch
 from app.store.files import atomic_write_bytes
 from app.store.paths import logs_dir, run_dir
+from app.store.run_records import remove_run_record
+from app.supervisor.orphans import record_engine
 from app.supervisor.process import RotatingLog, describe_exit, die_with_parent, free_port, signal_group
+from app.supervisor.reaper import reaper_command
 from app.supervisor.tps import telemetry_source
 
 if TYPE_CHECKING:
@@ -120,6 +127,7 @@ class Engine:
         self._output_listeners: list[OutputListener] = []
         self._changed = asyncio.Event()
         self._proc: asyncio.subprocess.Process | None = None
+        self._reaper: asyncio.subprocess.Process | None = None  # where the OS has no PDEATHSIG
         self._reader: asyncio.Task[None] | None = None
         self._exited: asyncio.Task[int] | None = None
         self._watchdog: asyncio.Task[None] | None = None
@@ -223,6 +231,7 @@ class Engine:
         self.output.clear()
         self._log = RotatingLog(self.log_path)
         self._emit([f"=== {time.strftime('%Y-%m-%d %H:%M:%S')} starting: {' '.join(plan.argv)}"])
+        die_with_app = die_with_parent()
         try:
             self._proc = await asyncio.create_subprocess_exec(
                 *plan.argv,
@@ -231,7 +240,7 @@ class Engine:
                 stderr=asyncio.subprocess.STDOUT,
                 env=child_environment(os.environ, plan),
                 start_new_session=True,  # Ctrl-C in a terminal reaches the app, which stops the engine
-                preexec_fn=die_with_parent(),
+                preexec_fn=die_with_app,
             )
         except OSError as err:
             raise EngineError(
@@ -241,6 +250,7 @@ class Engine:
         assert self._proc.stdout is not None
         self._reader = asyncio.create_task(self._read_output(self._proc.stdout))
         self._exited = asyncio.create_task(self._wait_exit(self._proc))
+        await self._guard(plan.argv[0], die_with_app is not None)
         import httpx
 
         self._http = httpx.AsyncClient(base_url=self.base_url, trust_env=False)
@@ -301,8 +311,41 @@ class Engine:
                 except Exception:
                     log.exception("engine %s: an output listener failed", self.id)
 
+    async def _guard(self, binary: str, dies_with_app: bool) -> None:
+        """Leave a run record (so a later start finds the engine if the app dies unseen), and start a
+        reaper where the engine does not die with the app by itself. Neither failing stops the engine."""
+        assert self._proc is not None
+        try:
+            record_engine(self.id, binary, self._proc.pid)
+        except OSError as err:
+            log.warning("engine %s: could not write its run record: %s", self.id, err)
+        if dies_with_app:
+            return
+        try:
+            self._reaper = await asyncio.create_subprocess_exec(
+                *reaper_command(self._proc.pid),
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.DEVNULL,
+                stderr=asyncio.subprocess.DEVNULL,
+                start_new_session=True,  # a Ctrl-C meant for the app must not end it
+            )
+        except OSError as err:
+            log.warning("engine %s: could not start its reaper: %s", self.id, err)
+        if self._proc.returncode is not None:  # it ended while its reaper started: _wait_exit is past it
+            await self._end_reaper()
+
+    async def _end_reaper(self) -> None:
+        """Once the engine has been reaped: its reaper would notice within its poll; no need to wait."""
+        reaper, self._reaper = self._reaper, None
+        if reaper is not None:
+            with contextlib.suppress(ProcessLookupError):
+                reaper.terminate()
+            await reaper.wait()
+
     async def _wait_exit(self, proc: asyncio.subprocess.Process) -> int:
         returncode = await proc.wait()
+        remove_run_record(proc.pid)
+        await self._end_reaper()
         if self._reader is not None:
             # The last lines may still be in the pipe; a grandchild holding it open must not block us.
             with contextlib.suppress(TimeoutError):

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 PR_SET_PDEATHSIG = 1
+TEST_NO_PDEATHSIG = "LEMON_DESK_TEST_NO_PDEATHSIG"
 _libc = ctypes.CDLL(None, use_errno=True) if sys.platform == "linux" else None
 
 
@@ -26,8 +27,11 @@ def die_with_parent() -> Callable[[], None] | None:
 
     The signal follows the thread that forked the child: the asyncio loop's thread, which lives as
     long as the app. Between fork and prctl the app may already have died: then the child exits.
+
+    None where there is no such thing (a reaper watches the engine then: ``app.supervisor.reaper``), and
+    when ``LEMON_DESK_TEST_NO_PDEATHSIG`` is set: a switch for tests only, to prove the reaper alone.
     """
-    if _libc is None:
+    if _libc is None or os.environ.get(TEST_NO_PDEATHSIG):
         return None
     libc = _libc
     parent = os.getpid()

@@ -3,7 +3,8 @@ subscribers what happens through plain event dataclasses (the UI bridge turns th
 
 Every long job is an ``asyncio.Task`` kept here until it ends: ``install:<recipe>:<backend>`` and
 ``load:<engine id>``. Cancelling one cleans up after it; ``shutdown()`` cancels them all and stops every
-engine. asyncio only: nothing here knows about Qt.
+engine. Before anything starts, it stops the engines an earlier run of the app left behind
+(``app.supervisor.orphans``). asyncio only: nothing here knows about Qt.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from app.supervisor.engine import Engine
 from app.supervisor.installer import InstallPhase, InstallUpdate, install_backend, installed_binary
 from app.supervisor.installer import uninstall_backend as _uninstall_files
 from app.supervisor.mlx_lm import venv_python
+from app.supervisor.orphans import stop_orphans
 from app.supervisor.system_info import SystemInfo, gather
 
 if TYPE_CHECKING:
@@ -127,6 +129,7 @@ class Supervisor:
         self._engines: dict[str, Engine] = {}
         self._stops: set[asyncio.Future[None]] = set()  # engine stops under way; shutdown waits for them
         self._shutting_down = False
+        stop_orphans()  # engines of an earlier run that crashed: before this one starts its own
 
     async def __aenter__(self) -> Supervisor:
         return self
