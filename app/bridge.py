@@ -132,8 +132,7 @@ class Bridge(QObject):
         if self.shut_down:
             return  # what the engines do while the app quits is for no one
         if isinstance(event, ModelsChanged | DownloadProgress | DownloadChanged):
-            # The router's shutdown stops engines and says so: no refresh may start after ours stopped.
-            if not self._refresh.isActive() and not self.shut_down:
+            if not self._refresh.isActive():
                 self._refresh.start()
         elif isinstance(event, EngineStateChanged):
             self._engine_changed(event)
