@@ -27,6 +27,7 @@ from app.store.downloads import DownloadLock, download_in_progress, load_downloa
 from app.store.hfcache import RepoCache
 from app.supervisor.fetch import Progress, fetch
 from app.supervisor.hub import HubClient, gated_error, missing_error
+from app.supervisor.listeners import Listeners
 
 if TYPE_CHECKING:
     import httpx
@@ -101,7 +102,7 @@ class DownloadManager:
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._intents: dict[str, DownloadState] = {}  # why a task is being cancelled: pause or cancel
         self.progress: dict[str, int] = {}  # bytes on disk of each running download, as they arrive
-        self._subscribers: list[Subscriber] = []
+        self._subscribers: Listeners[DownloadEvent] = Listeners("the downloads")
         loaded = load_downloads()
         self.warning = loaded.warning
         self.records = {rid: self._recovered(r) for rid, r in loaded.items.items()}
@@ -129,12 +130,10 @@ class DownloadManager:
     # -- events
 
     def subscribe(self, subscriber: Subscriber) -> Callable[[], None]:
-        self._subscribers.append(subscriber)
-        return lambda: self._subscribers.remove(subscriber)
+        return self._subscribers.add(subscriber)
 
     def _emit(self, event: DownloadEvent) -> None:
-        for subscriber in list(self._subscribers):
-            subscriber(event)
+        self._subscribers.emit(event)
 
     def _set(
         self, rid: str, state: DownloadState, message: str = "", done: int | None = None

@@ -37,6 +37,7 @@ from app.core.launch import LaunchPlan, LaunchRequest, child_environment, plan_l
 from app.store.files import atomic_write_bytes
 from app.store.paths import logs_dir, run_dir
 from app.store.run_records import remove_run_record
+from app.supervisor.listeners import Listeners
 from app.supervisor.orphans import record_engine
 from app.supervisor.process import RotatingLog, describe_exit, die_with_parent, free_port, signal_group
 from app.supervisor.reaper import reaper_command
@@ -123,8 +124,8 @@ class Engine:
         self.api_key: str | None = None
         self.watch = _Watch(self)
         self._fixed_port = port
-        self._state_listeners: list[StateListener] = []
-        self._output_listeners: list[OutputListener] = []
+        self._state_listeners: Listeners[EngineState] = Listeners(f"engine {engine_id}'s state")
+        self._output_listeners: Listeners[str] = Listeners(f"engine {engine_id}'s output")
         self._changed = asyncio.Event()
         self._proc: asyncio.subprocess.Process | None = None
         self._reaper: asyncio.subprocess.Process | None = None  # where the OS has no PDEATHSIG
@@ -147,13 +148,11 @@ class Engine:
 
     def add_state_listener(self, listener: StateListener) -> Callable[[], None]:
         """Call ``listener(new_state)`` on every change; returns a function that removes it."""
-        self._state_listeners.append(listener)
-        return lambda: self._state_listeners.remove(listener)
+        return self._state_listeners.add(listener)
 
     def add_output_listener(self, listener: OutputListener) -> Callable[[], None]:
         """Call ``listener(line)`` for each line the engine prints; returns a function that removes it."""
-        self._output_listeners.append(listener)
-        return lambda: self._output_listeners.remove(listener)
+        return self._output_listeners.add(listener)
 
     def last_output(self, lines: int = LAST_WORDS) -> str:
         return "\n".join(list(self.output)[-lines:])
@@ -184,11 +183,7 @@ class Engine:
         self.state = new
         self._changed.set()
         self._changed = asyncio.Event()
-        for listener in list(self._state_listeners):
-            try:
-                listener(new)
-            except Exception:
-                log.exception("engine %s: a state listener failed", self.id)
+        self._state_listeners.emit(new)
 
     # --- start --------------------------------------------------------------------------------------
 
@@ -304,12 +299,8 @@ class Engine:
         self.output.extend(lines)
         if self._log is not None:
             self._log.write_lines(lines)
-        for listener in list(self._output_listeners):
-            for line in lines:
-                try:
-                    listener(line)
-                except Exception:
-                    log.exception("engine %s: an output listener failed", self.id)
+        for line in lines:
+            self._output_listeners.emit(line)
 
     async def _guard(self, binary: str, dies_with_app: bool) -> None:
         """Leave a run record (so a later start finds the engine if the app dies unseen), and start a

@@ -49,6 +49,7 @@ from app.store.settings import Settings
 from app.supervisor.downloads import DownloadChanged, DownloadEvent, DownloadManager, DownloadProgress
 from app.supervisor.engine import Engine
 from app.supervisor.hub import HubClient, gated_error
+from app.supervisor.listeners import Listeners
 from app.supervisor.supervisor import (
     EngineStateChanged,
     InstallProgress,
@@ -150,7 +151,7 @@ class Router:
         self._options = loaded.items
         self.warnings = [*self.library.warnings, *([loaded.warning] if loaded.warning else [])]
         self._clock = clock
-        self._listeners: list[Listener] = []
+        self._listeners: Listeners[RouterEvent] = Listeners("the router")
         self._models: dict[str, Model] = {}  # what each engine runs, for restarts
         self._load_options: dict[str, LoadOptions] = {}
         self._used: dict[str, float] = {}  # last load or request
@@ -182,15 +183,10 @@ class Router:
 
     def subscribe(self, listener: Listener) -> Callable[[], None]:
         """Call ``listener(event)`` for every event, on the loop; returns the unsubscribe function."""
-        self._listeners.append(listener)
-        return lambda: self._listeners.remove(listener)
+        return self._listeners.add(listener)
 
     def _emit(self, event: RouterEvent) -> None:
-        for listener in list(self._listeners):
-            try:
-                listener(event)
-            except Exception:
-                log.exception("a router listener failed on %s", event)
+        self._listeners.emit(event)
 
     def _changed(self, *names: str) -> None:
         self._emit(ModelsChanged(names))

@@ -38,6 +38,7 @@ from app.store.settings import Settings
 from app.supervisor.engine import Engine
 from app.supervisor.installer import InstallPhase, InstallUpdate, install_backend, installed_binary
 from app.supervisor.installer import uninstall_backend as _uninstall_files
+from app.supervisor.listeners import Listeners
 from app.supervisor.mlx_lm import venv_python
 from app.supervisor.orphans import stop_orphans
 from app.supervisor.system_info import SystemInfo, gather
@@ -124,7 +125,7 @@ class Supervisor:
         self.settings = settings
         self._hardware = hardware
         self._resolve_model = resolve_model
-        self._listeners: list[Listener] = []
+        self._listeners: Listeners[SupervisorEvent] = Listeners("the supervisor")
         self._tasks: dict[str, asyncio.Task[Any]] = {}
         self._engines: dict[str, Engine] = {}
         self._stops: set[asyncio.Future[None]] = set()  # engine stops under way; shutdown waits for them
@@ -143,15 +144,10 @@ class Supervisor:
 
     def subscribe(self, listener: Listener) -> Callable[[], None]:
         """Call ``listener(event)`` for every event, on the event loop; returns the unsubscribe function."""
-        self._listeners.append(listener)
-        return lambda: self._listeners.remove(listener)
+        return self._listeners.add(listener)
 
     def _emit(self, event: SupervisorEvent) -> None:
-        for listener in list(self._listeners):
-            try:
-                listener(event)
-            except Exception:
-                log.exception("a supervisor listener failed on %s", event)
+        self._listeners.emit(event)
 
     # --- tasks ----------------------------------------------------------------------------------------
 
