@@ -101,11 +101,29 @@ class _Cursor:
                     self.skip(count * struct.calcsize(fmt))
                     return None
                 return list(self.take_all(f"<{count}{fmt}"))
-            return [self.value(itype, keep) for _ in range(count)] if keep else self._skip_all(itype, count)
+            if keep:
+                return [self.value(itype, keep) for _ in range(count)]
+            if itype == self.format.string:
+                self._skip_strings(count)
+                return None
+            return self._skip_all(itype, count)
         fmt = self.format.scalars.get(vtype)
         if fmt is None:
             raise ModelError(f"The GGUF metadata has an unknown value type {vtype}.")
         return self.take(f"<{fmt}")
+
+    def _skip_strings(self, count: int) -> None:
+        """Skip ``count`` length-prefixed strings: a vocabulary's worth (50k-150k) in a few milliseconds,
+        where a ``value()`` call per string takes a tenth of a second."""
+        data, pos, end = self.data, self.pos, len(self.data)
+        unpack = struct.Struct("<Q").unpack_from
+        for _ in range(count):
+            if pos + 8 > end:
+                raise HeaderCutShort
+            pos += 8 + unpack(data, pos)[0]
+        if pos > end:
+            raise HeaderCutShort
+        self.pos = pos
 
     def _skip_all(self, itype: int, count: int) -> None:
         for _ in range(count):

@@ -6,6 +6,7 @@ out is said in ``Hardware.notes``.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import platform
@@ -151,6 +152,17 @@ def find_system_llama_server(configured: str | None = None) -> SystemBinary | No
     if not path or not os.access(path, os.X_OK):
         return None
     try:
+        stat = os.stat(path)
+    except OSError:
+        return None
+    return SystemBinary(path, _llama_server_version(path, stat.st_size, stat.st_mtime_ns))
+
+
+@functools.lru_cache(maxsize=8)
+def _llama_server_version(path: str, size: int, mtime_ns: int) -> str:
+    """``llama-server --version``, run once per binary (same size and modification time): it costs ~10 ms
+    and every load asks for the backends' states, some more than once."""
+    try:
         out = subprocess.run(
             [path, "--version"], capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S, check=False
         )
@@ -158,4 +170,4 @@ def find_system_llama_server(configured: str | None = None) -> SystemBinary | No
     except (OSError, subprocess.TimeoutExpired):
         text = ""
     match = re.search(r"version:\s*(\d+)", text)
-    return SystemBinary(path, f"b{match.group(1)}" if match else "unknown")
+    return f"b{match.group(1)}" if match else "unknown"

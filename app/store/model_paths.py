@@ -6,6 +6,7 @@ Names, references and what the Hugging Face cache holds are the library's (``app
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 from typing import Any
@@ -55,4 +56,12 @@ def local_shape(recipe: str, main: Path) -> ModelShape:
             return shape_from_config(json.loads((main / "config.json").read_text()))
         except (OSError, ValueError) as err:
             raise ModelError(f"{main / 'config.json'} is unreadable ({err}).") from None
-    return shape_from_gguf(local_gguf_metadata(main))
+    stat = main.stat()
+    return _gguf_shape(main, stat.st_size, stat.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=64)
+def _gguf_shape(path: Path, size: int, mtime_ns: int) -> ModelShape:
+    """Walking a header takes tens of milliseconds (a vocabulary to skip); every load's fit check asks
+    again, so the shape is kept for as long as the file is unchanged (same size and modification time)."""
+    return shape_from_gguf(local_gguf_metadata(path))
