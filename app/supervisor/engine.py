@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from app.client.adapters import adapter_for
-from app.client.chat import ChatClient
+from app.client.chat import ChatClient, loopback_ssl
 from app.core.engine_state import EngineState, can_transition
 from app.core.errors import EngineError, LemonDeskError, RequestError
 from app.core.hardware import Hardware
@@ -252,8 +252,7 @@ class Engine:
         await self._guard(plan.argv[0], die_with_app is not None)
         import httpx
 
-        # Plain HTTP to 127.0.0.1: no TLS, so no CA bundle to load (~20 ms on the loop, every start).
-        self._http = httpx.AsyncClient(base_url=self.base_url, trust_env=False, verify=False)
+        self._http = httpx.AsyncClient(base_url=self.base_url, trust_env=False, verify=loopback_ssl())
 
     async def _wait_ready(self) -> None:
         import httpx
