@@ -70,3 +70,7 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         outcomes = ", ".join(f"{k} {v}" for k, v in row.outcomes.items()) or "-"
         head = f"{row.scenario:<46} {row.seed!s:>5} {row.trials:>6}  {row.worst or '-':<22}"
         write(f"{head} {outcomes} | {row.lost}")
+
+
+# The release mirror and the real llama.cpp tarball it serves (cached across runs: tests/support/llama.py).
+from tests.integration.conftest import llama_dir, mirror, release_tarball, say  # noqa: E402, F401
