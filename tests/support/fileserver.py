@@ -35,6 +35,7 @@ class Served:
     log: list[tuple[str, str | None]] = field(default_factory=list)  # (path, Range header)
     # Per GET body: [path, first byte, bytes written so far (kept up to date), Range header].
     sent: list[list[object]] = field(default_factory=list)
+    authorizations: list[str | None] = field(default_factory=list)  # each request's Authorization header
     throttle: dict[str, int] = field(default_factory=dict)  # bytes a second for a path, until removed
     # Headers a path requires: a missing one is answered 401, a wrong one 403.
     required_headers: dict[str, dict[str, str]] = field(default_factory=dict)
@@ -76,6 +77,7 @@ class _Handler(BaseHTTPRequestHandler):
         rng = self.headers.get("Range")
         with served.lock:
             served.log.append((path, rng))
+            served.authorizations.append(self.headers.get("Authorization"))
         for name, value in served.required_headers.get(path, {}).items():
             if self.headers.get(name) != value:
                 self._empty(401 if self.headers.get(name) is None else 403)
@@ -87,7 +89,9 @@ class _Handler(BaseHTTPRequestHandler):
             return
         fault = served.take_fault(path)
         if fault.status:
-            self._empty(fault.status)
+            # A redirect takes its Location from the path's extra headers.
+            extra = served.headers.get(path, {}) if 300 <= fault.status < 400 else {}
+            self._empty(fault.status, extra)
             return
         start, end = 0, len(body)
         match = re.fullmatch(r"bytes=(\d+)-(\d*)", rng or "")
@@ -159,8 +163,10 @@ class _Handler(BaseHTTPRequestHandler):
                 self.close_connection = True
                 return
 
-    def _empty(self, status: int) -> None:
+    def _empty(self, status: int, headers: dict[str, str] | None = None) -> None:
         self.send_response(status)
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
         self.send_header("Content-Length", "0")
         self.end_headers()
 
