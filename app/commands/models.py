@@ -306,7 +306,10 @@ def cmd_pull(args: argparse.Namespace) -> int:
 def cmd_models(args: argparse.Namespace) -> int:
     router = Router(load_settings_noting_problems())
     views = router.statuses()
-    _warn(router.library)
+    # The router's own (model options set aside, say) as well as the library's.
+    for warning in dict.fromkeys([*router.warnings, *router.library.warnings]):
+        print(f"warning: {warning}", file=sys.stderr)
+    router.library.warnings.clear()
     if args.json:
         print_json({"models": [v.to_json() for v in views]})
         return 0

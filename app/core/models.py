@@ -53,12 +53,19 @@ def model_from_json(name: str, raw: Any, user: bool = False) -> Model:
     checkpoint = raw.get("checkpoint")
     if not isinstance(checkpoint, str) or not checkpoint:
         raise ConfigError(f"Model '{name}' has no checkpoint.")
+    labels = raw.get("labels", [])
+    if not isinstance(labels, list):
+        raise ConfigError(f"Model '{name}' has labels that are not a list.")
+    size_gb = raw.get("size_gb", 0.0)
+    # bool is an int; inf and nan are floats: none of them is a size.
+    if isinstance(size_gb, bool) or not isinstance(size_gb, int | float) or not 0 <= size_gb < 1e6:
+        raise ConfigError(f"Model '{name}' has a size that is not a number of GB: {size_gb!r}.")
     return Model(
         name=name,
         recipe=recipe,
         checkpoint=checkpoint,
-        labels=tuple(str(label) for label in raw.get("labels", [])),
-        size_gb=float(raw.get("size_gb", 0.0)),
+        labels=tuple(str(label) for label in labels),
+        size_gb=float(size_gb),
         suggested=bool(raw.get("suggested", False)),
         user=user,
     )

@@ -52,8 +52,23 @@ def atomic_write_json(path: Path, data: Any) -> None:
     atomic_write_bytes(path, (json.dumps(data, indent=2, sort_keys=True) + "\n").encode())
 
 
+def read_json(path: Path) -> Any:
+    """A JSON file's value. Anything that is not JSON is a ValueError, a nesting too deep for the
+    parser (which would be a RecursionError) included."""
+    text = path.read_text()
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise ValueError("it is nested too deeply to read") from None
+
+
 def set_aside(path: Path) -> Path:
     """Move a corrupt file out of the way (kept, never deleted) and return where it went."""
-    backup = path.with_name(f"{path.name}.corrupt-{time.strftime('%Y%m%d-%H%M%S')}")
+    stamp = f"{path.name}.corrupt-{time.strftime('%Y%m%d-%H%M%S')}"
+    backup = path.with_name(stamp)
+    n = 1
+    while backup.exists():  # a second one within the same second must not replace the first
+        n += 1
+        backup = path.with_name(f"{stamp}-{n}")
     os.replace(path, backup)
     return backup

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from app.core.backends import BackendKey
-from app.store.files import atomic_write_json
+from app.store.files import atomic_write_json, read_json
 from app.store.paths import engines_dir
 
 MANIFEST = "lemon-desk-install.json"
@@ -27,7 +26,7 @@ def install_dir(recipe: str, backend: str) -> Path:
 def read_manifest(folder: Path) -> InstallManifest | None:
     """The manifest of a complete install, or None (missing or unreadable means not installed)."""
     try:
-        data = json.loads((folder / MANIFEST).read_text())
+        data = read_json(folder / MANIFEST)
         return InstallManifest(str(data["version"]), str(data["asset"]), str(data["sha256"]))
     except (OSError, ValueError, KeyError, TypeError):
         return None

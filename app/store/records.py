@@ -6,14 +6,13 @@ with nothing in its place, and the next write starts a fresh file.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 from app.core.errors import ConfigError
-from app.store.files import atomic_write_json, set_aside
+from app.store.files import atomic_write_json, read_json, set_aside
 
 SCHEMA = 1
 T = TypeVar("T")
@@ -30,7 +29,7 @@ def load_records(path: Path, key: str, parse: Callable[[str, Any], T], what: str
     if not path.exists():
         return Loaded({})
     try:
-        data = json.loads(path.read_text())
+        data = read_json(path)
         if not isinstance(data, dict) or not isinstance(data.get(key), dict):
             raise ValueError(f"no '{key}' object")
         return Loaded({name: parse(name, raw) for name, raw in data[key].items()})

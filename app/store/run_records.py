@@ -6,12 +6,11 @@ that cannot be read is set aside (kept, as everywhere in the store) and skipped.
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 
 from app.core.run_record import RunRecord
-from app.store.files import atomic_write_json, set_aside
+from app.store.files import atomic_write_json, read_json, set_aside
 from app.store.paths import run_dir
 
 log = logging.getLogger(__name__)
@@ -35,7 +34,7 @@ def load_run_records() -> list[RunRecord]:
     records = []
     for path in sorted(run_dir().glob(f"{PREFIX}*.json")):
         try:
-            records.append(RunRecord.from_json(json.loads(path.read_text())))
+            records.append(RunRecord.from_json(read_json(path)))
         except FileNotFoundError:
             continue  # its engine was reaped meanwhile
         except (OSError, ValueError) as err:

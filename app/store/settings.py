@@ -5,7 +5,6 @@ A corrupt settings file is set aside (never deleted) and reported; the app start
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
@@ -13,7 +12,7 @@ from typing import Any
 
 from app.core.errors import ConfigError
 from app.core.policy import parse_caps
-from app.store.files import atomic_write_json, set_aside
+from app.store.files import atomic_write_json, read_json, set_aside
 from app.store.paths import home
 
 SCHEMA = 1
@@ -84,7 +83,7 @@ def load_settings(path: Path | None = None) -> LoadedSettings:
     if not path.exists():
         return LoadedSettings(Settings())
     try:
-        return LoadedSettings(_from_json(json.loads(path.read_text())))
+        return LoadedSettings(_from_json(read_json(path)))
     except (OSError, ValueError, ConfigError) as err:
         backup = set_aside(path)
         return LoadedSettings(

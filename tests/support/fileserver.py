@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -32,6 +33,10 @@ class Served:
     files: dict[str, bytes] = field(default_factory=dict)
     faults: dict[str, list[Fault]] = field(default_factory=dict)
     log: list[tuple[str, str | None]] = field(default_factory=list)  # (path, Range header)
+    # Per GET body: [path, first byte, bytes written so far (kept up to date), Range header].
+    sent: list[list[object]] = field(default_factory=list)
+    authorizations: list[str | None] = field(default_factory=list)  # each request's Authorization header
+    throttle: dict[str, int] = field(default_factory=dict)  # bytes a second for a path, until removed
     # Headers a path requires: a missing one is answered 401, a wrong one 403.
     required_headers: dict[str, dict[str, str]] = field(default_factory=dict)
     routes: dict[str, Callable[[dict[str, list[str]]], bytes]] = field(default_factory=dict)
@@ -72,6 +77,7 @@ class _Handler(BaseHTTPRequestHandler):
         rng = self.headers.get("Range")
         with served.lock:
             served.log.append((path, rng))
+            served.authorizations.append(self.headers.get("Authorization"))
         for name, value in served.required_headers.get(path, {}).items():
             if self.headers.get(name) != value:
                 self._empty(401 if self.headers.get(name) is None else 403)
@@ -83,7 +89,9 @@ class _Handler(BaseHTTPRequestHandler):
             return
         fault = served.take_fault(path)
         if fault.status:
-            self._empty(fault.status)
+            # A redirect takes its Location from the path's extra headers.
+            extra = served.headers.get(path, {}) if 300 <= fault.status < 400 else {}
+            self._empty(fault.status, extra)
             return
         start, end = 0, len(body)
         match = re.fullmatch(r"bytes=(\d+)-(\d*)", rng or "")
@@ -113,6 +121,9 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         if head:
             return
+        record: list[object] = [path, start, 0, rng]
+        with served.lock:
+            served.sent.append(record)
         if fault.stall_s:
             served.release.wait(fault.stall_s)  # the server's shutdown ends a stall too
         if fault.hold_after is not None:
@@ -126,10 +137,36 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.flush()
             self.close_connection = True
             return
+        rate_bps = served.throttle.get(path)
+        if rate_bps:
+            self._write_slowly(record, payload, rate_bps)
+            return
         self.wfile.write(payload)
+        record[2] = len(payload)
 
-    def _empty(self, status: int) -> None:
+    def _write_slowly(self, record: list[object], payload: bytes | memoryview, rate_bps: int) -> None:
+        """Small pieces at ``rate_bps``, each counted in ``record`` once written; a client that goes
+        away (killed) ends it quietly."""
+        served = self.server.served
+        piece = 16 << 10
+        began = time.monotonic()
+        for offset in range(0, len(payload), piece):
+            try:
+                self.wfile.write(payload[offset : offset + piece])
+                self.wfile.flush()
+            except OSError:
+                self.close_connection = True
+                return
+            record[2] = offset + len(payload[offset : offset + piece])
+            ahead = began + (offset + piece) / rate_bps - time.monotonic()
+            if ahead > 0 and served.release.wait(ahead):
+                self.close_connection = True
+                return
+
+    def _empty(self, status: int, headers: dict[str, str] | None = None) -> None:
         self.send_response(status)
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
         self.send_header("Content-Length", "0")
         self.end_headers()
 
