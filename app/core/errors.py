@@ -7,6 +7,7 @@ LemonDeskError                  what happened + what to do (``hint``)
 ├── DownloadError               an HTTP download failed
 │   └── ChecksumError           what arrived is not what was expected (deleted)
 ├── InstallError                download / verify / unpack of an engine failed
+├── StorageError                a file the app keeps could not be written (disk full, read-only)
 ├── ModelError                  a model reference, file or download is unusable
 ├── UnsafePathError             a name from outside would put a file outside its folder (refused)
 ├── EngineError                 an engine failed to start, crashed or hung
@@ -57,6 +58,10 @@ class ChecksumError(DownloadError):
 
 class InstallError(LemonDeskError):
     """Installing an engine failed."""
+
+
+class StorageError(LemonDeskError):
+    """A file the app keeps (the chat history) could not be written: the disk is full or read-only."""
 
 
 class ModelError(LemonDeskError):

@@ -8,19 +8,24 @@ A file that is not a database is set aside (kept, never deleted) and a new one i
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import sqlite3
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from app.core.chat import MessageState
+from app.core.errors import StorageError
 from app.store.files import atomic_write_bytes, set_aside
 from app.store.paths import home
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 SCHEMA_VERSION = 1
 DEFAULT_TITLE = "New chat"
@@ -134,6 +139,24 @@ def _fts_query(text: str) -> str:
     return " ".join(f'"{word}"*' for word in re.findall(r"\w+", text))
 
 
+def _writes(method: Callable[Concatenate[History, P], R]) -> Callable[Concatenate[History, P], R]:
+    """A write that SQLite refuses (disk full, read-only, I/O error) is a StorageError saying what to
+    do; the database itself stays as it was (the transaction is rolled back)."""
+
+    def write(self: History, *args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return method(self, *args, **kwargs)
+        except sqlite3.OperationalError as err:
+            raise StorageError(
+                f"Could not save the chat history ({err}).",
+                f"Free some disk space where it lives ({self.path.parent}), or check that it is writable; "
+                "the conversation stays in the window meanwhile.",
+            ) from None
+
+    write.__doc__ = method.__doc__
+    return write
+
+
 class History:
     """The conversation store. Not thread-safe: use it from one thread (the UI's)."""
 
@@ -193,12 +216,14 @@ class History:
         try:
             yield self._db
         except BaseException:
-            self._db.execute("ROLLBACK")
+            with contextlib.suppress(sqlite3.Error):  # SQLite may have rolled back already (disk full)
+                self._db.execute("ROLLBACK")
             raise
         self._db.execute("COMMIT")
 
     # Conversations
 
+    @_writes
     def create_conversation(
         self, conversation_id: str, title: str = DEFAULT_TITLE, system_prompt: str = "", model: str = ""
     ) -> ConversationSummary:
@@ -251,17 +276,20 @@ class History:
             messages,
         )
 
+    @_writes
     def rename(self, conversation_id: str, title: str) -> None:
         self._db.execute(
             "UPDATE conversations SET title = ?, updated_at = ? WHERE id = ?",
             (title, time.time(), conversation_id),
         )
 
+    @_writes
     def set_system_prompt(self, conversation_id: str, system_prompt: str) -> None:
         self._db.execute(
             "UPDATE conversations SET system_prompt = ? WHERE id = ?", (system_prompt, conversation_id)
         )
 
+    @_writes
     def delete(self, conversation_id: str) -> None:
         self._db.execute("DELETE FROM conversations WHERE id = ?", (conversation_id,))
 
@@ -299,6 +327,7 @@ class History:
 
     # Messages
 
+    @_writes
     def append_message(
         self,
         conversation_id: str,
@@ -335,6 +364,7 @@ class History:
         assert cursor.lastrowid is not None
         return cursor.lastrowid
 
+    @_writes
     def update_message(
         self,
         message_id: int,
@@ -357,6 +387,7 @@ class History:
             params.append(error)
         self._db.execute(f"UPDATE messages SET {', '.join(sets)} WHERE id = ?", (*params, message_id))
 
+    @_writes
     def sync_messages(self, conversation_id: str, messages: Sequence[tuple[str, str]]) -> None:
         """Make the conversation's messages ``messages`` (role, content): keep the common prefix, replace
         the rest. Regenerate and edit-and-resend drop what followed the changed message this way."""

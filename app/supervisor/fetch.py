@@ -16,6 +16,7 @@ waits for it before returning, so nothing writes to the partial file afterwards.
 from __future__ import annotations
 
 import asyncio
+import errno
 import hashlib
 import io
 import os
@@ -39,6 +40,7 @@ CHUNK = 1 << 20
 PROGRESS_INTERVAL_S = 0.1
 SPEED_WINDOW_S = 3.0
 RETRYABLE_STATUS = frozenset({408, 425, 429, 500, 502, 503, 504})
+LOCAL_WRITE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EFBIG})
 
 
 @dataclass(frozen=True)
@@ -279,6 +281,13 @@ def _attempt(
     except (httpx.TransportError, OSError) as err:
         if control.stop.is_set():
             return
+        if isinstance(err, OSError) and err.errno in LOCAL_WRITE_ERRNOS:
+            # The disk, not the network: another attempt would fail the same way.
+            raise DownloadError(
+                f"Could not write {part.name} in {part.parent}: {err.strerror}.",
+                "Free some disk space there (or make it writable), then start again: the download "
+                "resumes where it stopped.",
+            ) from None
         raise _Retryable(type(err).__name__) from None
     if control.stop.is_set():
         return

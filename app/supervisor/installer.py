@@ -97,11 +97,20 @@ async def install_backend(
     if current is not None and current.version == spec.version:
         return current
     report = on_update or (lambda _u: None)
-    if spec.kind is BackendKind.PIP:
-        return await _install_pip(spec, report)
-    if spec.kind is not BackendKind.RELEASE or not status.asset or not status.url:
+    if spec.kind is not BackendKind.PIP and (
+        spec.kind is not BackendKind.RELEASE or not status.asset or not status.url
+    ):
         raise InstallError(f"This build of Lemon Desk cannot install {spec.key} yet.")
-    return await _install_release(spec, status.asset, status.url, client, report)
+    try:
+        if spec.kind is BackendKind.PIP:
+            return await _install_pip(spec, report)
+        return await _install_release(spec, status.asset or "", status.url or "", client, report)
+    except OSError as err:  # the disk (full, read-only), not the network: fetch says so itself
+        where = f" ({err.filename})" if err.filename else ""
+        raise InstallError(
+            f"Could not install {spec.key}: {err.strerror}{where}. Nothing was installed.",
+            "Free some disk space (or make the app's folder writable), then install again.",
+        ) from None
 
 
 @contextlib.contextmanager

@@ -8,12 +8,14 @@ at most that much of the reply and nothing before it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
 from app.core.chat import ChatMessage, MessageState, title_from
+from app.core.errors import StorageError
 from app.store.history import DEFAULT_TITLE, History
 from app.ui.chat.pane import ChatPane
 from app.ui.chat.sidebar import ConversationList
@@ -32,17 +34,34 @@ class HistoryKeeper(QObject):
         self._query = ""
         self._saver = QTimer(self)
         self._saver.setInterval(SAVE_INTERVAL_MS)
-        self._saver.timeout.connect(self._save_reply)
-        pane.send_requested.connect(self._sent)
-        pane.reply_finished.connect(self._finished)
+        self._failing = False  # the last write failed: the user was told once, not at every save
+        self._saver.timeout.connect(self._saving(self._save_reply))
+        pane.send_requested.connect(self._saving(self._sent))
+        pane.reply_finished.connect(self._saving(self._finished))
         pane.conversation_changed.connect(self._shown)
         sidebar.conversation_selected.connect(self.open)
         sidebar.new_chat_requested.connect(pane.new_conversation)
         sidebar.search_changed.connect(self._search)
-        sidebar.rename_requested.connect(self._rename)
-        sidebar.delete_requested.connect(self._delete)
+        sidebar.rename_requested.connect(self._saving(self._rename))
+        sidebar.delete_requested.connect(self._saving(self._delete))
         sidebar.export_requested.connect(self._export)
         self.refresh()
+
+    def _saving(self, write: Callable[..., None]) -> Callable[..., None]:
+        """``write`` as a slot: a disk that refuses it (full, read-only) is told once until a write works
+        again; the chat goes on in the window."""
+
+        def slot(*args: Any) -> None:
+            try:
+                write(*args)
+            except StorageError as err:
+                if not self._failing:
+                    self.error.emit(str(err))
+                self._failing = True
+            else:
+                self._failing = False
+
+        return slot
 
     def refresh(self) -> None:
         found = self.history.search(self._query) if self._query.strip() else self.history.list_conversations()
