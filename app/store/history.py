@@ -143,7 +143,7 @@ def _writes(method: Callable[Concatenate[History, P], R]) -> Callable[Concatenat
     """A write that SQLite refuses (disk full, read-only, I/O error) is a StorageError saying what to
     do; the database itself stays as it was (the transaction is rolled back)."""
 
-    def write(self: History, *args: P.args, **kwargs: P.kwargs) -> R:
+    def write(self: History, /, *args: P.args, **kwargs: P.kwargs) -> R:
         try:
             return method(self, *args, **kwargs)
         except sqlite3.OperationalError as err:
