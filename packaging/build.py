@@ -50,6 +50,7 @@ INSTALL_NOTE = """\
 Lemon Desk {version} for Linux ({arch})
 
 Install:
+    mkdir -p ~/.local/opt
     tar -xzf lemon-desk-{version}-linux-{arch}.tar.gz -C ~/.local/opt
     ~/.local/opt/lemon-desk/lemon-desk --install-desktop-entry
 
