@@ -39,9 +39,13 @@ def _quote(arg: str) -> str:
 
 
 def exec_line() -> str:
-    """How the launcher starts the app: this environment's ``lemon-desk`` script, else ``python -m app``."""
+    """How the launcher starts the app: a frozen bundle's own executable, else this environment's
+    ``lemon-desk`` script, else ``python -m app``."""
     script = Path(sys.executable).with_name("lemon-desk")
-    argv = [str(script)] if script.is_file() else [sys.executable, "-m", "app"]
+    if getattr(sys, "frozen", False):
+        argv = [str(Path(sys.executable).resolve())]
+    else:
+        argv = [str(script)] if script.is_file() else [sys.executable, "-m", "app"]
     return " ".join(_quote(a) for a in argv)
 
 

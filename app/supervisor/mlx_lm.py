@@ -5,6 +5,14 @@ progress line by line, and checks the result (``import mlx.core, mlx_lm``). The 
 manifest and swaps the folder into place, so a crash or a cancel leaves the old install or none.
 Cancelling kills pip and everything it started (its process group), and always reaps it.
 
+The venv is made by ``uv`` (the pinned PyPI ``uv``'s static binary; a frozen bundle ships it as
+``uv/uv``), because a frozen app has no ``python -m venv`` of its own. Its Python: the app's own when the
+app runs from a Python (``sys.executable``); in a frozen bundle, the first Python in ``PYTHON_REQUEST``
+that uv finds (its own managed Pythons, then ``python3.x`` on ``PATH``), else one uv downloads (its
+managed CPython builds, from GitHub). pip is then put into the venv from that Python's own ``ensurepip``
+(offline) and installs the packages as before, so pip's configuration (index, mirrors) and its progress
+lines apply unchanged.
+
 A venv may be moved once built: ``python -m ...`` through its ``bin/python`` finds its packages from
 ``pyvenv.cfg`` beside it, and the app never runs the console scripts whose first line names the old place.
 """
@@ -28,6 +36,8 @@ from app.supervisor.process import signal_group
 
 KILL_GRACE_S = 5.0
 ERROR_TAIL_LINES = 12
+# The Pythons a frozen app may build the venv on: those mlx and mlx-lm publish wheels for.
+PYTHON_REQUEST = ">=3.10,<3.14"
 
 
 class PipPhase(Enum):
@@ -69,6 +79,25 @@ def venv_python(folder: Path) -> Path:
     return folder / "bin" / "python"
 
 
+def frozen() -> bool:
+    """True inside a PyInstaller bundle."""
+    return bool(getattr(sys, "frozen", False))
+
+
+def uv_binary() -> Path:
+    """uv's static binary: the copy a frozen bundle ships, else the pinned ``uv`` package's."""
+    if frozen():
+        return Path(getattr(sys, "_MEIPASS", Path(sys.executable).parent)) / "uv" / "uv"
+    from uv import find_uv_bin
+
+    return Path(find_uv_bin())
+
+
+def venv_base_python() -> str:
+    """What ``uv venv --python`` is asked for: this Python, or in a bundle any Python mlx supports."""
+    return PYTHON_REQUEST if frozen() else sys.executable
+
+
 def _requirements(spec: BackendSpec, os_name: str) -> Sequence[str]:
     if spec.kind is not BackendKind.PIP or os_name not in spec.packages:
         raise InstallError(f"{spec.key} has no package list for {os_name}.")
@@ -86,8 +115,19 @@ async def _stop(proc: asyncio.subprocess.Process) -> None:
     await proc.wait()
 
 
+NETWORK_HINT = "Check the network connection to the package index, then try again."
+NO_PYTHON_HINT = (
+    f"The mlx-lm backend needs a Python {PYTHON_REQUEST} with ensurepip (python.org's, Homebrew's, or "
+    "Debian's python3 with python3-venv); install one, or let uv download one (needs github.com)."
+)
+
+
 async def _run(
-    argv: Sequence[str], what: str, on_line: Callable[[str], None], env: dict[str, str] | None = None
+    argv: Sequence[str],
+    what: str,
+    on_line: Callable[[str], None],
+    env: dict[str, str] | None = None,
+    hint: str = NETWORK_HINT,
 ) -> None:
     """Run a command to completion, feeding each output line; InstallError with its last lines."""
     proc = await asyncio.create_subprocess_exec(
@@ -111,8 +151,7 @@ async def _run(
     if code != 0:
         output = "\n".join(tail)
         raise InstallError(
-            f"{what} failed (exit code {code}): {output.splitlines()[-1] if output else 'no output'}",
-            "Check the network connection to the package index, then try again.",
+            f"{what} failed (exit code {code}): {output.splitlines()[-1] if output else 'no output'}", hint
         )
 
 
@@ -121,7 +160,7 @@ async def build_venv(
     os_name: str,
     folder: Path,
     on_progress: Callable[[PipProgress], None],
-    python: str = sys.executable,
+    python: str | None = None,
 ) -> Sequence[str]:
     """Make a venv in ``folder`` holding the spec's pinned packages; returns the requirements."""
     requirements = _requirements(spec, os_name)
@@ -138,8 +177,25 @@ async def build_venv(
             packages += new_package
             report(phase, message)
 
+    def on_uv_line(line: str) -> None:
+        if line.startswith(("Using ", "Downloading ", "Downloaded ")):  # which Python; a Python download
+            report(PipPhase.VENV, line.split(" interpreter at")[0].strip())
+
     report(PipPhase.VENV, "Creating the virtual environment")
-    await _run([python, "-m", "venv", str(folder)], "Creating the virtual environment", lambda _: None)
+    uv_venv = [str(uv_binary()), "venv", "--no-project", "--no-config", "--python"]
+    await _run(
+        [*uv_venv, python or venv_base_python(), str(folder)],
+        "Creating the virtual environment",
+        on_uv_line,
+        env={"NO_COLOR": "1"},
+        hint=NO_PYTHON_HINT,
+    )
+    await _run(
+        [str(venv_python(folder)), "-m", "ensurepip", "--upgrade", "--default-pip"],
+        "Putting pip into the virtual environment",
+        lambda _: None,
+        hint=NO_PYTHON_HINT,
+    )
     report(PipPhase.RESOLVE, f"Installing {', '.join(requirements)}")
     pip = [str(venv_python(folder)), "-m", "pip", "install", "--no-input", "--progress-bar", "off"]
     await _run(

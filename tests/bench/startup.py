@@ -11,7 +11,10 @@ The children run without ``PYTHONDONTWRITEBYTECODE``: an installed app has its b
 pip, so the first (uncounted) run writes it, as installing would. ``--source`` keeps the variable as
 the environment has it, to see the cost of compiling every module from source on each start.
 
-    QT_QPA_PLATFORM=offscreen .venv/bin/python tests/bench/startup.py [--rounds N]
+    QT_QPA_PLATFORM=offscreen .venv/bin/python tests/bench/startup.py [--rounds N] [--bundle PATH]
+
+``--bundle dist/lemon-desk`` also times the packaged app (``PATH/lemon-desk``, the same way, in the same
+alternation) and prints its time as a ratio to the pip-installed app's.
 
 To find what is slow: ``LEMON_DESK_PRINT_READY=1 .venv/bin/python -X importtime -m app 2> imports.txt``.
 """
@@ -89,7 +92,7 @@ def run_bare(source: bool) -> float:
     return time_to_ready([sys.executable, "-c", BARE_WINDOW], child_env(source))
 
 
-def run_app(source: bool) -> float:
+def run_app(source: bool, command: list[str] | None = None) -> float:
     with tempfile.TemporaryDirectory(prefix="lemon-desk-startup-") as tmp:
         env = child_env(
             source,
@@ -97,25 +100,36 @@ def run_app(source: bool) -> float:
             LEMON_DESK_HOME=str(Path(tmp) / "home"),
             HF_HOME=str(Path(tmp) / "hf"),
         )
-        return time_to_ready(app_command(), env)
+        return time_to_ready(command or app_command(), env)
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     parser.add_argument("--rounds", type=int, default=7, help="counted runs of each (default 7)")
     parser.add_argument("--source", action="store_true", help="keep PYTHONDONTWRITEBYTECODE as it is")
+    parser.add_argument("--bundle", type=Path, help="also time this packaged app folder (dist/lemon-desk)")
     args = parser.parse_args()
+    bundle_command = [str(args.bundle.resolve() / "lemon-desk")] if args.bundle else None
     run_bare(args.source), run_app(args.source)  # warm the disk cache (and write the byte code)
+    if bundle_command:
+        run_app(args.source, bundle_command)
     bare: list[float] = []
     app: list[float] = []
+    bundle: list[float] = []
     for _ in range(args.rounds):
         bare.append(run_bare(args.source))
         app.append(run_app(args.source))
+        if bundle_command:
+            bundle.append(run_app(args.source, bundle_command))
     bare_s, app_s = statistics.median(bare), statistics.median(app)
     print(f"bare PySide6 window: median {bare_s:.3f} s  (runs: {' '.join(f'{t:.3f}' for t in bare)})")
     print(f"lemon-desk window  : median {app_s:.3f} s  (runs: {' '.join(f'{t:.3f}' for t in app)})")
     ratio = app_s / bare_s
     print(f"ratio app / bare   : {ratio:.2f}  (target <= 3: {'met' if ratio <= 3 else 'NOT met'})")
+    if bundle:
+        bundle_s = statistics.median(bundle)
+        print(f"packaged window    : median {bundle_s:.3f} s  (runs: {' '.join(f'{t:.3f}' for t in bundle)})")
+        print(f"ratio packaged / pip-installed: {bundle_s / app_s:.2f}")
     return 0
 
 
