@@ -214,6 +214,7 @@ class _ProgressBar:
         line = (
             f"\r{self.label} [{'#' * filled}{'.' * (BAR_WIDTH - filled)}] {share:4.0%} "
             f"{event.done / GB:.2f}/{event.total / GB:.2f} GB {event.speed_bps / 1e6:7.1f} MB/s ETA {eta} "
+            + (f"({event.cap.label()}) " if event.cap else "")
         )
         sys.stderr.write(line)
         sys.stderr.flush()
@@ -228,7 +229,8 @@ class _FileLines:
     def __call__(self, event: object) -> None:
         if isinstance(event, DownloadProgress) and event.file != self.file:
             self.file = event.file
-            print(f"fetching {event.file}", file=sys.stderr)
+            capped = f" ({event.cap.label()})" if event.cap else ""
+            print(f"fetching {event.file}{capped}", file=sys.stderr)
 
 
 async def _pull(args: argparse.Namespace, router: Router) -> dict[str, Any]:
