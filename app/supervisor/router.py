@@ -53,7 +53,7 @@ from app.store.hfcache import RepoCache
 from app.store.library import GB, Library, ModelState
 from app.store.library import ModelStatus as DiskStatus
 from app.store.model_options import ModelOptions, load_model_options, save_model_options
-from app.store.model_paths import local_shape
+from app.store.model_paths import local_parameter_count, local_shape
 from app.store.paths import home
 from app.store.secrets import get_hf_token
 from app.store.settings import Settings
@@ -69,6 +69,7 @@ from app.supervisor.downloads import (
 from app.supervisor.engine import Engine
 from app.supervisor.hub import HubClient, gated_error
 from app.supervisor.listeners import Listeners
+from app.supervisor.modelmeta import remote_parameter_count
 from app.supervisor.supervisor import (
     EngineStateChanged,
     InstallProgress,
@@ -291,6 +292,33 @@ class Router:
     def collections(self) -> Collections:
         """Named sets of models with their options: save, load under the policy, export, import."""
         return Collections(self)
+
+    # --- parameter counts -----------------------------------------------------------------------------
+
+    def local_parameter_count(self, model: Model) -> int | None:
+        """A model's parameters from its files on disk (GGUF tensor infos, safetensors headers); None
+        when it is not here or its headers say nothing. Reads files: call it in a thread on the loop."""
+        local = self.library.local_files(model)
+        if local is None:
+            return None
+        try:
+            return local_parameter_count(model.recipe, local.main)
+        except ModelError as err:
+            log.info("no parameter count for %s: %s", model.name, err)
+            return None
+
+    async def parameter_count(self, name: str) -> int | None:
+        """A model's parameters: from its files when downloaded, else from the Hub with Range reads."""
+        model = self.library.resolve(name)
+        count = await asyncio.to_thread(self.local_parameter_count, model)
+        if count is not None or model.repo_id is None:
+            return count
+        try:
+            _, files = await self.plan_pull(model)
+            return await remote_parameter_count(await self.hub(), files)
+        except ModelError as err:
+            log.info("no parameter count for %s: %s", model.name, err)
+            return None
 
     # --- downloads ------------------------------------------------------------------------------------
 
