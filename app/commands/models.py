@@ -253,7 +253,8 @@ async def _pull(args: argparse.Namespace, router: Router) -> dict[str, Any]:
         model, files = await router.plan_pull(args.model, args.recipe)
         hub = await router.hub()
         fit, fit_error = await _fit(hub, files, detect_hardware(), args.ctx_size)
-        params = await _params(hub, files)
+        # Shard headers are more requests: only a plan (--dry-run) waits for them.
+        params = await _params(hub, files) if args.dry_run else None
         cache = RepoCache(library.cache_root, files.repo_id)
         report: dict[str, Any] = {
             "model": model.name,
@@ -330,7 +331,10 @@ def cmd_models(args: argparse.Namespace) -> int:
     # From the files' headers, for the models on disk (the Hub is not asked here: `search` does).
     params = {v.name: router.local_parameter_count(v.model) if v.on_disk else None for v in views}
     if args.json:
-        print_json({"models": [{**v.to_json(), "params": params[v.name]} for v in views]})
+        shown = [
+            {**v.to_json(), "params": params[v.name], "labels": list(router.labels(v.model))} for v in views
+        ]
+        print_json({"models": shown})
         return 0
     rows = [["name", "recipe", "size", "params", "state", "checkpoint"]]
     for v in views:

@@ -114,3 +114,11 @@ def _gguf_shape(path: Path, size: int, mtime_ns: int) -> ModelShape:
     """Walking a header takes tens of milliseconds (a vocabulary to skip); every load's fit check asks
     again, so the shape is kept for as long as the file is unchanged (same size and modification time)."""
     return shape_from_gguf(local_gguf_metadata(path))
+
+
+def gguf_architecture(path: Path) -> str:
+    """A GGUF file's ``general.architecture``, or "" when the file is missing or unreadable."""
+    try:
+        return local_shape(GGUF_RECIPE, path).architecture
+    except (OSError, ModelError):
+        return ""

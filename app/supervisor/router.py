@@ -45,6 +45,7 @@ from app.core.fit import (
 from app.core.lemon_mlx import DeviceType, device_type
 from app.core.models import Model
 from app.core.policy import LoadedModel, over_caps, parse_caps, plan_evictions
+from app.core.quirks import effective_labels
 from app.core.refs import FileSet, parse_ref, select
 from app.core.status import LoadPhase, ModelFacts, ModelStatus, model_status
 from app.platform import detect_hardware, free_memory
@@ -53,8 +54,9 @@ from app.store.hfcache import RepoCache
 from app.store.library import GB, Library, ModelState
 from app.store.library import ModelStatus as DiskStatus
 from app.store.model_options import ModelOptions, load_model_options, save_model_options
-from app.store.model_paths import local_parameter_count, local_shape
+from app.store.model_paths import gguf_architecture, local_parameter_count, local_shape
 from app.store.paths import home
+from app.store.quirks import load_quirks
 from app.store.secrets import get_hf_token
 from app.store.settings import Settings
 from app.supervisor.collections import Collections
@@ -292,6 +294,13 @@ class Router:
     def collections(self) -> Collections:
         """Named sets of models with their options: save, load under the policy, export, import."""
         return Collections(self)
+
+    def labels(self, model: Model) -> tuple[str, ...]:
+        """A model's labels less what its quirks strip (``resources/quirks.json``: GLM-4 GGUF has no
+        ``mtp``); the architecture comes from the model's file when it is here. Reads a header."""
+        local = self.library.local_files(model) if model.recipe == "llamacpp" else None
+        architecture = gguf_architecture(local.main) if local is not None else ""
+        return effective_labels(model.labels, load_quirks(), model.recipe, architecture)
 
     # --- parameter counts -----------------------------------------------------------------------------
 
