@@ -49,7 +49,7 @@ def cmd_system_info(args: argparse.Namespace) -> int:
     for recipe, support in info.recipes.items():
         print(f"\n{recipe} (default: {support.default_backend or 'none'})")
         rows = [["backend", "state", "version", "details"]]
-        rows += [[name, s.state.value, s.version, s.message] for name, s in support.backends.items()]
+        rows += [[name, s.state.value, s.version, s.shown_message] for name, s in support.backends.items()]
         print(table(rows))
     return 0
 

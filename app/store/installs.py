@@ -18,6 +18,7 @@ class InstallManifest:
     version: str
     asset: str
     sha256: str
+    verified_by: str = ""  # "pin" or "release": where the expected SHA-256 came from; "": unchecked
 
 
 def install_dir(recipe: str, backend: str) -> Path:
@@ -28,7 +29,9 @@ def read_manifest(folder: Path) -> InstallManifest | None:
     """The manifest of a complete install, or None (missing or unreadable means not installed)."""
     try:
         data = json.loads((folder / MANIFEST).read_text())
-        return InstallManifest(str(data["version"]), str(data["asset"]), str(data["sha256"]))
+        return InstallManifest(
+            str(data["version"]), str(data["asset"]), str(data["sha256"]), str(data.get("verified_by", ""))
+        )
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
@@ -45,4 +48,15 @@ def installed_versions() -> dict[BackendKey, str]:
         manifest = read_manifest(folder)
         if manifest is not None:
             found[BackendKey(folder.parent.name, folder.name)] = manifest.version
+    return found
+
+
+def installed_manifests() -> dict[BackendKey, InstallManifest]:
+    """The manifest of every complete install."""
+    root = engines_dir()
+    found = {}
+    for folder in sorted(root.glob("*/*")) if root.is_dir() else []:
+        manifest = read_manifest(folder)
+        if manifest is not None:
+            found[BackendKey(folder.parent.name, folder.name)] = manifest
     return found
