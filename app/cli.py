@@ -49,7 +49,7 @@ def cmd_system_info(args: argparse.Namespace) -> int:
     for recipe, support in info.recipes.items():
         print(f"\n{recipe} (default: {support.default_backend or 'none'})")
         rows = [["backend", "state", "version", "details"]]
-        rows += [[name, s.state.value, s.version, s.message] for name, s in support.backends.items()]
+        rows += [[name, s.state.value, s.version, s.shown_message] for name, s in support.backends.items()]
         print(table(rows))
     return 0
 
@@ -71,7 +71,7 @@ def cmd_install_desktop_entry(_args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from app.commands import backends, models, run
+    from app.commands import backends, collections, downloads, models, run
 
     parser = argparse.ArgumentParser(prog="lemon-desk", description="Run large language models locally.")
     parser.add_argument("--version", action="version", version=f"lemon-desk {__version__}")
@@ -90,6 +90,8 @@ def build_parser() -> argparse.ArgumentParser:
     backends.register(sub)
     run.register(sub)
     models.register(sub)
+    downloads.register(sub)
+    collections.register(sub)
     return parser
 
 

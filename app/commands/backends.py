@@ -47,7 +47,13 @@ def cmd_list(args: argparse.Namespace) -> int:
         for name, s in support.backends.items():
             default = " (default)" if name == support.default_backend else ""
             rows.append(
-                [f"{recipe}:{name}{default}", s.state.value, s.version, s.installed_version or "-", s.message]
+                [
+                    f"{recipe}:{name}{default}",
+                    s.state.value,
+                    s.version,
+                    s.installed_version or "-",
+                    s.shown_message,
+                ]
             )
     print(table(rows))
     return 0

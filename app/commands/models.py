@@ -16,6 +16,7 @@ from app.core.downloads import DownloadRecord
 from app.core.errors import ModelError
 from app.core.fit import DEFAULT_CONTEXT, FitEstimate, ModelShape, estimate, weights_bytes
 from app.core.hardware import Hardware
+from app.core.params import format_params
 from app.core.refs import (
     GGUF_RECIPE,
     MLX_RECIPE,
@@ -31,7 +32,7 @@ from app.store.library import Library
 from app.store.secrets import get_hf_token
 from app.supervisor.downloads import DownloadProgress
 from app.supervisor.hub import HubClient, SearchHit
-from app.supervisor.modelmeta import remote_shape
+from app.supervisor.modelmeta import remote_parameter_count, remote_shape
 from app.supervisor.router import Router
 
 GB = 1e9
@@ -111,6 +112,14 @@ async def _fit(
     return estimate(weights_bytes(files.files), shape, hw, files.recipe, context), ""
 
 
+async def _params(hub: HubClient, files: FileSet) -> int | None:
+    """The parameter count from the weight files' headers (Range reads); None when they say nothing."""
+    try:
+        return await remote_parameter_count(hub, files)
+    except ModelError:
+        return None
+
+
 # -- search
 
 
@@ -129,6 +138,7 @@ async def _describe(
         "downloads": hit.downloads,
         "likes": hit.likes,
         "gated": hit.gated,
+        "params": None,
         "variants": [],
         "error": None,
     }
@@ -140,6 +150,8 @@ async def _describe(
     except ModelError as err:
         result["error"] = str(err)
         return result
+    # Every quant of a model has the same logical tensor shapes: one count per repo.
+    result["params"] = await _params(hub, variants[0]) if variants else None
     for files in variants:
         fit, _ = await _fit(hub, files, hw, context, shape)
         result["variants"].append(
@@ -179,7 +191,9 @@ def cmd_search(args: argparse.Namespace) -> int:
         return 0
     for r in results:
         gated = "  (gated: needs a token)" if r["gated"] else ""
-        print(f"{r['repo_id']}  [{r['recipe']}]  {r['downloads']:,} downloads  {r['likes']:,} likes{gated}")
+        params = f"  {format_params(r['params'])} params" if r["params"] else ""
+        popularity = f"{r['downloads']:,} downloads  {r['likes']:,} likes"
+        print(f"{r['repo_id']}  [{r['recipe']}]{params}  {popularity}{gated}")
         if r["error"]:
             print(f"    {r['error']}")
         rows = [
@@ -214,6 +228,7 @@ class _ProgressBar:
         line = (
             f"\r{self.label} [{'#' * filled}{'.' * (BAR_WIDTH - filled)}] {share:4.0%} "
             f"{event.done / GB:.2f}/{event.total / GB:.2f} GB {event.speed_bps / 1e6:7.1f} MB/s ETA {eta} "
+            + (f"({event.cap.label()}) " if event.cap else "")
         )
         sys.stderr.write(line)
         sys.stderr.flush()
@@ -228,7 +243,8 @@ class _FileLines:
     def __call__(self, event: object) -> None:
         if isinstance(event, DownloadProgress) and event.file != self.file:
             self.file = event.file
-            print(f"fetching {event.file}", file=sys.stderr)
+            capped = f" ({event.cap.label()})" if event.cap else ""
+            print(f"fetching {event.file}{capped}", file=sys.stderr)
 
 
 async def _pull(args: argparse.Namespace, router: Router) -> dict[str, Any]:
@@ -237,6 +253,8 @@ async def _pull(args: argparse.Namespace, router: Router) -> dict[str, Any]:
         model, files = await router.plan_pull(args.model, args.recipe)
         hub = await router.hub()
         fit, fit_error = await _fit(hub, files, detect_hardware(), args.ctx_size)
+        # Shard headers are more requests: only a plan (--dry-run) waits for them.
+        params = await _params(hub, files) if args.dry_run else None
         cache = RepoCache(library.cache_root, files.repo_id)
         report: dict[str, Any] = {
             "model": model.name,
@@ -245,6 +263,7 @@ async def _pull(args: argparse.Namespace, router: Router) -> dict[str, Any]:
             "variant": files.label,
             "revision": files.revision,
             "size_bytes": files.size,
+            "params": params,
             "files": [{"path": f.path, "size": f.size, "cached": cache.has_blob(f)} for f in files.files],
             "fit": fit.to_json() if fit else None,
             "fit_error": fit_error or None,
@@ -264,7 +283,9 @@ async def _pull(args: argparse.Namespace, router: Router) -> dict[str, Any]:
 
 
 def _print_plan(report: dict[str, Any], fit: FitEstimate | None) -> None:
-    print(f"{report['model']}: {report['checkpoint']} ({report['recipe']}, {_size(report['size_bytes'])})")
+    params = f", {format_params(report['params'])} parameters" if report["params"] else ""
+    what = f"{report['recipe']}, {_size(report['size_bytes'])}{params}"
+    print(f"{report['model']}: {report['checkpoint']} ({what})")
     for f in report["files"]:
         print(f"  {f['path']}  {_size(f['size'])}{'  (already here)' if f['cached'] else ''}")
     print(f"fit: {fit.summary()}" if fit else f"fit unknown: {report['fit_error']}")
@@ -310,14 +331,20 @@ def cmd_models(args: argparse.Namespace) -> int:
     for warning in dict.fromkeys([*router.warnings, *router.library.warnings]):
         print(f"warning: {warning}", file=sys.stderr)
     router.library.warnings.clear()
+    # From the files' headers, for the models on disk (the Hub is not asked here: `search` does).
+    params = {v.name: router.local_parameter_count(v.model) if v.on_disk else None for v in views}
     if args.json:
-        print_json({"models": [v.to_json() for v in views]})
+        shown = [
+            {**v.to_json(), "params": params[v.name], "labels": list(router.labels(v.model))} for v in views
+        ]
+        print_json({"models": shown})
         return 0
-    rows = [["name", "recipe", "size", "state", "checkpoint"]]
+    rows = [["name", "recipe", "size", "params", "state", "checkpoint"]]
     for v in views:
         model = v.model
+        size = f"{v.size_bytes / GB:.2f} GB"
         rows.append(
-            [model.name, model.recipe, f"{v.size_bytes / GB:.2g} GB", v.status.text, model.checkpoint]
+            [model.name, model.recipe, size, format_params(params[v.name]), v.status.text, model.checkpoint]
         )
     print(table(rows))
     return 0

@@ -14,6 +14,20 @@ from app.core.errors import ConfigError
 from app.core.names import file_name_problem
 
 GITHUB = "https://github.com"
+GITHUB_API = "https://api.github.com"
+SHA256_HEX = re.compile(r"[0-9a-f]{64}")
+
+
+def release_asset_digest(release: Any, asset: str) -> str | None:
+    """The SHA-256 (hex) GitHub's release JSON gives ``asset`` (``"digest": "sha256:..."``), or None."""
+    assets = release.get("assets") if isinstance(release, dict) else None
+    for entry in assets if isinstance(assets, list) else []:
+        if isinstance(entry, dict) and entry.get("name") == asset:
+            algorithm, _, value = str(entry.get("digest") or "").partition(":")
+            value = value.lower()
+            return value if algorithm == "sha256" and SHA256_HEX.fullmatch(value) else None
+    return None
+
 
 RECIPES = ("llamacpp", "lemon-mlx")
 
@@ -123,6 +137,18 @@ class BackendSpec:
 
     def asset_url(self, asset: str, release_base: str = GITHUB) -> str:
         return f"{release_base.rstrip('/')}/{self.repo}/releases/download/{self.version}/{asset}"
+
+    def release_api_url(self, asset_url: str) -> str:
+        """GitHub's REST API for this release, which gives each asset's SHA-256 (``digest``).
+
+        With a release mirror (an asset URL not on github.com) the mirror stands in for the API host
+        too, as GitHub Enterprise lays it out: ``{mirror}/api/v3/repos/{repo}/releases/tags/{tag}``.
+        """
+        tail = f"/repos/{self.repo}/releases/tags/{self.version}"
+        base = asset_url.split(f"/{self.repo}/releases/download/", 1)[0]
+        if base.rstrip("/") == GITHUB:
+            return f"{GITHUB_API}{tail}"
+        return f"{base.rstrip('/')}/api/v3{tail}"
 
 
 @dataclass(frozen=True)

@@ -263,3 +263,35 @@ def check_live_fit(
         f"{fit.context:,} tokens + overhead {_gb(fit.overhead)}), and {_gb(free)} of {where} is free now.",
         "Ways out: " + "; ".join(ways) + ".",
     )
+
+
+# -- the download bandwidth cap (the seed's rule) -------------------------------------------------------
+
+DOWNLOAD_CAP_BPS = 50e6  # the seed's value: 50 MB/s
+DOWNLOAD_CAP_SHARE = 0.5  # capped when what is left to fetch exceeds this share of available memory
+
+
+@dataclass(frozen=True)
+class BandwidthCap:
+    """A download throttled to ``bps``: on unified memory, its page cache would crowd out the GPU's
+    buffers (the same pool), starving the engine or the driver."""
+
+    bps: float
+    reason: str
+
+    def label(self) -> str:
+        return f"capped at {self.bps / 1e6:g} MB/s: {self.reason}"
+
+
+def download_cap(
+    kind: MemoryKind, remaining: int, available: int | None, cap_bps: float = DOWNLOAD_CAP_BPS
+) -> BandwidthCap | None:
+    """The cap for a download with ``remaining`` bytes to fetch, or None. Only on unified memory, and
+    only when the download is bigger than half of the memory available now (``available``; None:
+    unknown, no cap)."""
+    if kind is not MemoryKind.UNIFIED or available is None or remaining <= available * DOWNLOAD_CAP_SHARE:
+        return None
+    return BandwidthCap(
+        cap_bps,
+        f"{_gb(remaining)} to fetch is more than half of the {_gb(available)} of unified memory available",
+    )

@@ -130,18 +130,51 @@ class _Cursor:
             self.value(itype, keep=False)
 
 
-def gguf_metadata(data: bytes) -> dict[str, Any]:
-    """The key/value metadata of a GGUF file from its first bytes (``tokenizer.*`` values skipped).
-
-    Raises ``HeaderCutShort`` when ``data`` ends before the metadata does.
-    """
+def _opened(data: bytes) -> tuple[_Cursor, int, int]:
+    """A cursor past the file's magic and version, the tensor count and the key/value count."""
     cursor = _Cursor(data)
     if cursor.take("<I") != cursor.format.magic:
         raise ModelError("The file is not a GGUF model (no GGUF magic at its start).")
     version = cursor.take("<I")
     if version not in cursor.format.versions:
         raise ModelError(f"GGUF version {version} is not supported (big-endian or too new).")
-    _tensors, kv_count = cursor.take("<Q"), cursor.take("<Q")
+    return cursor, cursor.take("<Q"), cursor.take("<Q")
+
+
+MAX_DIMS = 8  # GGML_MAX_DIMS is 4; anything far past it is a damaged or hostile header
+
+
+def gguf_parameter_count(data: bytes) -> int:
+    """The number of parameters in a GGUF file (one shard of a split model counts its own tensors):
+    the tensor infos after the metadata (name, dimensions, type, offset), summed as products of their
+    dimensions. The dimensions are logical elements, so every quant of a model gives the same count.
+
+    Raises ``HeaderCutShort`` when ``data`` ends before the tensor infos do.
+    """
+    cursor, tensors, kv_count = _opened(data)
+    for _ in range(kv_count):
+        cursor.string()
+        cursor.value(cursor.take("<I"), keep=False)
+    total = 0
+    for _ in range(tensors):
+        cursor.string()
+        dims = cursor.take("<I")
+        if dims > MAX_DIMS:
+            raise ModelError(f"The GGUF tensor table says a tensor has {dims} dimensions: it is damaged.")
+        count = 1
+        for size in cursor.take_all(f"<{dims}Q"):
+            count *= size
+        cursor.skip(12)  # the type (uint32) and the data offset (uint64)
+        total += count
+    return total
+
+
+def gguf_metadata(data: bytes) -> dict[str, Any]:
+    """The key/value metadata of a GGUF file from its first bytes (``tokenizer.*`` values skipped).
+
+    Raises ``HeaderCutShort`` when ``data`` ends before the metadata does.
+    """
+    cursor, _tensors, kv_count = _opened(data)
     fields: dict[str, Any] = {}
     for _ in range(kv_count):
         key = cursor.string()

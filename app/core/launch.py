@@ -23,6 +23,7 @@ from app.core.lemon_mlx import (
     mlx_lm_takes_value,
     server_takes_value,
 )
+from app.core.quirks import Quirk, check_quirk_args
 
 DEFAULT_CTX_SIZE = 4096
 # amdgpu's 2 s scheduler timeout kills long prefills on Linux Vulkan.
@@ -65,6 +66,8 @@ class LaunchRequest:
     ctx_size: int | None = None  # None: DEFAULT_CTX_SIZE (lemon-mlx: the engine's own default)
     user_args: tuple[str, ...] = ()
     hf_hub_cache: str = ""  # the app's Hugging Face cache (``hub`` folder), for engines that resolve repo ids
+    architecture: str = ""  # the GGUF's general.architecture when known: model quirks key on it
+    quirks: tuple[Quirk, ...] = ()  # the quirk table (``resources/quirks.json``)
 
     @property
     def backend_key(self) -> BackendKey:
@@ -210,6 +213,7 @@ def plan_launch(
     plan = LAUNCHERS.get(req.recipe)
     if plan is None:
         raise UnsupportedError(f"This build of Lemon Desk cannot launch {req.recipe} engines yet.")
+    check_quirk_args(req.user_args, req.quirks, req.recipe, req.architecture)
     return replace(plan(req, hw, port, key_file, parent_env), device=device_type(req.backend, hw.os))
 
 

@@ -41,13 +41,28 @@ class BackendStatus:
     asset: str | None = None
     url: str | None = None
     installed_version: str | None = None
+    # Release assets: how the download is (or was) checked. "pin" (backend_versions.json), "release"
+    # (the digest GitHub's release API gives), "unverified" (installed with no digest to check), or
+    # None (not a release asset, or not installed and not pinned: the release API is asked at install).
+    digest: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {"state": self.state.value, "message": self.message, "version": self.version}
         if self.asset is not None:
             data["asset"] = self.asset
             data["url"] = self.url
+        if self.digest is not None:
+            data["digest"] = self.digest
         return data
+
+    @property
+    def shown_message(self) -> str:
+        """The message, saying so when the installed files were never checked against a digest."""
+        return (
+            f"{self.message} (unverified: no SHA-256 to check it against)"
+            if self.digest == "unverified"
+            else self.message
+        )
 
 
 @dataclass(frozen=True)

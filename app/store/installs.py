@@ -17,6 +17,7 @@ class InstallManifest:
     version: str
     asset: str
     sha256: str
+    verified_by: str = ""  # "pin" or "release": where the expected SHA-256 came from; "": unchecked
 
 
 def install_dir(recipe: str, backend: str) -> Path:
@@ -27,7 +28,9 @@ def read_manifest(folder: Path) -> InstallManifest | None:
     """The manifest of a complete install, or None (missing or unreadable means not installed)."""
     try:
         data = read_json(folder / MANIFEST)
-        return InstallManifest(str(data["version"]), str(data["asset"]), str(data["sha256"]))
+        return InstallManifest(
+            str(data["version"]), str(data["asset"]), str(data["sha256"]), str(data.get("verified_by", ""))
+        )
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
@@ -44,4 +47,15 @@ def installed_versions() -> dict[BackendKey, str]:
         manifest = read_manifest(folder)
         if manifest is not None:
             found[BackendKey(folder.parent.name, folder.name)] = manifest.version
+    return found
+
+
+def installed_manifests() -> dict[BackendKey, InstallManifest]:
+    """The manifest of every complete install."""
+    root = engines_dir()
+    found = {}
+    for folder in sorted(root.glob("*/*")) if root.is_dir() else []:
+        manifest = read_manifest(folder)
+        if manifest is not None:
+            found[BackendKey(folder.parent.name, folder.name)] = manifest
     return found

@@ -8,14 +8,26 @@ from __future__ import annotations
 
 import functools
 import json
+import re
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from app.core.errors import ModelError
 from app.core.fit import ModelShape, shape_from_config, shape_from_gguf
-from app.core.gguf import HEADER_FIRST, HEADER_MAX, HeaderCutShort, gguf_metadata, header_too_big
+from app.core.gguf import (
+    HEADER_FIRST,
+    HEADER_MAX,
+    HeaderCutShort,
+    gguf_metadata,
+    gguf_parameter_count,
+    header_too_big,
+)
 from app.core.models import Model
+from app.core.params import safetensors_header_length, safetensors_parameter_count
 from app.core.refs import GGUF_RECIPE
+
+T = TypeVar("T")
 
 
 def model_for_path(path: Path) -> Model:
@@ -36,17 +48,54 @@ def model_for_path(path: Path) -> Model:
 
 def local_gguf_metadata(path: Path) -> dict[str, Any]:
     """The metadata of a GGUF file on disk, read as the Hub's are: the first megabyte, then more."""
+    return _local_gguf(path, gguf_metadata)
+
+
+def _local_gguf(path: Path, parse: Callable[[bytes], T]) -> T:
     want = HEADER_FIRST
     with path.open("rb") as f:
         while True:
             f.seek(0)
             data = f.read(want)
             try:
-                return gguf_metadata(data)
+                return parse(data)
             except HeaderCutShort:
                 if len(data) < want or want >= HEADER_MAX:
                     raise header_too_big(str(path)) from None
                 want *= 2
+
+
+SHARD = re.compile(r"-(\d{5})-of-(\d{5})\.gguf$", re.IGNORECASE)
+
+
+def local_parameter_count(recipe: str, main: Path) -> int:
+    """A downloaded or imported model's parameters: its GGUF's tensor infos (every shard of a split
+    model), or the headers of every safetensors file in its MLX folder."""
+    try:
+        stat = main.stat()
+        return _local_params(recipe, main, stat.st_size, stat.st_mtime_ns)
+    except OSError as err:
+        raise ModelError(f"Cannot read {main}: {err.strerror}.") from None
+
+
+@functools.lru_cache(maxsize=256)
+def _local_params(recipe: str, main: Path, size: int, mtime_ns: int) -> int:
+    if recipe != GGUF_RECIPE:
+        total = 0
+        for weights in sorted(main.glob("*.safetensors")):
+            with weights.open("rb") as f:
+                length = safetensors_header_length(f.read(8), weights.stat().st_size)
+                total += safetensors_parameter_count(f.read(length))
+        if not total:
+            raise ModelError(f"{main} holds no safetensors weights.")
+        return total
+    shard = SHARD.search(main.name)
+    paths = [main]
+    if shard is not None:
+        count = int(shard.group(2))
+        stem = main.name[: shard.start()]
+        paths = [main.with_name(f"{stem}-{i:05d}-of-{count:05d}.gguf") for i in range(1, count + 1)]
+    return sum(_local_gguf(path, gguf_parameter_count) for path in paths)
 
 
 def local_shape(recipe: str, main: Path) -> ModelShape:
@@ -65,3 +114,11 @@ def _gguf_shape(path: Path, size: int, mtime_ns: int) -> ModelShape:
     """Walking a header takes tens of milliseconds (a vocabulary to skip); every load's fit check asks
     again, so the shape is kept for as long as the file is unchanged (same size and modification time)."""
     return shape_from_gguf(local_gguf_metadata(path))
+
+
+def gguf_architecture(path: Path) -> str:
+    """A GGUF file's ``general.architecture``, or "" when the file is missing or unreadable."""
+    try:
+        return local_shape(GGUF_RECIPE, path).architecture
+    except (OSError, ModelError):
+        return ""

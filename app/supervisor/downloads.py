@@ -18,10 +18,11 @@ import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from app.core.downloads import INTERRUPTED, DownloadRecord, DownloadState
 from app.core.errors import ChecksumError, DownloadError, LemonDeskError, ModelError
+from app.core.fit import BandwidthCap
 from app.core.refs import FileSet, RepoFile
 from app.store.downloads import DownloadLock, download_in_progress, load_downloads, save_downloads
 from app.store.hfcache import RepoCache
@@ -43,6 +44,46 @@ class DownloadProgress:
     total: int
     speed_bps: float
     eta_s: float | None
+    cap: BandwidthCap | None = None  # the download is throttled, and why
+
+
+@dataclass(frozen=True)
+class DownloadSnapshot:
+    """A download as front ends list it: its record, how far it is, and (while it runs in this
+    process) its speed and ETA."""
+
+    record: DownloadRecord
+    done: int
+    speed_bps: float | None = None  # None: not running here, so unknown
+    eta_s: float | None = None
+    cap: BandwidthCap | None = None
+
+    @property
+    def total(self) -> int:
+        return self.record.files.size
+
+    @property
+    def percent(self) -> float:
+        return 100.0 * self.done / self.total if self.total else 100.0
+
+    def to_json(self) -> dict[str, Any]:
+        r = self.record
+        return {
+            "model": r.model,
+            "id": r.id,
+            "state": r.state.value,
+            "message": r.message,
+            "done_bytes": self.done,
+            "total_bytes": self.total,
+            "percent": round(self.percent, 1),
+            "speed_bps": self.speed_bps,
+            "eta_s": self.eta_s,
+            "capped_bps": self.cap.bps if self.cap else None,
+            "cap_reason": self.cap.reason if self.cap else None,
+            "recipe": r.files.recipe,
+            "repo_id": r.files.repo_id,
+            "label": r.files.label,
+        }
 
 
 @dataclass(frozen=True)
@@ -55,6 +96,8 @@ class DownloadChanged:
 
 DownloadEvent = DownloadProgress | DownloadChanged
 Subscriber = Callable[[DownloadEvent], None]
+# (recipe, bytes left to fetch) -> the cap to apply, or None (see app.core.fit.download_cap).
+CapPolicy = Callable[[str, int], "BandwidthCap | None"]
 
 
 def git_blob_id(path: Path) -> str:
@@ -83,6 +126,20 @@ def check_disk_space(target: Path, need: int, what: str) -> None:
         )
 
 
+def recovered(record: DownloadRecord, cache_root: Path) -> DownloadRecord:
+    """A record left active by a process that is gone comes back paused."""
+    if record.state.active and not download_in_progress(record.id):
+        on_disk = RepoCache(cache_root, record.files.repo_id).bytes_on_disk(record.files.files)
+        return record.with_state(DownloadState.PAUSED, INTERRUPTED, on_disk)
+    return record
+
+
+def _cancelled_message(kept: bool) -> str:
+    if kept:
+        return "Cancelled; the partial files were kept, so downloading it again goes on from there."
+    return "Cancelled; the partial files were deleted."
+
+
 class DownloadManager:
     def __init__(
         self,
@@ -92,8 +149,10 @@ class DownloadManager:
         max_parallel: int = 2,
         stall_timeout_s: float = 30.0,
         backoff_s: float = 0.5,
+        cap_policy: CapPolicy | None = None,
     ) -> None:
         self.cache_root = cache_root
+        self.cap_policy = cap_policy
         self.hub = hub
         self._http: httpx.Client | None = None
         self.stall_timeout_s = stall_timeout_s
@@ -101,7 +160,10 @@ class DownloadManager:
         self._slots = asyncio.Semaphore(max_parallel)
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._intents: dict[str, DownloadState] = {}  # why a task is being cancelled: pause or cancel
+        self._keep: dict[str, bool] = {}  # a cancel that keeps the partial files
         self.progress: dict[str, int] = {}  # bytes on disk of each running download, as they arrive
+        self.latest: dict[str, DownloadProgress] = {}  # the last progress of each running download
+        self.caps: dict[str, BandwidthCap] = {}  # the running downloads that are throttled
         self._subscribers: Listeners[DownloadEvent] = Listeners("the downloads")
         loaded = load_downloads()
         self.warning = loaded.warning
@@ -122,10 +184,19 @@ class DownloadManager:
         return self._http
 
     def _recovered(self, record: DownloadRecord) -> DownloadRecord:
-        """A record left active by a process that is gone comes back paused."""
-        if record.state.active and not download_in_progress(record.id):
-            return record.with_state(DownloadState.PAUSED, INTERRUPTED, self._on_disk(record.files))
-        return record
+        return recovered(record, self.cache_root)
+
+    def snapshots(self) -> list[DownloadSnapshot]:
+        """Every download remembered, with live progress for those running here."""
+        out = []
+        for rid, record in self.records.items():
+            live = self.latest.get(rid)
+            done = self.progress.get(rid, record.done_bytes)
+            if live is None:
+                out.append(DownloadSnapshot(record, done, cap=self.caps.get(rid)))
+            else:
+                out.append(DownloadSnapshot(record, done, live.speed_bps, live.eta_s, self.caps.get(rid)))
+        return out
 
     # -- events
 
@@ -174,16 +245,35 @@ class DownloadManager:
         return record
 
     async def pause(self, rid: str) -> DownloadRecord:
+        self._not_elsewhere(rid, "pause")
         await self._stop(rid, DownloadState.PAUSED)
         return self._record(rid)
 
-    async def cancel(self, rid: str) -> DownloadRecord:
-        """Stop and delete the partial files."""
+    async def cancel(self, rid: str, *, keep_partial: bool = False) -> DownloadRecord:
+        """Stop, and delete the partial files unless ``keep_partial`` (a later download resumes them)."""
         record = self._record(rid)
-        if not await self._stop(rid, DownloadState.CANCELLED) and record.state is not DownloadState.DONE:
-            RepoCache(self.cache_root, record.files.repo_id).remove_partials(record.files.files)
-            self._set(rid, DownloadState.CANCELLED, done=0)
+        self._not_elsewhere(rid, "cancel")
+        intent = DownloadState.CANCELLED
+        if keep_partial:
+            self._keep[rid] = True
+        try:
+            stopped = await self._stop(rid, intent)
+        finally:
+            self._keep.pop(rid, None)
+        if not stopped and record.state is not DownloadState.DONE:
+            if not keep_partial:
+                RepoCache(self.cache_root, record.files.repo_id).remove_partials(record.files.files)
+            done = self._on_disk(record.files) if keep_partial else 0
+            self._set(rid, intent, _cancelled_message(keep_partial), done=done)
         return self._record(rid)
+
+    def _not_elsewhere(self, rid: str, verb: str) -> None:
+        """Only the process that runs a download can stop it; say which one does."""
+        if rid not in self._tasks and download_in_progress(rid):
+            raise ModelError(
+                f"{rid} is being downloaded by another Lemon Desk process.",
+                f"{verb.capitalize()} it there: the window's downloads panel, or Ctrl-C in its `pull`.",
+            )
 
     async def wait(self, rid: str) -> DownloadRecord:
         task = self._tasks.get(rid)
@@ -234,15 +324,21 @@ class DownloadManager:
             self._set(rid, DownloadState.DONE, done=files.size)
         except asyncio.CancelledError:
             intent = self._intents.pop(rid, DownloadState.PAUSED)
+            message = ""
             if intent is DownloadState.CANCELLED:
-                RepoCache(self.cache_root, files.repo_id).remove_partials(files.files)
-            self._set(rid, intent, done=self._on_disk(files))
+                keep = self._keep.get(rid, False)
+                if not keep:
+                    RepoCache(self.cache_root, files.repo_id).remove_partials(files.files)
+                message = _cancelled_message(keep)
+            self._set(rid, intent, message, done=self._on_disk(files))
         except LemonDeskError as err:
             self._set(rid, DownloadState.FAILED, str(err), done=self._on_disk(files))
         finally:
             lock.release()
             self._tasks.pop(rid, None)
             self.progress.pop(rid, None)
+            self.latest.pop(rid, None)
+            self.caps.pop(rid, None)
 
     async def _download(self, rid: str, files: FileSet) -> None:
         cache = RepoCache(self.cache_root, files.repo_id)
@@ -251,6 +347,11 @@ class DownloadManager:
             cache.folder, sum(f.size for f in todo) - cache.partial_bytes(tuple(todo)), f"{files.repo_id}"
         )
         done = files.size - sum(f.size for f in todo)
+        cap = None
+        if self.cap_policy is not None:  # may probe the machine: in a thread
+            cap = await asyncio.to_thread(self.cap_policy, files.recipe, files.size - self._on_disk(files))
+        if cap is not None:
+            self.caps[rid] = cap
         for file in files.files:
             if file in todo:
                 await self._fetch_verified(rid, cache, file, done, files.size)
@@ -265,7 +366,11 @@ class DownloadManager:
             done = before + p.done
             self.progress[rid] = done
             eta = (total - done) / p.speed_bps if p.speed_bps > 0 else None
-            self._emit(DownloadProgress(rid, file.path, done, total, p.speed_bps, eta))
+            event = DownloadProgress(rid, file.path, done, total, p.speed_bps, eta, cap)
+            self.latest[rid] = event
+            self._emit(event)
+
+        cap = self.caps.get(rid)
 
         url = self.hub.file_url(cache.repo_id, self.records[rid].files.revision, file.path)
         blob = cache.blob(file.oid)
@@ -280,6 +385,7 @@ class DownloadManager:
                     on_progress=on_progress,
                     stall_timeout_s=self.stall_timeout_s,
                     backoff_s=self.backoff_s,
+                    max_bps=cap.bps if cap else None,
                 )
                 if (
                     file.sha256 is None

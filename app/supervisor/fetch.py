@@ -11,6 +11,10 @@ httpx has read the head of a plain HTTP/1.1 response with a Content-Length, the 
 straight from its socket into one reused 1 MiB buffer; anything else goes through httpx. The
 coroutine owns the thread: cancelling it stops the thread (shutting its socket if it waits) and
 waits for it before returning, so nothing writes to the partial file afterwards.
+
+A bandwidth cap (``max_bps``, for big downloads on unified memory) is kept in the same thread: after
+each piece the thread waits until the bytes so far are within the cap (a wait a stop ends at once).
+TCP's flow control slows the sender meanwhile. Without a cap the loop pays one ``None`` check a piece.
 """
 
 from __future__ import annotations
@@ -150,8 +154,11 @@ async def fetch(
     retries: int = 5,
     stall_timeout_s: float = 30.0,
     backoff_s: float = 0.5,
+    max_bps: float | None = None,
 ) -> str:
     """Download ``url`` to ``dest``; returns the SHA-256 hex digest of what was written.
+
+    ``max_bps``: at most this many bytes a second (None: as fast as the link goes).
 
     ``retries`` counts consecutive attempts that made no progress, so a connection that keeps
     breaking but moves forward each time still finishes.
@@ -176,7 +183,7 @@ async def fetch(
     while True:
         before = state.offset
         try:
-            await _in_thread(client, url, part, state, headers, report, stall_timeout_s)
+            await _in_thread(client, url, part, state, headers, report, stall_timeout_s, max_bps)
             break
         except _Retryable as err:
             failures = 0 if state.offset > before else failures + 1
@@ -210,11 +217,15 @@ async def _in_thread(
     headers: dict[str, str] | None,
     report: Callable[[int, int | None], None],
     stall_timeout_s: float,
+    max_bps: float | None = None,
 ) -> None:
     """One attempt in a worker thread; cancelling stops the thread and waits for it."""
     control = _Control()
+    throttle = _Throttle(max_bps, control.stop) if max_bps else None
     worker = asyncio.ensure_future(
-        asyncio.to_thread(_attempt, client, url, part, state, headers, report, stall_timeout_s, control)
+        asyncio.to_thread(
+            _attempt, client, url, part, state, headers, report, stall_timeout_s, control, throttle
+        )
     )
     try:
         await asyncio.shield(worker)
@@ -235,6 +246,7 @@ def _attempt(
     report: Callable[[int, int | None], None],
     stall_timeout_s: float,
     control: _Control,
+    throttle: _Throttle | None = None,
 ) -> None:
     import httpx
 
@@ -276,6 +288,8 @@ def _attempt(
                     hashing.add(chunk)
                     state.offset += len(chunk)
                     report(state.offset, state.total)
+                    if throttle is not None:
+                        throttle.after(len(chunk))
                     if control.stop.is_set():
                         return
     except (httpx.TransportError, OSError) as err:
@@ -293,6 +307,22 @@ def _attempt(
         return
     if state.total is not None and state.offset < state.total:
         raise _Retryable(f"the connection closed at {state.offset} of {state.total} bytes")
+
+
+class _Throttle:
+    """Keeps one attempt's bytes within ``bps``: waits after a piece that got ahead of the cap."""
+
+    def __init__(self, bps: float, stop: threading.Event) -> None:
+        self.bps = bps
+        self.stop = stop
+        self.start = time.monotonic()
+        self.bytes = 0
+
+    def after(self, n: int) -> None:
+        self.bytes += n
+        ahead = self.bytes / self.bps - (time.monotonic() - self.start)
+        if ahead > 0:
+            self.stop.wait(ahead)
 
 
 def _write_all(f: io.RawIOBase, data: bytes | memoryview) -> None:

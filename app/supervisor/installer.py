@@ -25,7 +25,7 @@ from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from app.core.backends import BackendKey, BackendKind, BackendSpec, BackendState
+from app.core.backends import BackendKey, BackendKind, BackendSpec, BackendState, release_asset_digest
 from app.core.errors import DownloadError, InstallError, UnsupportedError
 from app.core.launch import ENGINE_BINARY
 from app.core.lemon_mlx import MLX_LM
@@ -113,6 +113,37 @@ async def install_backend(
         ) from None
 
 
+async def expected_digest(
+    spec: BackendSpec, asset: str, url: str, client: httpx.Client
+) -> tuple[str | None, str]:
+    """The SHA-256 the asset must have and where it comes from: the pin in backend_versions.json, else
+    the release's metadata (GitHub's API, or the mirror's ``/api/v3``). (None, "") when neither has
+    one: the install goes on, and is shown as unverified. A pin the release contradicts is refused."""
+    pinned = spec.sha256.get(asset)
+    released = await asyncio.to_thread(_release_digest, client, spec.release_api_url(url), asset)
+    if pinned and released and pinned != released:
+        raise InstallError(
+            f"The pinned SHA-256 of {asset} ({pinned}) is not the one its release gives ({released}). "
+            "Nothing was installed.",
+            "Report the pin as broken; do not install this asset by hand.",
+        )
+    if pinned:
+        return pinned, "pin"
+    return (released, "release") if released else (None, "")
+
+
+def _release_digest(client: httpx.Client, api_url: str, asset: str) -> str | None:
+    import httpx
+
+    try:
+        response = client.get(api_url, headers={"Accept": "application/vnd.github+json"}, timeout=15.0)
+        if response.status_code != 200:
+            return None
+        return release_asset_digest(response.json(), asset)
+    except (httpx.HTTPError, ValueError):
+        return None
+
+
 @contextlib.contextmanager
 def _staging(spec: BackendSpec) -> Iterator[Path]:
     """The backend's claimed staging folder, removed afterwards whatever happens."""
@@ -149,12 +180,13 @@ async def _install_release(
         download = inside(work, work / asset)
         _clear_leftovers(work, keep=partial_path(download))
         report(InstallUpdate(InstallPhase.DOWNLOADING))
+        expected, source = await expected_digest(spec, asset, url, client)
         try:
             digest = await fetch(
                 client,
                 url,
                 download,
-                sha256=spec.sha256.get(asset),
+                sha256=expected,
                 on_progress=lambda p: report(InstallUpdate(InstallPhase.DOWNLOADING, p)),
             )
         except DownloadError as err:
@@ -162,7 +194,7 @@ async def _install_release(
         report(InstallUpdate(InstallPhase.UNPACKING))
         unpacked = work / "unpacked"
         await _in_thread(lambda cancel: _unpack_checked(download, unpacked, spec.recipe, cancel))
-        manifest = InstallManifest(spec.version, asset, digest)
+        manifest = InstallManifest(spec.version, asset, digest, source)
         write_manifest(unpacked, manifest)
         _swap_into_place(unpacked, install_dir(spec.recipe, spec.name), work / "previous")
         return manifest

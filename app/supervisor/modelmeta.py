@@ -1,33 +1,76 @@
-"""A model's shape before it is downloaded: GGUF metadata from the file's first megabytes (HTTP Range),
-or ``config.json`` for MLX. The header walk itself is ``app.core.gguf``.
+"""A model's shape and parameter count before it is downloaded: GGUF metadata and tensor infos from the
+file's first megabytes (HTTP Range), ``config.json`` and safetensors headers for MLX. The header walks
+themselves are ``app.core.gguf`` and ``app.core.params``.
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from app.core.errors import ModelError
 from app.core.fit import ModelShape, shape_from_config, shape_from_gguf
-from app.core.gguf import HEADER_FIRST, HEADER_MAX, HeaderCutShort, gguf_metadata, header_too_big
-from app.core.refs import GGUF_RECIPE, FileSet
+from app.core.gguf import (
+    HEADER_FIRST,
+    HEADER_MAX,
+    HeaderCutShort,
+    gguf_metadata,
+    gguf_parameter_count,
+    header_too_big,
+)
+from app.core.params import safetensors_header_length, safetensors_parameter_count
+from app.core.refs import GGUF_RECIPE, FileSet, RepoFile
 from app.supervisor.hub import HubClient
+
+T = TypeVar("T")
 
 
 async def remote_gguf_metadata(
     hub: HubClient, repo_id: str, revision: str, path: str, size: int
 ) -> dict[str, Any]:
     """Read the first megabyte of a file on the Hub, then more (doubling) until the metadata is whole."""
+    return await _remote_gguf(hub, repo_id, revision, path, size, gguf_metadata)
+
+
+async def _remote_gguf(
+    hub: HubClient, repo_id: str, revision: str, path: str, size: int, parse: Callable[[bytes], T]
+) -> T:
     data = b""
     want = min(HEADER_FIRST, size)
     while True:
         data += await hub.read_range(repo_id, revision, path, len(data), want)
         try:
-            return await asyncio.to_thread(gguf_metadata, data)  # a large vocabulary takes a while
+            return await asyncio.to_thread(parse, data)  # a large vocabulary takes a while
         except HeaderCutShort:
             if want >= min(size, HEADER_MAX) or len(data) < want:
                 raise header_too_big(f"{repo_id}/{path}") from None
             want = min(want * 2, size, HEADER_MAX)
+
+
+def weight_files(files: FileSet) -> list[RepoFile]:
+    """The files whose tensors are the model's: GGUF shards (not the vision projector) or safetensors."""
+    suffix = ".gguf" if files.recipe == GGUF_RECIPE else ".safetensors"
+    return [f for f in files.files if f.path.lower().endswith(suffix) and f.path != files.mmproj]
+
+
+async def remote_parameter_count(hub: HubClient, files: FileSet) -> int:
+    """The model's parameters, summed over its weight files' headers, read with Range requests."""
+    total = 0
+    for f in weight_files(files):
+        if files.recipe == GGUF_RECIPE:
+            total += await _remote_gguf(
+                hub, files.repo_id, files.revision, f.path, f.size, gguf_parameter_count
+            )
+            continue
+        length = safetensors_header_length(
+            await hub.read_range(files.repo_id, files.revision, f.path, 0, 8), f.size
+        )
+        header = await hub.read_range(files.repo_id, files.revision, f.path, 8, 8 + length)
+        total += safetensors_parameter_count(header)
+    if not total:
+        raise ModelError(f"{files.repo_id} has no weight files whose headers give a parameter count.")
+    return total
 
 
 async def remote_shape(hub: HubClient, files: FileSet) -> ModelShape:

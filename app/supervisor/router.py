@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import logging
 import time
 from collections import Counter
@@ -32,24 +33,45 @@ from app.core.backends import BackendKind, BackendState
 from app.core.downloads import DownloadRecord, DownloadState
 from app.core.engine_state import EngineState
 from app.core.errors import EngineError, LemonDeskError, ModelError
-from app.core.fit import DEFAULT_CONTEXT, check_live_fit, estimate, largest_context
+from app.core.fit import (
+    DEFAULT_CONTEXT,
+    BandwidthCap,
+    check_live_fit,
+    download_cap,
+    estimate,
+    largest_context,
+    memory_budget,
+)
 from app.core.lemon_mlx import DeviceType, device_type
 from app.core.models import Model
 from app.core.policy import LoadedModel, over_caps, parse_caps, plan_evictions
+from app.core.quirks import effective_labels
 from app.core.refs import FileSet, parse_ref, select
 from app.core.status import LoadPhase, ModelFacts, ModelStatus, model_status
-from app.platform import free_memory
+from app.platform import detect_hardware, free_memory
+from app.store.downloads import load_downloads
+from app.store.hfcache import RepoCache
 from app.store.library import GB, Library, ModelState
 from app.store.library import ModelStatus as DiskStatus
 from app.store.model_options import ModelOptions, load_model_options, save_model_options
-from app.store.model_paths import local_shape
+from app.store.model_paths import gguf_architecture, local_parameter_count, local_shape
 from app.store.paths import home
+from app.store.quirks import load_quirks
 from app.store.secrets import get_hf_token
 from app.store.settings import Settings
-from app.supervisor.downloads import DownloadChanged, DownloadEvent, DownloadManager, DownloadProgress
+from app.supervisor.collections import Collections
+from app.supervisor.downloads import (
+    DownloadChanged,
+    DownloadEvent,
+    DownloadManager,
+    DownloadProgress,
+    DownloadSnapshot,
+    recovered,
+)
 from app.supervisor.engine import Engine
 from app.supervisor.hub import HubClient, gated_error
 from app.supervisor.listeners import Listeners
+from app.supervisor.modelmeta import remote_parameter_count
 from app.supervisor.supervisor import (
     EngineStateChanged,
     InstallProgress,
@@ -268,6 +290,45 @@ class Router:
         records = self._downloads.records if self._downloads else None
         return self._view(self.library.status(model, records))
 
+    @functools.cached_property
+    def collections(self) -> Collections:
+        """Named sets of models with their options: save, load under the policy, export, import."""
+        return Collections(self)
+
+    def labels(self, model: Model) -> tuple[str, ...]:
+        """A model's labels less what its quirks strip (``resources/quirks.json``: GLM-4 GGUF has no
+        ``mtp``); the architecture comes from the model's file when it is here. Reads a header."""
+        local = self.library.local_files(model) if model.recipe == "llamacpp" else None
+        architecture = gguf_architecture(local.main) if local is not None else ""
+        return effective_labels(model.labels, load_quirks(), model.recipe, architecture)
+
+    # --- parameter counts -----------------------------------------------------------------------------
+
+    def local_parameter_count(self, model: Model) -> int | None:
+        """A model's parameters from its files on disk (GGUF tensor infos, safetensors headers); None
+        when it is not here or its headers say nothing. Reads files: call it in a thread on the loop."""
+        local = self.library.local_files(model)
+        if local is None:
+            return None
+        try:
+            return local_parameter_count(model.recipe, local.main)
+        except ModelError as err:
+            log.info("no parameter count for %s: %s", model.name, err)
+            return None
+
+    async def parameter_count(self, name: str) -> int | None:
+        """A model's parameters: from its files when downloaded, else from the Hub with Range reads."""
+        model = self.library.resolve(name)
+        count = await asyncio.to_thread(self.local_parameter_count, model)
+        if count is not None or model.repo_id is None:
+            return count
+        try:
+            _, files = await self.plan_pull(model)
+            return await remote_parameter_count(await self.hub(), files)
+        except ModelError as err:
+            log.info("no parameter count for %s: %s", model.name, err)
+            return None
+
     # --- downloads ------------------------------------------------------------------------------------
 
     async def hub(self) -> HubClient:
@@ -281,7 +342,7 @@ class Router:
     def downloads(self) -> DownloadManager:
         if self._downloads is None:
             assert self._hub is not None, "hub() comes first"
-            self._downloads = DownloadManager(self.library.cache_root, self._hub)
+            self._downloads = DownloadManager(self.library.cache_root, self._hub, cap_policy=self._cap)
             if self._downloads.warning:
                 self.warnings.append(self._downloads.warning)
             self._downloads.subscribe(self._on_download)
@@ -326,17 +387,44 @@ class Router:
         return await self.download(model, files)
 
     async def pause_download(self, name: str) -> None:
+        await self.hub()
         await self.downloads().pause(self.library.resolve(name).checkpoint)
 
     async def resume_download(self, name: str) -> None:
         await self.hub()
         self.downloads().resume(self.library.resolve(name).checkpoint)
 
-    async def cancel_download(self, name: str) -> None:
-        """Stop a download and delete its partial files."""
+    async def cancel_download(self, name: str, *, keep_partial: bool = False) -> None:
+        """Stop a download and delete its partial files (``keep_partial``: keep them, so a later
+        download of the model goes on from there)."""
         await self.hub()
-        await self.downloads().cancel(self.library.resolve(name).checkpoint)
+        await self.downloads().cancel(self.library.resolve(name).checkpoint, keep_partial=keep_partial)
         self._changed(name)
+
+    def download_snapshots(self) -> list[DownloadSnapshot]:
+        """Every download the app remembers (``<home>/downloads.json``), with speed and ETA for those
+        running in this process. Reads files: front ends on the loop call it in a thread."""
+        if self._downloads is not None:
+            return self._downloads.snapshots()
+        loaded = load_downloads()
+        if loaded.warning:
+            self.warnings.append(loaded.warning)
+        root = self.library.cache_root
+        out = []
+        for record in (recovered(r, root) for r in loaded.items.values()):
+            # Running in another process: its record's count is from when it started; the disk is now.
+            live = RepoCache(root, record.files.repo_id).bytes_on_disk(record.files.files)
+            out.append(DownloadSnapshot(record, live if record.state.active else record.done_bytes))
+        return out
+
+    def _cap(self, recipe: str, remaining: int) -> BandwidthCap | None:
+        """The seed's bandwidth cap for a download on unified memory (``app.core.fit.download_cap``)."""
+        try:
+            hardware = self.supervisor.hardware
+        except RuntimeError:  # no load has asked for the machine yet
+            hardware = detect_hardware()
+        kind = memory_budget(hardware, recipe).kind
+        return download_cap(kind, remaining, free_memory(kind, hardware))
 
     def _on_download(self, event: DownloadEvent) -> None:
         self._emit(event)

@@ -34,6 +34,8 @@ from app.core.launch import (
 from app.core.models import Model
 from app.store.hfcache import hub_cache_dir
 from app.store.installs import InstallManifest, install_dir
+from app.store.model_paths import gguf_architecture
+from app.store.quirks import load_quirks
 from app.store.settings import Settings
 from app.supervisor.engine import Engine
 from app.supervisor.installer import InstallPhase, InstallUpdate, install_backend, installed_binary
@@ -282,15 +284,21 @@ class Supervisor:
                 binary = found or folder / ENGINE_BINARY.get(model.recipe, "server")
                 library_dir = str(binary.parent)
         hub = hub_cache_dir(self.settings.models_dir)
+        model_argument = self._model_argument(model, dry_run)
+        architecture = ""
+        if model.recipe == "llamacpp":  # the quirk table keys on the GGUF's architecture
+            architecture = await asyncio.to_thread(gguf_architecture, Path(model_argument))
         return LaunchRequest(
             recipe=model.recipe,
             backend=backend,
             binary=str(binary),
             library_dir=library_dir,
-            model=self._model_argument(model, dry_run),
+            model=model_argument,
             ctx_size=options.ctx_size,
             user_args=split_args(options.args),
             hf_hub_cache=str(hub),
+            architecture=architecture,
+            quirks=load_quirks(),
         )
 
     def _model_argument(self, model: Model, dry_run: bool) -> str:

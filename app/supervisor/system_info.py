@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass
 from typing import Any
 
-from app.core.backends import GITHUB, BackendVersions
+from app.core.backends import GITHUB, BackendKind, BackendVersions
 from app.core.hardware import Hardware
 from app.core.matrix import RecipeSupport, SystemBinary, support_matrix
 from app.platform import detect_hardware, find_system_llama_server
 from app.store.catalog import load_backend_versions
-from app.store.installs import installed_versions
+from app.store.installs import installed_manifests, installed_versions
 from app.store.settings import Settings
 
 
@@ -46,4 +47,16 @@ def gather(settings: Settings, hardware: Hardware | None = None) -> SystemInfo:
         system_binary=system_binary,
         release_base=release_base(settings),
     )
+    manifests = installed_manifests()
+    for support in recipes.values():
+        for name, status in support.backends.items():
+            spec = versions.spec(support.recipe, name)
+            if spec.kind is not BackendKind.RELEASE:
+                continue
+            manifest = manifests.get(spec.key)
+            if manifest is not None and manifest.version == spec.version:
+                digest: str | None = manifest.verified_by or "unverified"
+            else:
+                digest = "pin" if status.asset and spec.sha256.get(status.asset) else None
+            support.backends[name] = dataclasses.replace(status, digest=digest)
     return SystemInfo(hardware, versions, recipes, system_binary)

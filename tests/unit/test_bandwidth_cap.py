@@ -1,0 +1,106 @@
+"""The seed's download bandwidth cap on unified memory: the rule (pure), the throttle measured on a
+loopback download (a smaller cap than the seed's 50 MB/s, through the same parameter), and the
+progress line that says so."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from app.core.fit import DOWNLOAD_CAP_BPS, BandwidthCap, MemoryKind, download_cap
+from app.core.refs import FileSet, parse_ref, select
+from app.store.hfcache import hub_cache_dir
+from app.store.settings import Settings
+from app.supervisor import router as router_module
+from app.supervisor.downloads import DownloadManager, DownloadProgress
+from app.supervisor.fetch import fetch
+from app.supervisor.hub import HubClient
+from app.supervisor.router import Router
+from tests.conftest import profile_path
+from tests.support.fileserver import Served, serve
+from tests.support.hubserver import LoopbackHub
+from tests.support.testrepos import BIG
+
+GB = 10**9
+TEST_CAP = 4e6  # bytes a second: the seed's 50 MB/s would finish a loopback test file too soon to measure
+MANAGER_CAP = 2e6  # the test repo's 3.3 MB: about 1.7 s, so per-file set-up is small beside it
+
+
+def test_the_cap_applies_only_on_unified_memory_when_the_download_exceeds_half_of_what_is_free() -> None:
+    cap = download_cap(MemoryKind.UNIFIED, 9 * GB, 16 * GB)
+    assert cap is not None and cap.bps == DOWNLOAD_CAP_BPS == 50e6
+    assert cap.label().startswith("capped at 50 MB/s: 9.00 GB to fetch is more than half of the 16.00 GB")
+    assert download_cap(MemoryKind.UNIFIED, 8 * GB, 16 * GB) is None  # exactly half: not over it
+    assert download_cap(MemoryKind.RAM, 90 * GB, 16 * GB) is None
+    assert download_cap(MemoryKind.VRAM, 90 * GB, 16 * GB) is None
+    assert download_cap(MemoryKind.UNIFIED, 90 * GB, None) is None  # unknown: no cap
+
+
+def test_a_capped_fetch_runs_within_ten_percent_of_the_cap(tmp_path: Path) -> None:
+    body = os.urandom(8 * 10**6)
+    with serve(Served(files={"/f.bin": body})) as base:
+
+        async def timed(max_bps: float | None, dest: Path) -> float:
+            with httpx.Client() as client:
+                start = time.monotonic()
+                await fetch(client, f"{base}/f.bin", dest, max_bps=max_bps)
+                return time.monotonic() - start
+
+        capped = asyncio.run(timed(TEST_CAP, tmp_path / "capped.bin"))
+        free = asyncio.run(timed(None, tmp_path / "free.bin"))
+    rate = len(body) / capped
+    uncapped = len(body) / free / 1e6
+    print(f"capped at {TEST_CAP / 1e6:g} MB/s: measured {rate / 1e6:.3f} MB/s; uncapped {uncapped:.0f} MB/s")
+    assert 0.9 * TEST_CAP <= rate <= 1.1 * TEST_CAP
+    assert free < capped / 4  # the cap is a parameter of one download, not a slower path for all
+    assert (tmp_path / "capped.bin").read_bytes() == body
+
+
+def test_the_download_manager_caps_and_reports_it(hub: LoopbackHub) -> None:
+    events: list[DownloadProgress] = []
+
+    async def go() -> tuple[float, FileSet]:
+        async with httpx.AsyncClient() as client:
+            hub_client = HubClient(client)
+            files = select(await hub_client.listing(BIG), parse_ref(f"{BIG}:Q8_0"))
+
+            def policy(recipe: str, remaining: int) -> BandwidthCap | None:
+                assert (recipe, remaining) == ("llamacpp", files.size)
+                return download_cap(MemoryKind.UNIFIED, remaining, remaining, cap_bps=MANAGER_CAP)
+
+            manager = DownloadManager(hub_cache_dir(), hub_client, cap_policy=policy)
+            manager.subscribe(lambda e: events.append(e) if isinstance(e, DownloadProgress) else None)
+            start = time.monotonic()
+            manager.submit("q8", "q8", files)
+            await manager.wait("q8")
+            elapsed = time.monotonic() - start
+            await manager.close()
+            return elapsed, files
+
+    elapsed, files = asyncio.run(go())
+    rate = files.size / elapsed
+    print(f"manager capped at {MANAGER_CAP / 1e6:g} MB/s: {rate / 1e6:.3f} MB/s over {files.size:,} bytes")
+    assert 0.9 * MANAGER_CAP <= rate <= 1.1 * MANAGER_CAP
+    assert events and all(e.cap is not None and e.cap.bps == MANAGER_CAP for e in events)
+    assert events[-1].cap is not None and events[-1].cap.label().startswith("capped at 2 MB/s: ")
+
+
+def test_the_router_caps_big_downloads_on_unified_memory_only(
+    hub: LoopbackHub, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(router_module, "free_memory", lambda kind, hw: 1000)  # almost nothing free
+
+    def cap_for(profile: str) -> BandwidthCap | None:
+        monkeypatch.setenv("LEMON_DESK_MOCK_HARDWARE", str(profile_path(profile)))
+        return Router(Settings())._cap("llamacpp", 10**6)
+
+    mac = cap_for("apple_silicon")
+    assert mac is not None and mac.bps == 50e6
+    halo = cap_for("strix_halo")  # an AMD APU: unified memory too
+    assert halo is not None
+    assert cap_for("cpu_only_x86") is None and cap_for("nvidia") is None
