@@ -29,6 +29,7 @@ import psutil
 from app.client.chat import ChatClient, Messages
 from app.client.events import ChatEvent, ChatReply
 from app.core.backends import BackendKind, BackendState
+from app.core.bench import BenchRun, BenchSpec
 from app.core.downloads import DownloadRecord, DownloadState
 from app.core.engine_state import EngineState
 from app.core.errors import EngineError, LemonDeskError, ModelError
@@ -46,6 +47,7 @@ from app.store.model_paths import local_shape
 from app.store.paths import home
 from app.store.secrets import get_hf_token
 from app.store.settings import Settings
+from app.supervisor.bench import BenchProgress, run_bench
 from app.supervisor.downloads import DownloadChanged, DownloadEvent, DownloadManager, DownloadProgress
 from app.supervisor.engine import Engine
 from app.supervisor.hub import HubClient, gated_error
@@ -105,7 +107,15 @@ class EngineRecovery:
     gave_up: bool  # True: the engine stays down until someone loads it again
 
 
-RouterEvent = SupervisorEvent | DownloadEvent | LoadProgress | ModelsChanged | EngineUsage | EngineRecovery
+RouterEvent = (
+    SupervisorEvent
+    | DownloadEvent
+    | LoadProgress
+    | ModelsChanged
+    | EngineUsage
+    | EngineRecovery
+    | BenchProgress
+)
 Listener = Callable[[RouterEvent], None]
 
 
@@ -564,6 +574,13 @@ class Router:
             await asyncio.shield(restart)
             async with self.client(name) as client:
                 return await client.chat(messages, **params)
+
+    # --- bench --------------------------------------------------------------------------------------
+
+    async def bench(self, spec: BenchSpec, run_id: str = "") -> BenchRun:
+        """Measure every model of ``spec`` on each of its backends (``BenchProgress`` events); the CLI's
+        and the window's one bench. Cancelling it unloads what it loaded."""
+        return await run_bench(self, spec, self._emit, run_id)
 
     # --- recovery -------------------------------------------------------------------------------------
 
