@@ -58,6 +58,7 @@ class Bridge(QObject):
     reply_started = Signal()
     reply_delta = Signal(str, str)  # content, reasoning
     reply_finished = Signal(dict)  # telemetry
+    reply_card = Signal(dict)  # the reply's RunCard fields, just before reply_finished
     reply_failed = Signal(str)
     notify = Signal(str, str, bool)  # title, message, is an error
     error = Signal(str)  # something the user must be told
@@ -300,6 +301,7 @@ class Bridge(QObject):
                 if isinstance(event, ChatDelta):
                     self.reply_delta.emit(event.content, event.reasoning)
                 else:
+                    self.reply_card.emit(self.router.run_card(target, params, event.telemetry).to_json())
                     self.reply_finished.emit(dataclasses.asdict(event.telemetry))
         except LemonDeskError as err:
             self.reply_failed.emit(self._with_last_words(target, str(err)))

@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import shlex
 import time
 from collections import Counter
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Coroutine
@@ -29,7 +30,7 @@ import psutil
 from app.client.chat import ChatClient, Messages
 from app.client.events import ChatEvent, ChatReply
 from app.core.backends import BackendKind, BackendState
-from app.core.bench import BenchRun, BenchSpec
+from app.core.bench import BenchRun, BenchSpec, hardware_summary
 from app.core.downloads import DownloadRecord, DownloadState
 from app.core.engine_state import EngineState
 from app.core.errors import EngineError, LemonDeskError, ModelError
@@ -38,7 +39,9 @@ from app.core.lemon_mlx import DeviceType, device_type
 from app.core.models import Model
 from app.core.policy import LoadedModel, over_caps, parse_caps, plan_evictions
 from app.core.refs import FileSet, parse_ref, select
+from app.core.runcard import RunCard, quant_of
 from app.core.status import LoadPhase, ModelFacts, ModelStatus, model_status
+from app.core.telemetry import Telemetry
 from app.platform import free_memory
 from app.store.library import GB, Library, ModelState
 from app.store.library import ModelStatus as DiskStatus
@@ -170,6 +173,7 @@ class Router:
         self._crashes: dict[str, list[float]] = {}
         self._streak: Counter[str] = Counter()  # restarts in a row without a stable run
         self._ready_at: dict[str, float] = {}
+        self._versions: dict[str, str] = {}  # the engine version each model was last loaded with
         self._loads: dict[str, asyncio.Task[Engine]] = {}
         self._restarts: dict[str, asyncio.Task[Engine]] = {}
         self._background: set[asyncio.Task[Any]] = set()
@@ -432,6 +436,8 @@ class Router:
         support = info.recipes.get(model.recipe)
         backend = options.backend or (support.default_backend if support else None)
         status = support.backends.get(backend) if support and backend else None
+        if status is not None:
+            self._versions[model.name] = status.version
         if status is None or info.versions.spec(model.recipe, backend or "").kind is BackendKind.SYSTEM:
             return  # the launch says what is wrong
         if status.state in (BackendState.INSTALLABLE, BackendState.UPDATE_REQUIRED):
@@ -574,6 +580,33 @@ class Router:
             await asyncio.shield(restart)
             async with self.client(name) as client:
                 return await client.chat(messages, **params)
+
+    def run_card(self, name: str, params: dict[str, Any], telemetry: Telemetry) -> RunCard:
+        """What produced a reply of ``name``'s engine: its model, engine, options, sampling, hardware
+        and figures, for the reply's run card."""
+        engine = self.supervisor.engines.get(name)
+        model = self._models.get(name)
+        request = engine.request if engine is not None else None
+        hardware = engine.hardware.to_json() if engine is not None else {}
+        checkpoint = model.checkpoint if model is not None else (request.model if request else "")
+        return RunCard(
+            model=name,
+            checkpoint=checkpoint,
+            quant=quant_of(checkpoint),
+            recipe=request.recipe if request else "",
+            backend=request.backend if request else "",
+            engine_version=self._versions.get(name, ""),
+            ctx_size=request.ctx_size if request else None,
+            extra_args=shlex.join(request.user_args) if request else "",
+            sampling={k: v for k, v in params.items() if isinstance(v, int | float | str)},
+            hardware=hardware_summary(hardware) if hardware else "",
+            ttft_s=telemetry.ttft_s,
+            prompt_tokens=telemetry.prompt_tokens,
+            prompt_tps=telemetry.prompt_tps,
+            completion_tokens=telemetry.completion_tokens,
+            decode_tps=telemetry.decode_tps,
+            cached_tokens=telemetry.cached_tokens,
+        )
 
     # --- bench --------------------------------------------------------------------------------------
 

@@ -106,6 +106,7 @@ class DesktopApp(QObject):
         bridge.fit_refused.connect(self._confirm_force_load)
         bridge.reply_started.connect(chat.begin_reply)
         bridge.reply_delta.connect(chat.append_reply)
+        bridge.reply_card.connect(chat.set_reply_card)
         bridge.reply_finished.connect(chat.finish_reply)
         bridge.reply_failed.connect(chat.fail_reply)
         bridge.notify.connect(self.tray.notify)
