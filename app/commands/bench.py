@@ -20,7 +20,6 @@ from app.core.bench import (
     table_rows,
 )
 from app.core.errors import ConfigError
-from app.store.bench_results import save_run
 from app.supervisor.bench import BenchProgress
 from app.supervisor.router import Router
 
@@ -57,9 +56,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
     )
     spec.check()
     run = asyncio.run(_bench(router, spec))
-    saved = save_run(run)
-    if saved.warning:
-        print(f"warning: {saved.warning}", file=sys.stderr)
+    for warning in router.warnings:
+        if "bench" in warning:
+            print(f"warning: {warning}", file=sys.stderr)
     if args.json:
         print_json(run.to_json())
     else:

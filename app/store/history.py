@@ -388,6 +388,16 @@ class History:
             for role, content in messages[keep:]:
                 self._insert(db, conversation_id, role, content, "", MessageState.COMPLETE, now)
 
+    def recent_telemetry(self, since: float) -> list[tuple[float, dict[str, Any]]]:
+        """(when, telemetry) of every reply with figures since ``since`` (seconds since the epoch), oldest
+        first: the Telemetry view's per-request history."""
+        rows = self._db.execute(
+            "SELECT created_at, telemetry FROM messages WHERE telemetry IS NOT NULL AND created_at >= ?"
+            " ORDER BY created_at",
+            (since,),
+        )
+        return [(float(r["created_at"]), json.loads(r["telemetry"])) for r in rows]
+
     # Export
 
     def export_markdown(self, conversation_id: str, path: Path) -> None:

@@ -43,6 +43,7 @@ from app.core.runcard import RunCard, quant_of
 from app.core.status import LoadPhase, ModelFacts, ModelStatus, model_status
 from app.core.telemetry import Telemetry
 from app.platform import free_memory
+from app.store.bench_results import save_run
 from app.store.library import GB, Library, ModelState
 from app.store.library import ModelStatus as DiskStatus
 from app.store.model_options import ModelOptions, load_model_options, save_model_options
@@ -54,6 +55,7 @@ from app.supervisor.bench import BenchProgress, run_bench
 from app.supervisor.downloads import DownloadChanged, DownloadEvent, DownloadManager, DownloadProgress
 from app.supervisor.engine import Engine
 from app.supervisor.hub import HubClient, gated_error
+from app.supervisor.sampler import Sampler, SystemSample
 from app.supervisor.supervisor import (
     EngineStateChanged,
     InstallProgress,
@@ -73,6 +75,7 @@ CRASH_LIMIT = 3
 STABLE_S = 300.0  # an engine up this long has its restart backoff start again at the first step
 IDLE_CHECK_S = 30.0
 USAGE_INTERVAL_S = 2.0
+SYSTEM_INTERVAL_S = 1.0  # the Telemetry view's charts, while it is watched
 
 
 # --- events -----------------------------------------------------------------------------------------
@@ -118,6 +121,7 @@ RouterEvent = (
     | EngineUsage
     | EngineRecovery
     | BenchProgress
+    | SystemSample
 )
 Listener = Callable[[RouterEvent], None]
 
@@ -184,6 +188,9 @@ class Router:
         self._idle: asyncio.Task[None] | None = None
         self._sampler: asyncio.Task[None] | None = None
         self._sampling = False
+        self._system_sampler: Sampler | None = None
+        self._watcher: asyncio.Task[None] | None = None
+        self._watching = False
         self._closing = False
 
     async def __aenter__(self) -> Router:
@@ -612,8 +619,14 @@ class Router:
 
     async def bench(self, spec: BenchSpec, run_id: str = "") -> BenchRun:
         """Measure every model of ``spec`` on each of its backends (``BenchProgress`` events); the CLI's
-        and the window's one bench. Cancelling it unloads what it loaded."""
-        return await run_bench(self, spec, self._emit, run_id)
+        and the window's one bench. Cancelling it unloads what it loaded. The run is kept in the app's
+        home with its hardware and versions (``app.store.bench_results``)."""
+        run = await run_bench(self, spec, self._emit, run_id)
+        saved = await asyncio.to_thread(save_run, run)
+        if saved.warning:
+            log.warning("%s", saved.warning)
+            self.warnings.append(saved.warning)
+        return run
 
     # --- recovery -------------------------------------------------------------------------------------
 
@@ -728,6 +741,49 @@ class Router:
                     processes.pop(engine.pid, None)
             await asyncio.sleep(USAGE_INTERVAL_S)
 
+    def _sampler_now(self) -> Sampler:
+        if self._system_sampler is None:
+            hardware = self.supervisor._hardware
+            unified = hardware is not None and hardware.os == "macos" and hardware.metal.available
+            self._system_sampler = Sampler(unified_memory=unified)
+        return self._system_sampler
+
+    def _engine_pids(self) -> dict[str, int]:
+        return {
+            name: engine.pid
+            for name, engine in self.supervisor.engines.items()
+            if engine.state is EngineState.READY and engine.pid is not None
+        }
+
+    async def system_sample(self) -> SystemSample:
+        """CPU, RAM, GPU and VRAM now, for the machine and each running engine (sampled in a thread)."""
+        return await asyncio.to_thread(self._sampler_now().sample, self._engine_pids())
+
+    async def system_stats(self) -> dict[str, Any]:
+        """The local API's ``GET system-stats``: ``cpu_percent``, ``memory_gb``, ``gpu_percent``, ``vram_gb``
+        (null where the machine does not say)."""
+        return (await self.system_sample()).stats()
+
+    def watch_system(self, on: bool) -> None:
+        """A ``SystemSample`` event every second while ``on`` (the Telemetry view is on screen); off,
+        nothing is sampled at all."""
+        self._watching = on and not self._closing
+        if self._watching and (self._watcher is None or self._watcher.done()):
+            self._watcher = asyncio.ensure_future(self._watch_system())
+
+    @property
+    def watching_system(self) -> bool:
+        return self._watcher is not None and not self._watcher.done()
+
+    async def _watch_system(self) -> None:
+        while self._watching:
+            started = time.monotonic()
+            sample = await self.system_sample()
+            if not self._watching:
+                break
+            self._emit(sample)
+            await asyncio.sleep(max(0.0, SYSTEM_INTERVAL_S - (time.monotonic() - started)))
+
     # --- settings -------------------------------------------------------------------------------------
 
     def apply_settings(self, settings: Settings) -> None:
@@ -759,8 +815,9 @@ class Router:
         """Cancel every load, restart and background job, pause downloads, stop every engine."""
         self._closing = True
         self._sampling = False
+        self._watching = False
         jobs = [*self._loads.values(), *self._restarts.values(), *self._background]
-        jobs += [t for t in (self._idle, self._sampler) if t is not None]
+        jobs += [t for t in (self._idle, self._sampler, self._watcher) if t is not None]
         for job in jobs:
             job.cancel()
         await asyncio.gather(*jobs, return_exceptions=True)
