@@ -151,6 +151,11 @@ def hardware_summary(hardware: Mapping[str, Any]) -> str:
     return ", ".join(parts)
 
 
+def known_version(version: str) -> str:
+    """An engine version, or "version unknown" for a build that does not know its own ("b0", "b0-unknown")."""
+    return "version unknown" if not version or version == "b0" or version.startswith("b0-") else version
+
+
 def figure(median: float, stdev: float) -> str:
     return f"{median:.2f} ± {stdev:.2f}"
 

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 from app.client.bench import FILLER, BenchClient
 from app.core.backends import BackendKey
-from app.core.bench import BenchResult, BenchRun, BenchSpec, Sample, summarize
+from app.core.bench import BenchResult, BenchRun, BenchSpec, Sample, known_version, summarize
 from app.core.errors import ConfigError
 from app.core.models import Model
 from app.store.model_options import ModelOptions
@@ -90,7 +90,7 @@ async def run_bench(router: Router, spec: BenchSpec, progress: Progress, run_id:
         try:
             engine = await router.load(model, options, force=True)
             key = f"{engine.request.recipe}:{engine.request.backend}"
-            version = info.recipes[model.recipe].backends[engine.request.backend].version
+            version = known_version(info.recipes[model.recipe].backends[engine.request.backend].version)
             if model.recipe == "llamacpp":
                 result = await _bench_llama(engine, spec, version, key, done, say)
             else:

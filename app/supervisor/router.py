@@ -30,11 +30,12 @@ import psutil
 from app.client.chat import ChatClient, Messages
 from app.client.events import ChatEvent, ChatReply
 from app.core.backends import BackendKind, BackendState
-from app.core.bench import BenchRun, BenchSpec, hardware_summary
+from app.core.bench import BenchRun, BenchSpec, hardware_summary, known_version
 from app.core.downloads import DownloadRecord, DownloadState
 from app.core.engine_state import EngineState
 from app.core.errors import EngineError, LemonDeskError, ModelError
 from app.core.fit import DEFAULT_CONTEXT, check_live_fit, estimate, largest_context
+from app.core.launch import DEFAULT_CTX_SIZE
 from app.core.lemon_mlx import DeviceType, device_type
 from app.core.models import Model
 from app.core.policy import LoadedModel, over_caps, parse_caps, plan_evictions
@@ -602,8 +603,10 @@ class Router:
             quant=quant_of(checkpoint),
             recipe=request.recipe if request else "",
             backend=request.backend if request else "",
-            engine_version=self._versions.get(name, ""),
-            ctx_size=request.ctx_size if request else None,
+            engine_version=known_version(self._versions.get(name, "")),
+            ctx_size=request.ctx_size or (DEFAULT_CTX_SIZE if request.recipe == "llamacpp" else None)
+            if request
+            else None,
             extra_args=shlex.join(request.user_args) if request else "",
             sampling={k: v for k, v in params.items() if isinstance(v, int | float | str)},
             hardware=hardware_summary(hardware) if hardware else "",

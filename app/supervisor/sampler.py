@@ -26,7 +26,7 @@ GB = 1e9
 @dataclass(frozen=True)
 class EngineNow:
     model: str
-    cpu_percent: float  # of one core: 200 is two cores busy
+    cpu_percent: float | None  # of one core: 200 is two cores busy; None the first time it is seen
     rss_bytes: int
     vram_bytes: int | None  # None: the driver does not say per process
 
@@ -62,6 +62,20 @@ class Sampler:
         self._gpu: GpuReader | None = None
         self._processes: dict[int, psutil.Process] = {}
         self._lock = threading.Lock()
+        self._cpu_times = psutil.cpu_times()
+        self._cpu_percent = 0.0
+
+    def _machine_cpu(self) -> float:
+        """Busy share of all cores since the last call, from our own previous reading (psutil's
+        ``cpu_percent(None)`` keeps one global reading that any other caller would move)."""
+        now = psutil.cpu_times()
+        busy = sum(now) - now.idle - getattr(now, "iowait", 0.0)
+        busy_before = sum(self._cpu_times) - self._cpu_times.idle - getattr(self._cpu_times, "iowait", 0.0)
+        total = sum(now) - sum(self._cpu_times)
+        if total > 0:
+            self._cpu_percent = max(0.0, min(100.0, 100 * (busy - busy_before) / total))
+            self._cpu_times = now
+        return self._cpu_percent
 
     def sample(self, engines: Mapping[str, int]) -> SystemSample:
         """The figures now for the machine and for ``engines`` (model name -> pid). Blocking."""
@@ -73,9 +87,11 @@ class Sampler:
             now: list[EngineNow] = []
             for name, pid in engines.items():
                 try:
+                    first = pid not in self._processes
                     proc = self._processes.get(pid) or self._processes.setdefault(pid, psutil.Process(pid))
                     with proc.oneshot():
-                        cpu, rss = proc.cpu_percent(None), int(proc.memory_info().rss)
+                        percent, rss = proc.cpu_percent(None), int(proc.memory_info().rss)
+                    cpu = None if first else percent  # the first reading has nothing to compare with
                 except psutil.Error:
                     self._processes.pop(pid, None)
                     continue
@@ -90,7 +106,7 @@ class Sampler:
                 vram_used, vram_total = sum(e.rss_bytes for e in now), int(memory.total)
             return SystemSample(
                 at=time.time(),
-                cpu_percent=psutil.cpu_percent(None),
+                cpu_percent=self._machine_cpu(),
                 memory_used=int(memory.total - memory.available),
                 memory_total=int(memory.total),
                 gpu_percent=gpu.busy_percent if gpu else None,

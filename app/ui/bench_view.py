@@ -45,6 +45,7 @@ from app.core.bench import (
     hardware_summary,
 )
 from app.supervisor.bench import BenchProgress
+from app.ui.chat.markdown_view import current_theme
 
 PP_COLOUR, TG_COLOUR = "#2980b9", "#e67e22"
 EARLIER_ALPHA = 110  # earlier runs' bars are paler
@@ -68,7 +69,7 @@ class BenchView(QWidget):
         self.current: BenchRun | None = None  # the run shown
         self.running = False
         self.dialog: QFileDialog | None = None
-        self._chart: Any = None
+        self._charts: list[Any] = []  # pyqtgraph PlotWidgets: pp and tg, made when first needed
 
         self.models = QListWidget(self)
         self.models.setToolTip("Downloaded models; check the ones to measure")
@@ -101,7 +102,7 @@ class BenchView(QWidget):
 
         self.progress = QProgressBar(self)
         self.progress.setTextVisible(True)
-        self.progress.setFormat("%v of %m repetitions")
+        self.progress.setFormat("%v of %m repetitions done")
         self.progress.hide()
         self.status = QLabel("Choose models (and backends), then Run.", self)
         self.status.setWordWrap(True)
@@ -119,14 +120,24 @@ class BenchView(QWidget):
         tools.addWidget(self.compare, 1)
         tools.addWidget(self.export_md)
         tools.addWidget(self.export_json)
-        self.chart_box = QVBoxLayout()
+        self.chart_row = QHBoxLayout()
+        self.chart_note = QLabel("", self)
+        self.chart_note.setStyleSheet(f"color: {current_theme().muted}; font-size: 11px;")
+        self.placeholder = QLabel(
+            "Results appear here when a run finishes, beside any earlier run you pick.", self
+        )
+        self.placeholder.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.placeholder.setMinimumHeight(220)
+        self.placeholder.setStyleSheet(f"color: {current_theme().muted};")
+        self.chart_row.addWidget(self.placeholder)
         self.table = QTableWidget(0, len(COLUMNS), self)
         self.table.setHorizontalHeaderLabels(COLUMNS)
         self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
         self.table.verticalHeader().hide()
         header = self.table.horizontalHeader()
         header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
-        header.setStretchLastSection(True)
+        header.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
+        self.table.setWordWrap(False)
         results = QWidget(self)
         right = QVBoxLayout(results)
         right.setContentsMargins(0, 0, 0, 0)
@@ -134,7 +145,8 @@ class BenchView(QWidget):
         right.addWidget(self.progress)
         right.addWidget(self.hardware)
         right.addLayout(tools)
-        right.addLayout(self.chart_box, 3)
+        right.addLayout(self.chart_row, 3)
+        right.addWidget(self.chart_note)
         right.addWidget(self.table, 2)
         splitter = QSplitter(Qt.Orientation.Horizontal, self)
         splitter.addWidget(choose)
@@ -182,7 +194,8 @@ class BenchView(QWidget):
         self.runs = [r for r in self.runs if r.id != run.id] + [run]
         self.current = run
         self.progress.hide()
-        self.status.setText(f"Finished: {len(run.results)} model and backend pairs measured ({_when(run)}).")
+        count = len(run.results)
+        self.status.setText(f"Finished {_when(run)}: {count} result{'s' if count != 1 else ''}, saved.")
         self._fill_compare()
         self._show()
         self._update_actions()
@@ -293,43 +306,80 @@ class BenchView(QWidget):
         self._draw(rows)
 
     def _draw(self, rows: list[tuple[BenchRun, BenchResult]]) -> None:
-        if not rows and self._chart is None:
+        self.placeholder.setVisible(not rows)
+        if not rows and not self._charts:
             return
+        import numpy as np
         import pyqtgraph as pg
 
-        if self._chart is None:
+        if not self._charts:
             palette = QGuiApplication.palette()
             pg.setConfigOptions(
                 background=palette.color(QPalette.ColorRole.Base),
                 foreground=palette.color(QPalette.ColorRole.Text),
             )
-            self._chart = pg.PlotWidget()
-            self._chart.setMinimumHeight(220)
-            self._chart.setMouseEnabled(x=False, y=False)
-            self._chart.hideButtons()
-            self._chart.setMenuEnabled(False)
-            self._chart.showGrid(x=False, y=True, alpha=0.25)
-            self._chart.setLabel("left", "tokens per second")
-            self._chart.addLegend(offset=(-10, 10))
-            self.chart_box.addWidget(self._chart)
-        chart = self._chart
-        chart.clear()
+            for _ in range(2):  # prompt processing and generation: each on its own scale
+                chart = pg.PlotWidget()
+                chart.setMinimumHeight(220)
+                chart.setMouseEnabled(x=False, y=False)
+                chart.hideButtons()
+                chart.setMenuEnabled(False)
+                chart.showGrid(x=False, y=True, alpha=0.25)
+                chart.setLabel("left", "tokens per second")
+                chart.getAxis("bottom").setHeight(46)
+                self.chart_row.addWidget(chart)
+                self._charts.append(chart)
+        for chart in self._charts:
+            chart.setVisible(bool(rows))
+        if not rows:
+            return
         xs = list(range(len(rows)))
-        for offset, colour, name, values in (
-            (-0.2, PP_COLOUR, "prompt processing (pp)", [r.pp_tps for _, r in rows]),
-            (0.2, TG_COLOUR, "generation (tg)", [r.tg_tps for _, r in rows]),
+        one_model = len({r.model for _, r in rows}) == 1
+        labels = [[(x, _tick(run is self.current, r, one_model)) for x, (run, r) in enumerate(rows)]]
+        tests = {f"pp{r.prompt_tokens}" for _, r in rows}, {f"tg{r.gen_tokens}" for _, r in rows}
+        for chart, colour, name, test, pairs in (
+            (
+                self._charts[0],
+                PP_COLOUR,
+                "Prompt processing",
+                tests[0],
+                [(r.pp_tps, r.pp_tps_stdev) for _, r in rows],
+            ),
+            (
+                self._charts[1],
+                TG_COLOUR,
+                "Generation",
+                tests[1],
+                [(r.tg_tps, r.tg_tps_stdev) for _, r in rows],
+            ),
         ):
+            chart.clear()
             brushes = [
-                pg.mkBrush(colour) if run is self.current else pg.mkBrush(pg.mkColor(colour).lighter(160))
+                pg.mkBrush(colour) if run is self.current else pg.mkBrush(pg.mkColor(colour).lighter(150))
                 for run, _ in rows
             ]
-            bars = pg.BarGraphItem(
-                x=[x + offset for x in xs], height=values, width=0.38, brushes=brushes, name=name
+            heights = [m for m, _ in pairs]
+            chart.addItem(pg.BarGraphItem(x=xs, height=heights, width=0.6, brushes=brushes, pen=None))
+            chart.addItem(
+                pg.ErrorBarItem(
+                    x=np.array(xs, dtype=float),
+                    y=np.array(heights),
+                    height=np.array([2 * sd for _, sd in pairs]),
+                    beam=0.15,
+                    pen=pg.mkPen(width=1.5),
+                )
             )
-            chart.addItem(bars)
-        labels = [
-            (x, f"{r.model}\n{r.recipe}:{r.backend}" + ("" if run is self.current else f"\n{_when(run)}"))
-            for x, (run, r) in enumerate(rows)
-        ]
-        chart.getAxis("bottom").setTicks([labels])
-        chart.setXRange(-0.6, len(rows) - 0.4, padding=0)
+            chart.getAxis("bottom").setTicks(labels)
+            chart.setXRange(-0.6, len(rows) - 0.4, padding=0)
+            chart.setYRange(0, max(m + sd for m, sd in pairs) * 1.15 or 1, padding=0)
+            chart.setTitle(f"<b>{name}</b> {', '.join(sorted(test))}", size="9pt")
+        earlier = "; paler bars: the earlier run" if any(run is not self.current for run, _ in rows) else ""
+        self.chart_note.setText(f"Bars: median tokens per second; whiskers: ± 1 standard deviation{earlier}.")
+
+
+def _tick(current: bool, r: BenchResult, one_model: bool) -> str:
+    """The bar's label: its backend, and its model when the chart has more than one."""
+    model = r.model.removeprefix("user.")
+    model = model if len(model) <= 16 else model[:15] + "…"
+    label = f"{r.recipe}:{r.backend}" if one_model else f"{model}\n{r.recipe}:{r.backend}"
+    return label + ("" if current else "\nearlier")

@@ -11,12 +11,14 @@ the chat never waits for them.
 
 from __future__ import annotations
 
+import html
+import math
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from PySide6.QtCore import Qt, Signal
+from PySide6.QtCore import QPoint, QRect, Qt, QTimer, Signal
 from PySide6.QtGui import QGuiApplication, QHideEvent, QPalette, QShowEvent
 from PySide6.QtWidgets import QLabel, QScrollArea, QVBoxLayout, QWidget
 
@@ -29,6 +31,8 @@ GB = 1e9
 NOT_AVAILABLE = "not available"
 SYSTEM = "System"
 # Distinct on light and dark backgrounds; the system series is always the first.
+SLICE_MS = 40  # between two charts' updates
+PER_REPLY = ("decode", "prompt", "ttft")
 COLOURS = ("#e67e22", "#2980b9", "#27ae60", "#8e44ad", "#c0392b", "#16a085", "#7f8c8d")
 
 
@@ -75,7 +79,10 @@ class TelemetryView(QWidget):
         self._plots: dict[str, Any] = {}  # chart key -> pyqtgraph PlotWidget, once built
         self._curves: dict[tuple[str, str], Any] = {}
         self._missing_labels: dict[str, QLabel] = {}
-        self._dirty: set[str] = set()
+        self._dirty: set[str] = set()  # charts whose data changed since they were drawn
+        self._slicer = QTimer(self)
+        self._slicer.setInterval(SLICE_MS)
+        self._slicer.timeout.connect(self._draw_next)
         self.samples = 0
         self.requests = 0
 
@@ -90,10 +97,12 @@ class TelemetryView(QWidget):
         self.charts_layout = QVBoxLayout(self.body)
         self.charts_layout.setContentsMargins(0, 0, 0, 0)
         self.charts_layout.setSpacing(10)
-        scroll = QScrollArea(self)
+        self.chart_scroll = scroll = QScrollArea(self)
         scroll.setWidgetResizable(True)
         scroll.setFrameShape(QScrollArea.Shape.NoFrame)
         scroll.setWidget(self.body)
+        # Charts scrolled into view are drawn then, not a second later.
+        scroll.verticalScrollBar().valueChanged.connect(lambda _v: self._redraw(set(self.charts)))
         layout = QVBoxLayout(self)
         layout.setContentsMargins(8, 6, 8, 8)
         layout.addWidget(self.note)
@@ -111,6 +120,7 @@ class TelemetryView(QWidget):
 
     def hideEvent(self, event: QHideEvent) -> None:
         super().hideEvent(event)
+        self._slicer.stop()
         self.watching_changed.emit(False)
 
     def built(self) -> bool:
@@ -124,10 +134,8 @@ class TelemetryView(QWidget):
             value = telemetry.get(field_name)
             if isinstance(value, int | float) and value > 0:
                 self.charts[key].add("Reply", when, float(value))
-                self._dirty.add(key)
+                self._redraw({key})
         self.requests += 1
-        if self.isVisible():
-            self._redraw(self._dirty)
 
     def add_requests(self, rows: Iterable[tuple[float, dict[str, Any]]]) -> None:
         for when, telemetry in rows:
@@ -139,7 +147,8 @@ class TelemetryView(QWidget):
         charts["cpu"].add(SYSTEM, at, sample.cpu_percent * (_cores()))
         charts["ram"].add(SYSTEM, at, sample.memory_used / GB)
         for engine in sample.engines:
-            charts["cpu"].add(engine.model, at, engine.cpu_percent)
+            if engine.cpu_percent is not None:
+                charts["cpu"].add(engine.model, at, engine.cpu_percent)
             charts["ram"].add(engine.model, at, engine.rss_bytes / GB)
             if engine.vram_bytes is not None:
                 charts["vram"].add(engine.model, at, engine.vram_bytes / GB)
@@ -155,7 +164,7 @@ class TelemetryView(QWidget):
             charts["vram"].title = "Unified memory used by engines"
         self.samples += 1
         self._show_summary(sample)
-        self._redraw({"cpu", "ram", "gpu", "vram"})
+        self._redraw(set(self.charts))  # every chart: they share one time window
 
     def _show_summary(self, s: SystemSample) -> None:
         gpu = f"{s.gpu_percent:.0f}%" if s.gpu_percent is not None else NOT_AVAILABLE
@@ -164,13 +173,14 @@ class TelemetryView(QWidget):
             if s.vram_used is not None and s.vram_total
             else NOT_AVAILABLE
         )
-        engines = " · ".join(
-            f"{e.model}: CPU {e.cpu_percent:.0f}%, {e.rss_bytes / GB:.2f} GB" for e in s.engines
+        engines = "<br>".join(
+            f"{html.escape(e.model)}: CPU {_percent(e.cpu_percent)} of one core · {e.rss_bytes / GB:.2f} GB"
+            for e in s.engines
         )
         self.summary.setText(
-            f"<b>Now</b> CPU {s.cpu_percent:.0f}% of the machine · RAM {s.memory_used / GB:.1f} of "
-            f"{s.memory_total / GB:.1f} GB · GPU {gpu} · VRAM {vram}"
-            + (f"<br>{engines}" if engines else "<br>No engine is running.")
+            f"<b>Now</b> — machine: CPU {s.cpu_percent:.0f}% · RAM {s.memory_used / GB:.1f} of "
+            f"{s.memory_total / GB:.1f} GB<br>GPU {gpu} · VRAM {vram}<br>"
+            + (engines or "No engine is running.")
         )
 
     # --- drawing ----------------------------------------------------------------------------------
@@ -187,14 +197,13 @@ class TelemetryView(QWidget):
         for key, chart in self.charts.items():
             axis = pg.DateAxisItem(orientation="bottom")
             plot = pg.PlotWidget(axisItems={"bottom": axis})
-            plot.setMinimumHeight(150)
+            plot.setMinimumHeight(140)
             plot.setMouseEnabled(x=False, y=False)
             plot.hideButtons()
             plot.setMenuEnabled(False)
             plot.showGrid(x=False, y=True, alpha=0.25)
-            plot.setTitle(f"{chart.title} ({chart.unit})", size="9pt")
-            plot.getPlotItem().addLegend(offset=(4, 4), labelTextSize="8pt")
             plot.getPlotItem().vb.setLimits(yMin=0)
+            plot.setTitle(f"<b>{chart.title}</b> ({chart.unit})", size="9pt")
             missing = QLabel("", self.body)
             missing.setAlignment(Qt.AlignmentFlag.AlignCenter)
             missing.setStyleSheet(f"color: {current_theme().muted}; padding: 8px;")
@@ -206,38 +215,93 @@ class TelemetryView(QWidget):
         self.charts_layout.addStretch(1)
 
     def _redraw(self, keys: set[str]) -> None:
-        if not self._plots or not self.isVisible():
-            return
+        """Queue ``keys`` for drawing: one chart per ``SLICE_MS``, so that no turn of the event loop
+        pays for more than one chart's update and paint (a reply may be streaming meanwhile)."""
+        self._dirty |= keys
+        if self._plots and self.isVisible() and self._dirty and not self._slicer.isActive():
+            self._slicer.start()
+
+    def _draw_next(self) -> None:
+        visible = self._plots and self.isVisible()
+        while visible and self._dirty:
+            key = next(k for k in self.charts if k in self._dirty)
+            self._dirty.discard(key)
+            if self._draw(key):
+                return  # the rest in the next slices
+        self._slicer.stop()
+
+    def _draw(self, key: str) -> bool:
+        """Bring one chart up to date; False when there was nothing to paint (scrolled out of view)."""
         import pyqtgraph as pg
 
-        for key in keys:
-            chart, plot = self.charts[key], self._plots[key]
-            if chart.missing:
-                plot.hide()
-                self._missing_labels[key].setText(chart.missing)
-                self._missing_labels[key].show()
-                continue
-            self._missing_labels[key].hide()
-            plot.show()
-            plot.setTitle(f"{chart.title} ({chart.unit})", size="9pt")
-            for index, (name, series) in enumerate(chart.series.items()):
-                curve = self._curves.get((key, name))
-                if curve is None:
-                    colour = COLOURS[index % len(COLOURS)]
-                    per_reply = key in ("decode", "prompt", "ttft")
-                    curve = plot.plot(
-                        [],
-                        [],
-                        name=name,
-                        pen=pg.mkPen(colour, width=1.5),
-                        symbol="o" if per_reply else None,
-                        symbolSize=5,
-                        symbolBrush=colour,
-                        symbolPen=None,
-                    )
-                    self._curves[(key, name)] = curve
-                curve.setData(list(series.xs), list(series.ys))
-        self._dirty -= keys
+        chart, plot = self.charts[key], self._plots[key]
+        label = self._missing_labels[key]
+        if chart.missing:
+            plot.hide()
+            label.setText(chart.missing)
+            label.show()
+            return True
+        label.hide()
+        plot.show()
+        viewport = self.chart_scroll.viewport()
+        if not QRect(plot.mapTo(viewport, QPoint(0, 0)), plot.size()).intersects(viewport.rect()):
+            return False  # scrolled out of view: drawn when scrolled back
+        per_reply = key in PER_REPLY
+        names = []
+        top = 0.0
+        for index, (name, series) in enumerate(chart.series.items()):
+            colour = COLOURS[index % len(COLOURS)]
+            curve = self._curves.get((key, name))
+            if curve is None:
+                # Replies are separate events: dots, not a line that suggests values in between.
+                curve = plot.plot(
+                    [],
+                    [],
+                    pen=None if per_reply else pg.mkPen(colour, width=1.5),
+                    symbol="o" if per_reply else None,
+                    symbolSize=6,
+                    symbolBrush=colour,
+                    symbolPen=None,
+                )
+                # 1,800 points a line on a chart a few hundred pixels wide: draw about one per pixel.
+                curve.setDownsampling(auto=True, method="peak")
+                curve.setClipToView(True)
+                self._curves[(key, name)] = curve
+            curve.setData(list(series.xs), list(series.ys))
+            top = max(top, max(series.ys, default=0.0))
+            latest = f" {series.ys[-1]:,.{_digits(chart.unit)}f}" if series.ys else ""
+            names.append(f"<span style='color: {colour};'>■ {html.escape(name)}{latest}</span>")
+        legend = "" if per_reply else "<br>" + " &nbsp; ".join(names)
+        plot.setTitle(f"<b>{chart.title}</b> ({chart.unit}){legend}", size="9pt")
+        # From zero (no made-up swings), to a round number that changes rarely: an axis whose range
+        # moves is drawn again from scratch.
+        plot.setYRange(0, _nice(top * 1.1), padding=0)
+        span = self._span()
+        if span is not None:  # one time window for every chart, so that they line up
+            plot.setXRange(span[0] - 1, span[1] + 1, padding=0.02)
+        plot.repaint()  # now, in this slice: not merged into the paint of a chat frame
+        return True
+
+    def _span(self) -> tuple[float, float] | None:
+        starts = [s.xs[0] for c in self.charts.values() for s in c.series.values() if s.xs]
+        ends = [s.xs[-1] for c in self.charts.values() for s in c.series.values() if s.xs]
+        return (min(starts), max(ends)) if starts else None
+
+
+def _nice(value: float) -> float:
+    """The smallest of 1, 2, 2.5, 5 times a power of ten that is at least ``value`` (1 for nothing)."""
+    if value <= 0:
+        return 1.0
+    power = 10.0 ** math.floor(math.log10(value))
+    return float(next(step * power for step in (1, 2, 2.5, 5, 10) if step * power >= value))
+
+
+def _percent(value: float | None) -> str:
+    return f"{value:.0f}%" if value is not None else "…"
+
+
+def _digits(unit: str) -> int:
+    return 2 if unit in ("GB", "s") else 0
 
 
 def _cores() -> int:
