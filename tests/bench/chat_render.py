@@ -249,6 +249,8 @@ async def main(pane: ChatPane, view: TelemetryView | None = None) -> None:
     frames.wall.clear()
     stalls: list[float] = []
     stop = asyncio.Event()
+    slice_wall.clear()  # the chart slices reported: those during the long reply, as the stall is
+    slice_cpu.clear()
     beat = asyncio.ensure_future(heartbeat(stalls, stop))
     elapsed, _ = await stream(pane, tokens(LONG), frames)
     stop.set()
@@ -274,9 +276,10 @@ async def main(pane: ChatPane, view: TelemetryView | None = None) -> None:
         print(
             f"telemetry view          : open and charting, {view.samples:,} samples, {points:,} points held"
         )
-        wall, cpu = sorted(slice_wall), sorted(slice_cpu)
+        wall, cpu = sorted(slice_wall) or [0.0], sorted(slice_cpu) or [0.0]
         print(
-            f"chart slice wall p50/max: {wall[len(wall) // 2] * 1000:.2f} / {wall[-1] * 1000:.2f} ms, "
+            f"chart slices in the reply: wall p50/max {wall[len(wall) // 2] * 1000:.2f} / "
+            f"{wall[-1] * 1000:.2f} ms, "
             f"CPU p50/max {cpu[len(cpu) // 2] * 1000:.2f} / {cpu[-1] * 1000:.2f} ms ({len(wall)} slices)"
         )
 
