@@ -20,11 +20,13 @@ from PySide6.QtCore import QObject, QTimer, Signal
 
 from app.client.events import ChatDelta
 from app.core.backends import BackendKey
+from app.core.bench import BenchSpec
 from app.core.engine_state import EngineState
 from app.core.errors import FitError, LemonDeskError
 from app.core.status import Status
 from app.store.model_options import ModelOptions
 from app.store.settings import Settings
+from app.supervisor.bench import BenchProgress
 from app.supervisor.downloads import DownloadChanged, DownloadProgress
 from app.supervisor.router import (
     EngineRecovery,
@@ -35,6 +37,7 @@ from app.supervisor.router import (
     Router,
     RouterEvent,
 )
+from app.supervisor.sampler import SystemSample
 from app.supervisor.supervisor import EngineStateChanged, InstallFinished, InstallProgress, Uninstalled
 from app.supervisor.system_info import SystemInfo
 
@@ -50,6 +53,10 @@ class Bridge(QObject):
     engine_changed = Signal(object)  # EngineStateChanged
     engine_output = Signal(str, str)  # engine name, a line it printed
     usage_changed = Signal(object)  # EngineUsage
+    system_sampled = Signal(object)  # SystemSample, each second while the Telemetry view watches
+    bench_progress = Signal(object)  # BenchProgress
+    bench_finished = Signal(object)  # BenchRun (already saved)
+    bench_failed = Signal(str)  # why, or that it was cancelled
     load_progress = Signal(object)  # LoadProgress
     install_progress = Signal(object)  # InstallProgress
     install_done = Signal(object, str)  # BackendKey, "" when installed, else why not
@@ -58,6 +65,7 @@ class Bridge(QObject):
     reply_started = Signal()
     reply_delta = Signal(str, str)  # content, reasoning
     reply_finished = Signal(dict)  # telemetry
+    reply_card = Signal(dict)  # the reply's RunCard fields, just before reply_finished
     reply_failed = Signal(str)
     notify = Signal(str, str, bool)  # title, message, is an error
     error = Signal(str)  # something the user must be told
@@ -71,6 +79,7 @@ class Bridge(QObject):
         # Unloads are never cancelled: an engine stop cut short would leave its process unreaped.
         self._stopping: set[asyncio.Task[Any]] = set()
         self._chat: asyncio.Task[None] | None = None
+        self._bench: asyncio.Task[None] | None = None
         self._views: dict[str, ModelView] = {}  # the last statuses read, for the widgets' lookups
         self.info: SystemInfo | None = None
         self.selected = ""  # the model the window shows: chat goes to it
@@ -138,6 +147,10 @@ class Bridge(QObject):
             self._engine_changed(event)
         elif isinstance(event, EngineUsage):
             self.usage_changed.emit(event)
+        elif isinstance(event, SystemSample):
+            self.system_sampled.emit(event)
+        elif isinstance(event, BenchProgress):
+            self.bench_progress.emit(event)
         elif isinstance(event, LoadProgress):
             self.load_progress.emit(event)
         elif isinstance(event, InstallProgress):
@@ -300,6 +313,7 @@ class Bridge(QObject):
                 if isinstance(event, ChatDelta):
                     self.reply_delta.emit(event.content, event.reasoning)
                 else:
+                    self.reply_card.emit(self.router.run_card(target, params, event.telemetry).to_json())
                     self.reply_finished.emit(dataclasses.asdict(event.telemetry))
         except LemonDeskError as err:
             self.reply_failed.emit(self._with_last_words(target, str(err)))
@@ -310,6 +324,32 @@ class Bridge(QObject):
         if not words or words in message:
             return message
         return f"{message}\n\nThe engine's last words:\n{words}"
+
+    # --- telemetry and bench ----------------------------------------------------------------------------
+
+    def watch_system(self, on: bool) -> None:
+        """Sample the machine and the engines each second (``system_sampled``) while ``on``."""
+        if not self.shut_down:
+            self.router.watch_system(on)
+
+    def run_bench(self, spec: BenchSpec) -> None:
+        if self._bench is None or self._bench.done():
+            self._bench = self.spawn(self._run_bench(spec))
+
+    async def _run_bench(self, spec: BenchSpec) -> None:
+        try:
+            run = await self.router.bench(spec)
+        except asyncio.CancelledError:
+            self.bench_failed.emit("Cancelled: nothing was kept from this run.")
+            raise
+        except LemonDeskError as err:
+            self.bench_failed.emit(str(err))
+            return
+        self.bench_finished.emit(run)
+
+    def cancel_bench(self) -> None:
+        if self._bench is not None:
+            self._bench.cancel()
 
     # --- quitting -------------------------------------------------------------------------------------
 

@@ -22,6 +22,7 @@ class ChatMessage:
     state: MessageState = MessageState.COMPLETE
     telemetry: dict[str, Any] | None = None  # the Telemetry fields of the reply, by name
     error: str = ""  # why a FAILED reply failed, in words for the user
+    run_card: dict[str, Any] | None = None  # the RunCard fields of the reply (app.core.runcard), by name
 
 
 def _number(value: Any) -> float | None:

@@ -19,6 +19,7 @@ class Telemetry:
     prompt_tps: float  # prompt tokens processed per second
     completion_tokens: int
     decode_tps: float  # generated tokens per second after the first one
+    cached_tokens: int = 0  # prompt tokens the engine took from its cache instead of processing
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -65,10 +66,16 @@ def telemetry_from(
         span = times.end - times.first_token if times.first_token is not None else 0.0
         decode_tps = (completion - 1) / span if completion > 1 and span > 0 else 0.0
 
+    cached = _number(timings, "cache_n")
+    if cached is None:
+        details = usage.get("prompt_tokens_details") if usage else None
+        cached = _number(details, "cached_tokens") if isinstance(details, Mapping) else None
+
     return Telemetry(
         ttft_s=round(ttft, 6),
         prompt_tokens=int(prompt_tokens),
         prompt_tps=round(prompt_tps, 3),
         completion_tokens=int(completion),
         decode_tps=round(decode_tps, 3),
+        cached_tokens=int(cached or 0),
     )

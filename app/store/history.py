@@ -21,13 +21,14 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from app.core.chat import MessageState
 from app.core.errors import StorageError
+from app.core.runcard import RunCard
 from app.store.files import atomic_write_bytes, set_aside
 from app.store.paths import home
 
 P = ParamSpec("P")
 R = TypeVar("R")
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 DEFAULT_TITLE = "New chat"
 
 
@@ -49,6 +50,7 @@ class StoredMessage:
     telemetry: dict[str, Any] | None = None
     error: str = ""  # why a FAILED reply failed
     created_at: float = 0.0
+    run_card: dict[str, Any] | None = None  # a reply's RunCard fields (app.core.runcard), by name
 
 
 @dataclass(frozen=True)
@@ -88,8 +90,11 @@ _SCHEMA_V1 = """
         );
 """
 
+# v2: a reply's run card (model, engine, options, sampling, hardware, figures) as JSON.
+_RUN_CARD_V2 = "ALTER TABLE messages ADD COLUMN run_card TEXT"
+
 # MIGRATIONS[n] is the SQL that takes a database at schema version n to n + 1.
-MIGRATIONS: list[str] = [_SCHEMA_V1]
+MIGRATIONS: list[str] = [_SCHEMA_V1, _RUN_CARD_V2]
 
 _FTS_SCHEMA = """
 CREATE VIRTUAL TABLE messages_fts USING fts5(content, reasoning, content='messages', content_rowid='id');
@@ -263,6 +268,7 @@ class History:
                 json.loads(m["telemetry"]) if m["telemetry"] else None,
                 m["error"],
                 m["created_at"],
+                json.loads(m["run_card"]) if m["run_card"] else None,
             )
             for m in rows
         ]
@@ -373,8 +379,10 @@ class History:
         state: MessageState | None = None,
         telemetry: dict[str, Any] | None = None,
         error: str | None = None,
+        run_card: dict[str, Any] | None = None,
     ) -> None:
-        """Replace a message's text (a streaming reply as it grows); optionally its state and telemetry."""
+        """Replace a message's text (a streaming reply as it grows); optionally its state, telemetry and
+        run card."""
         sets, params = ["content = ?", "reasoning = ?"], [content, reasoning]
         if state is not None:
             sets.append("state = ?")
@@ -385,6 +393,9 @@ class History:
         if error is not None:
             sets.append("error = ?")
             params.append(error)
+        if run_card is not None:
+            sets.append("run_card = ?")
+            params.append(json.dumps(run_card, sort_keys=True))
         self._db.execute(f"UPDATE messages SET {', '.join(sets)} WHERE id = ?", (*params, message_id))
 
     @_writes
@@ -407,6 +418,16 @@ class History:
             )
             for role, content in messages[keep:]:
                 self._insert(db, conversation_id, role, content, "", MessageState.COMPLETE, now)
+
+    def recent_telemetry(self, since: float) -> list[tuple[float, dict[str, Any]]]:
+        """(when, telemetry) of every reply with figures since ``since`` (seconds since the epoch), oldest
+        first: the Telemetry view's per-request history."""
+        rows = self._db.execute(
+            "SELECT created_at, telemetry FROM messages WHERE telemetry IS NOT NULL AND created_at >= ?"
+            " ORDER BY created_at",
+            (since,),
+        )
+        return [(float(r["created_at"]), json.loads(r["telemetry"])) for r in rows]
 
     # Export
 
@@ -441,6 +462,8 @@ def to_markdown(conversation: Conversation) -> str:
         parts.append(f"{message.content}\n")
         if message.state is not MessageState.COMPLETE:
             parts.append(f"*({message.state.value}{': ' + message.error if message.error else ''})*\n")
+        if message.run_card:
+            parts.append(f"> **Run card**\n>\n{RunCard.from_json(message.run_card).markdown()}")
     return "\n".join(parts)
 
 
@@ -461,6 +484,7 @@ def to_json(conversation: Conversation) -> dict[str, Any]:
                 "telemetry": m.telemetry,
                 "error": m.error,
                 "created_at": m.created_at,
+                "run_card": m.run_card,
             }
             for m in conversation.messages
         ],

@@ -19,6 +19,7 @@ import contextlib
 import dataclasses
 import functools
 import logging
+import shlex
 import time
 from collections import Counter
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Coroutine
@@ -30,6 +31,7 @@ import psutil
 from app.client.chat import ChatClient, Messages
 from app.client.events import ChatEvent, ChatReply
 from app.core.backends import BackendKind, BackendState
+from app.core.bench import BenchRun, BenchSpec, hardware_summary, known_version
 from app.core.downloads import DownloadRecord, DownloadState
 from app.core.engine_state import EngineState
 from app.core.errors import EngineError, LemonDeskError, ModelError
@@ -42,13 +44,17 @@ from app.core.fit import (
     largest_context,
     memory_budget,
 )
+from app.core.launch import DEFAULT_CTX_SIZE
 from app.core.lemon_mlx import DeviceType, device_type
 from app.core.models import Model
 from app.core.policy import LoadedModel, over_caps, parse_caps, plan_evictions
 from app.core.quirks import effective_labels
 from app.core.refs import FileSet, parse_ref, select
+from app.core.runcard import RunCard, quant_of
 from app.core.status import LoadPhase, ModelFacts, ModelStatus, model_status
+from app.core.telemetry import Telemetry
 from app.platform import detect_hardware, free_memory
+from app.store.bench_results import save_run
 from app.store.downloads import load_downloads
 from app.store.hfcache import RepoCache
 from app.store.library import GB, Library, ModelState
@@ -59,6 +65,7 @@ from app.store.paths import home
 from app.store.quirks import load_quirks
 from app.store.secrets import get_hf_token
 from app.store.settings import Settings
+from app.supervisor.bench import BenchProgress, run_bench
 from app.supervisor.collections import Collections
 from app.supervisor.downloads import (
     DownloadChanged,
@@ -72,6 +79,7 @@ from app.supervisor.engine import Engine
 from app.supervisor.hub import HubClient, gated_error
 from app.supervisor.listeners import Listeners
 from app.supervisor.modelmeta import remote_parameter_count
+from app.supervisor.sampler import Sampler, SystemSample
 from app.supervisor.supervisor import (
     EngineStateChanged,
     InstallProgress,
@@ -91,6 +99,7 @@ CRASH_LIMIT = 3
 STABLE_S = 300.0  # an engine up this long has its restart backoff start again at the first step
 IDLE_CHECK_S = 30.0
 USAGE_INTERVAL_S = 2.0
+SYSTEM_INTERVAL_S = 1.0  # the Telemetry view's charts, while it is watched
 
 
 # --- events -----------------------------------------------------------------------------------------
@@ -128,7 +137,16 @@ class EngineRecovery:
     gave_up: bool  # True: the engine stays down until someone loads it again
 
 
-RouterEvent = SupervisorEvent | DownloadEvent | LoadProgress | ModelsChanged | EngineUsage | EngineRecovery
+RouterEvent = (
+    SupervisorEvent
+    | DownloadEvent
+    | LoadProgress
+    | ModelsChanged
+    | EngineUsage
+    | EngineRecovery
+    | BenchProgress
+    | SystemSample
+)
 Listener = Callable[[RouterEvent], None]
 
 
@@ -183,6 +201,7 @@ class Router:
         self._crashes: dict[str, list[float]] = {}
         self._streak: Counter[str] = Counter()  # restarts in a row without a stable run
         self._ready_at: dict[str, float] = {}
+        self._versions: dict[str, str] = {}  # the engine version each model was last loaded with
         self._loads: dict[str, asyncio.Task[Engine]] = {}
         self._restarts: dict[str, asyncio.Task[Engine]] = {}
         self._background: set[asyncio.Task[Any]] = set()
@@ -193,6 +212,9 @@ class Router:
         self._idle: asyncio.Task[None] | None = None
         self._sampler: asyncio.Task[None] | None = None
         self._sampling = False
+        self._system_sampler: Sampler | None = None
+        self._watcher: asyncio.Task[None] | None = None
+        self._watching = False
         self._closing = False
 
     async def __aenter__(self) -> Router:
@@ -506,6 +528,8 @@ class Router:
         support = info.recipes.get(model.recipe)
         backend = options.backend or (support.default_backend if support else None)
         status = support.backends.get(backend) if support and backend else None
+        if status is not None:
+            self._versions[model.name] = status.version
         if status is None or info.versions.spec(model.recipe, backend or "").kind is BackendKind.SYSTEM:
             return  # the launch says what is wrong
         if status.state in (BackendState.INSTALLABLE, BackendState.UPDATE_REQUIRED):
@@ -649,6 +673,48 @@ class Router:
             async with self.client(name) as client:
                 return await client.chat(messages, **params)
 
+    def run_card(self, name: str, params: dict[str, Any], telemetry: Telemetry) -> RunCard:
+        """What produced a reply of ``name``'s engine: its model, engine, options, sampling, hardware
+        and figures, for the reply's run card."""
+        engine = self.supervisor.engines.get(name)
+        model = self._models.get(name)
+        request = engine.request if engine is not None else None
+        hardware = engine.hardware.to_json() if engine is not None else {}
+        checkpoint = model.checkpoint if model is not None else (request.model if request else "")
+        return RunCard(
+            model=name,
+            checkpoint=checkpoint,
+            quant=quant_of(checkpoint),
+            recipe=request.recipe if request else "",
+            backend=request.backend if request else "",
+            engine_version=known_version(self._versions.get(name, "")),
+            ctx_size=request.ctx_size or (DEFAULT_CTX_SIZE if request.recipe == "llamacpp" else None)
+            if request
+            else None,
+            extra_args=shlex.join(request.user_args) if request else "",
+            sampling={k: v for k, v in params.items() if isinstance(v, int | float | str)},
+            hardware=hardware_summary(hardware) if hardware else "",
+            ttft_s=telemetry.ttft_s,
+            prompt_tokens=telemetry.prompt_tokens,
+            prompt_tps=telemetry.prompt_tps,
+            completion_tokens=telemetry.completion_tokens,
+            decode_tps=telemetry.decode_tps,
+            cached_tokens=telemetry.cached_tokens,
+        )
+
+    # --- bench --------------------------------------------------------------------------------------
+
+    async def bench(self, spec: BenchSpec, run_id: str = "") -> BenchRun:
+        """Measure every model of ``spec`` on each of its backends (``BenchProgress`` events); the CLI's
+        and the window's one bench. Cancelling it unloads what it loaded. The run is kept in the app's
+        home with its hardware and versions (``app.store.bench_results``)."""
+        run = await run_bench(self, spec, self._emit, run_id)
+        saved = await asyncio.to_thread(save_run, run)
+        if saved.warning:
+            log.warning("%s", saved.warning)
+            self.warnings.append(saved.warning)
+        return run
+
     # --- recovery -------------------------------------------------------------------------------------
 
     def _on_supervisor(self, event: SupervisorEvent) -> None:
@@ -762,6 +828,49 @@ class Router:
                     processes.pop(engine.pid, None)
             await asyncio.sleep(USAGE_INTERVAL_S)
 
+    def _sampler_now(self) -> Sampler:
+        if self._system_sampler is None:
+            hardware = self.supervisor._hardware
+            unified = hardware is not None and hardware.os == "macos" and hardware.metal.available
+            self._system_sampler = Sampler(unified_memory=unified)
+        return self._system_sampler
+
+    def _engine_pids(self) -> dict[str, int]:
+        return {
+            name: engine.pid
+            for name, engine in self.supervisor.engines.items()
+            if engine.state is EngineState.READY and engine.pid is not None
+        }
+
+    async def system_sample(self) -> SystemSample:
+        """CPU, RAM, GPU and VRAM now, for the machine and each running engine (sampled in a thread)."""
+        return await asyncio.to_thread(self._sampler_now().sample, self._engine_pids())
+
+    async def system_stats(self) -> dict[str, Any]:
+        """The local API's ``GET system-stats``: ``cpu_percent``, ``memory_gb``, ``gpu_percent``, ``vram_gb``
+        (null where the machine does not say)."""
+        return (await self.system_sample()).stats()
+
+    def watch_system(self, on: bool) -> None:
+        """A ``SystemSample`` event every second while ``on`` (the Telemetry view is on screen); off,
+        nothing is sampled at all."""
+        self._watching = on and not self._closing
+        if self._watching and (self._watcher is None or self._watcher.done()):
+            self._watcher = asyncio.ensure_future(self._watch_system())
+
+    @property
+    def watching_system(self) -> bool:
+        return self._watcher is not None and not self._watcher.done()
+
+    async def _watch_system(self) -> None:
+        while self._watching:
+            started = time.monotonic()
+            sample = await self.system_sample()
+            if not self._watching:
+                break
+            self._emit(sample)
+            await asyncio.sleep(max(0.0, SYSTEM_INTERVAL_S - (time.monotonic() - started)))
+
     # --- settings -------------------------------------------------------------------------------------
 
     def apply_settings(self, settings: Settings) -> None:
@@ -793,8 +902,9 @@ class Router:
         """Cancel every load, restart and background job, pause downloads, stop every engine."""
         self._closing = True
         self._sampling = False
+        self._watching = False
         jobs = [*self._loads.values(), *self._restarts.values(), *self._background]
-        jobs += [t for t in (self._idle, self._sampler) if t is not None]
+        jobs += [t for t in (self._idle, self._sampler, self._watcher) if t is not None]
         for job in jobs:
             job.cancel()
         await asyncio.gather(*jobs, return_exceptions=True)

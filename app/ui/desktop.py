@@ -7,17 +7,26 @@ the UI needs (settings, window state, token), so that the widgets themselves do 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
+import time
+from pathlib import Path
 
 from PySide6.QtCore import QObject, QSettings, Qt
 from PySide6.QtGui import QGuiApplication, QIcon
 from PySide6.QtWidgets import QApplication, QMessageBox
 
 from app.bridge import Bridge
+from app.core.backends import BackendState
+from app.core.bench import BenchRun
+from app.core.bench import to_markdown as bench_markdown
+from app.core.chat import ChatMessage
 from app.core.errors import LemonDeskError
 from app.core.status import Status
 from app.desktop_entry import ICON_NAME, PNG_SIZES, packaging_dir
 from app.store import secrets
+from app.store.bench_results import load_runs
+from app.store.files import atomic_write_bytes
 from app.store.history import History
 from app.store.model_options import ModelOptions
 from app.store.paths import home
@@ -25,10 +34,12 @@ from app.store.settings import Settings, load_settings, save_settings
 from app.supervisor.router import EngineUsage, LoadProgress, ModelView
 from app.supervisor.supervisor import EngineStateChanged
 from app.ui.backends_dialog import BackendsDialog
+from app.ui.bench_view import BenchView
 from app.ui.chat.keeper import HistoryKeeper
 from app.ui.main_window import MainWindow
 from app.ui.settings_dialog import SettingsDialog, TokenAction, TokenChange
 from app.ui.single_instance import SingleInstance
+from app.ui.telemetry_view import WINDOW_S
 from app.ui.tray import Tray
 
 STATUS_MESSAGE_MS = 8000
@@ -69,10 +80,12 @@ class DesktopApp(QObject):
         self.window.restore_state(window_state_store())
         self.dialog: SettingsDialog | None = None
         self.backends: BackendsDialog | None = None
+        self.bench: BenchView | None = None
         self.quitting = False
         self.finished = False  # every engine is stopped and the app has quit
         self.exit_app = qapp.quit  # what ends the application once everything is stopped
         self._quit_task: asyncio.Task[None] | None = None
+        self._telemetry_loaded = False  # the Telemetry tab has the history's per-reply figures
         self.bridge = Bridge(self.settings, self)
         self._connect_bridge()
 
@@ -106,6 +119,7 @@ class DesktopApp(QObject):
         bridge.fit_refused.connect(self._confirm_force_load)
         bridge.reply_started.connect(chat.begin_reply)
         bridge.reply_delta.connect(chat.append_reply)
+        bridge.reply_card.connect(chat.set_reply_card)
         bridge.reply_finished.connect(chat.finish_reply)
         bridge.reply_failed.connect(chat.fail_reply)
         bridge.notify.connect(self.tray.notify)
@@ -124,6 +138,11 @@ class DesktopApp(QObject):
         window.options.save_requested.connect(self._save_options)
         window.options.load_requested.connect(self._load_with)
         window.backends_requested.connect(self.open_backends)
+        window.bench_requested.connect(self.open_bench)
+        window.telemetry.watching_changed.connect(self._watch_telemetry)
+        window.minimized_changed.connect(self._watch_telemetry)
+        bridge.system_sampled.connect(window.telemetry.add_sample)
+        chat.reply_finished.connect(self._reply_for_telemetry)
         self.tray.load_requested.connect(lambda name: bridge.load(name))
         self.tray.unload_requested.connect(bridge.unload)
         self.tray.unload_all_requested.connect(bridge.unload_all)
@@ -160,6 +179,23 @@ class DesktopApp(QObject):
     def _usage(self, usage: EngineUsage) -> None:
         if usage.model == self.bridge.chat_target():
             self.window.show_usage(usage.cpu_percent, usage.rss_bytes)
+
+    def _watch_telemetry(self, _changed: bool = False) -> None:
+        """Sample once a second only while the Telemetry tab is on screen in a window that is not
+        minimized."""
+        window = self.window
+        on = window.telemetry.isVisible() and not window.isMinimized() and not self.quitting
+        if on and not self._telemetry_loaded:
+            self._telemetry_loaded = True
+            window.telemetry.add_requests(self._recent_telemetry())
+        self.bridge.watch_system(on)
+
+    def _recent_telemetry(self) -> list[tuple[float, dict[str, object]]]:
+        return self.history.recent_telemetry(time.time() - WINDOW_S)
+
+    def _reply_for_telemetry(self, _conversation_id: str, message: ChatMessage) -> None:
+        if message.telemetry and self._telemetry_loaded:
+            self.window.telemetry.add_request(time.time(), message.telemetry)
 
     def _load_progress(self, progress: LoadProgress) -> None:
         """One line per phase of a one-click load, in the engine status."""
@@ -224,6 +260,40 @@ class DesktopApp(QObject):
             self.backends.set_info(self.bridge.info)
         self.backends.show()
         self.backends.raise_()
+
+    def open_bench(self) -> None:
+        if self.bench is None:
+            self.bench = BenchView(self.window)
+            self.bench.run_requested.connect(self.bridge.run_bench)
+            self.bench.cancel_requested.connect(self.bridge.cancel_bench)
+            self.bench.export_requested.connect(self._export_bench)
+            self.bridge.bench_progress.connect(self.bench.set_progress)
+            self.bridge.bench_finished.connect(self.bench.set_finished)
+            self.bridge.bench_failed.connect(self.bench.set_failed)
+            loaded = load_runs()
+            if loaded.warning:
+                self._warn(loaded.warning)
+            self.bench.set_runs(loaded.runs)
+        models = sorted(r.name for r in self.bridge.rows() if r.on_disk)
+        info = self.bridge.info
+        backends = [
+            f"{recipe}:{name}"
+            for recipe, support in (info.recipes.items() if info else ())
+            for name, status in support.backends.items()
+            if status.state is BackendState.INSTALLED
+        ]
+        self.bench.set_choices(models, backends)
+        self.bench.show()
+        self.bench.raise_()
+
+    def _export_bench(self, run: BenchRun, fmt: str, path: str) -> None:
+        data = json.dumps(run.to_json(), indent=2) + "\n" if fmt == "json" else bench_markdown(run)
+        try:
+            atomic_write_bytes(Path(path), data.encode())
+        except OSError as err:
+            self._warn(
+                f"Could not export the bench results to {path}: {err.strerror}. Choose another folder."
+            )
 
     def show_window(self) -> None:
         self.window.show()

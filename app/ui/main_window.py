@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from PySide6.QtCore import QByteArray, QSettings, Qt, Signal
+from PySide6.QtCore import QByteArray, QEvent, QSettings, Qt, Signal
 from PySide6.QtGui import QAction, QCloseEvent, QIcon, QKeySequence
 from PySide6.QtWidgets import (
     QLabel,
@@ -21,6 +21,7 @@ from app.ui.chat.sidebar import ConversationList
 from app.ui.logs_view import LogsView
 from app.ui.model_manager import ModelManager
 from app.ui.options_panel import OptionsPanel
+from app.ui.telemetry_view import TelemetryView
 
 WINDOW_TITLE = "Lemon Desk"
 DEFAULT_SIZE = (1280, 820)
@@ -37,8 +38,10 @@ def _panel_title(text: str, parent: QWidget) -> QLabel:
 class MainWindow(QMainWindow):
     settings_requested = Signal()
     backends_requested = Signal()
+    bench_requested = Signal()
     quit_requested = Signal()
     closed = Signal()  # the window was closed and the app is not kept in the tray
+    minimized_changed = Signal(bool)
 
     def __init__(self, icon: QIcon | None = None) -> None:
         super().__init__()
@@ -60,6 +63,8 @@ class MainWindow(QMainWindow):
         self.side.setDocumentMode(True)
         self.side.addTab(self.options, "Options")
         self.side.addTab(self.logs, "Logs")
+        self.telemetry = TelemetryView(self)
+        self.side.addTab(self.telemetry, "Telemetry")
         self.models.options_requested.connect(self.show_options)
 
         self.left = QSplitter(Qt.Orientation.Vertical, self)
@@ -115,6 +120,10 @@ class MainWindow(QMainWindow):
         self.backends_action = QAction("Backends…", self)
         self.backends_action.triggered.connect(self.backends_requested)
         menu.addAction(self.backends_action)
+        self.bench_action = QAction("Bench…", self)
+        self.bench_action.setToolTip("Measure prompt and generation speed per model and backend")
+        self.bench_action.triggered.connect(self.bench_requested)
+        menu.addAction(self.bench_action)
         menu.addSeparator()
         self.quit_action = QAction("Quit", self)
         self.quit_action.setShortcut(QKeySequence(QKeySequence.StandardKey.Quit))
@@ -179,6 +188,11 @@ class MainWindow(QMainWindow):
     def _reply_finished(self, _conversation_id: str, message: ChatMessage) -> None:
         if message.state is MessageState.COMPLETE and message.telemetry:
             self.show_telemetry(message.telemetry)
+
+    def changeEvent(self, event: QEvent) -> None:
+        super().changeEvent(event)
+        if event.type() == QEvent.Type.WindowStateChange:
+            self.minimized_changed.emit(self.isMinimized())
 
     def closeEvent(self, event: QCloseEvent) -> None:
         if self.keep_in_tray:

@@ -13,12 +13,18 @@ Feeds the pane a synthetic markdown reply (reasoning, paragraphs, lists, tables,
 Frame times are printed both as wall-clock and as UI-thread CPU time: on a busy machine the wall-clock
 figures (and the stall) include time the OS gave to other processes; the load average is printed too.
 
-Run: QT_QPA_PLATFORM=offscreen .venv/bin/python -m tests.bench.chat_render
+With ``--telemetry`` the Telemetry tab is open beside the pane and charting as in the app: it holds 30
+minutes of samples (made up from one real sample: the charts' full size) and gets a real one a second
+from the app's sampler, in a thread as the router takes it, plus each finished reply's figures.
+
+Run: QT_QPA_PLATFORM=offscreen .venv/bin/python -m tests.bench.chat_render [--telemetry]
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import dataclasses
 import os
 import re
 import statistics
@@ -33,7 +39,9 @@ import qasync
 from PySide6.QtCore import QCoreApplication, QEvent, QObject, Qt
 from PySide6.QtWidgets import QApplication
 
+from app.supervisor.sampler import Sampler
 from app.ui.chat.pane import ChatPane
+from app.ui.telemetry_view import WINDOW_S, TelemetryView
 
 RATE = 5_000  # tokens per second offered
 LONG = 20_000
@@ -189,7 +197,43 @@ def per_token(records: list[tuple[int, int, float]], low: int, high: int) -> flo
     return sum(s for _, s in chosen) / sum(n for n, _ in chosen)
 
 
-async def main(pane: ChatPane) -> None:
+async def chart(view: TelemetryView, stop: asyncio.Event) -> None:
+    """What ``Router.watch_system`` does while the tab is shown: a sample a second, taken in a thread."""
+    sampler = Sampler()
+    first = await asyncio.to_thread(sampler.sample, {"self": os.getpid()})
+    for age in range(WINDOW_S, 0, -1):  # a full 30 minutes behind it
+        view.add_sample(dataclasses.replace(first, at=first.at - age))
+        if age % 60 == 0:
+            view.add_request(first.at - age, {"decode_tps": 150.0, "prompt_tps": 900.0, "ttft_s": 0.05})
+    while not stop.is_set():
+        view.add_sample(await asyncio.to_thread(sampler.sample, {"self": os.getpid()}))
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), 1.0)
+
+
+def time_slices(view: TelemetryView, wall: list[float], cpu: list[float]) -> None:
+    """Each chart slice's wall-clock and UI-thread CPU time (update and paint of one chart)."""
+    draw = view._draw_next
+
+    def timed() -> None:
+        started, started_cpu = time.perf_counter(), time.thread_time()
+        draw()
+        wall.append(time.perf_counter() - started)
+        cpu.append(time.thread_time() - started_cpu)
+
+    view._slicer.timeout.disconnect(draw)
+    view._slicer.timeout.connect(timed)
+
+
+async def main(pane: ChatPane, view: TelemetryView | None = None) -> None:
+    slice_wall: list[float] = []
+    slice_cpu: list[float] = []
+    if view is not None:
+        time_slices(view, slice_wall, slice_cpu)
+    charting_stop = asyncio.Event()
+    charting = asyncio.ensure_future(chart(view, charting_stop)) if view is not None else None
+    if view is not None:
+        pane.reply_finished.connect(lambda _c, _m: view.add_request(time.time(), {"decode_tps": 5000.0}))
     frames = Frames()
     instrument(pane, frames)
     await stream(pane, tokens(2 * SECTION_TOKENS, reasoning=True), frames)  # warm-up: fonts, lexers
@@ -205,6 +249,8 @@ async def main(pane: ChatPane) -> None:
     frames.wall.clear()
     stalls: list[float] = []
     stop = asyncio.Event()
+    slice_wall.clear()  # the chart slices reported: those during the long reply, as the stall is
+    slice_cpu.clear()
     beat = asyncio.ensure_future(heartbeat(stalls, stop))
     elapsed, _ = await stream(pane, tokens(LONG), frames)
     stop.set()
@@ -223,6 +269,19 @@ async def main(pane: ChatPane) -> None:
     print(f"per-token cost at 200   : {short_cost * 1e6:.1f} us (median of {SHORT_RUNS} replies)")
     print(f"per-token cost at 20,000: {long_cost * 1e6:.1f} us")
     print(f"ratio 20,000 / 200      : {long_cost / short_cost:.2f} (target <= 2)")
+    if view is not None and charting is not None:
+        charting_stop.set()
+        await charting
+        points = sum(c.points() for c in view.charts.values())
+        print(
+            f"telemetry view          : open and charting, {view.samples:,} samples, {points:,} points held"
+        )
+        wall, cpu = sorted(slice_wall) or [0.0], sorted(slice_cpu) or [0.0]
+        print(
+            f"chart slices in the reply: wall p50/max {wall[len(wall) // 2] * 1000:.2f} / "
+            f"{wall[-1] * 1000:.2f} ms, "
+            f"CPU p50/max {cpu[len(cpu) // 2] * 1000:.2f} / {cpu[-1] * 1000:.2f} ms ({len(wall)} slices)"
+        )
 
 
 def run() -> int:
@@ -230,10 +289,15 @@ def run() -> int:
     pane = ChatPane()
     pane.resize(900, 800)
     pane.show()
+    view = None
+    if "--telemetry" in sys.argv:
+        view = TelemetryView()
+        view.resize(380, 900)
+        view.show()
     loop = qasync.QEventLoop(app)
     asyncio.set_event_loop(loop)
     with loop:
-        loop.run_until_complete(main(pane))
+        loop.run_until_complete(main(pane, view))
     return 0
 
 

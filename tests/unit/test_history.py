@@ -188,3 +188,28 @@ def test_a_newer_schema_is_refused_not_overwritten(lemon_home: Path) -> None:
     finally:
         store.close()
     assert list(lemon_home.glob("history.sqlite3.corrupt-*"))
+
+
+def test_a_version_1_database_gains_run_cards(tmp_path: Path) -> None:
+    from app.store.history import _SCHEMA_V1
+
+    path = tmp_path / "old.sqlite3"
+    db = sqlite3.connect(path)
+    db.executescript(_SCHEMA_V1 + "PRAGMA user_version = 1;")
+    db.execute("INSERT INTO conversations (id, title, created_at, updated_at) VALUES ('c', 'Old', 1, 1)")
+    db.execute(
+        "INSERT INTO messages (conversation_id, position, role, content, state, created_at)"
+        " VALUES ('c', 0, 'assistant', 'kept', 'complete', 1)"
+    )
+    db.commit()
+    db.close()
+    history = History(path)
+    try:
+        (old,) = history.conversation("c").messages  # type: ignore[union-attr]
+        assert (old.content, old.run_card) == ("kept", None)
+        history.update_message(old.id, "kept", run_card={"model": "m", "backend": "cpu"})
+        (new,) = history.conversation("c").messages  # type: ignore[union-attr]
+        assert new.run_card == {"model": "m", "backend": "cpu"}
+        assert history._db.execute("PRAGMA user_version").fetchone()[0] == 2
+    finally:
+        history.close()

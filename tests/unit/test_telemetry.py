@@ -28,6 +28,7 @@ def test_cached_prompt_tokens_count_when_usage_is_missing() -> None:
     t = telemetry_from(ClientTimes(0.0, 0.5, 1.0, 3), {**TIMINGS, "prompt_n": 4, "cache_n": 32})
     assert t.prompt_tokens == 36
     assert t.completion_tokens == 10
+    assert t.cached_tokens == 32
 
 
 def test_measured_on_the_client_without_engine_numbers() -> None:
@@ -54,4 +55,5 @@ def test_empty_reply_has_zeros_not_errors() -> None:
         "prompt_tps": 0.0,
         "completion_tokens": 0,
         "decode_tps": 0.0,
+        "cached_tokens": 0,
     }

@@ -75,7 +75,7 @@ class HistoryKeeper(QObject):
             self.refresh()
             return
         messages = [
-            ChatMessage(m.role, m.content, m.reasoning, m.state, m.telemetry, m.error)
+            ChatMessage(m.role, m.content, m.reasoning, m.state, m.telemetry, m.error, m.run_card)
             for m in conversation.messages
         ]
         self.pane.show_conversation(conversation.id, conversation.title, conversation.system_prompt, messages)
@@ -116,6 +116,7 @@ class HistoryKeeper(QObject):
             message.state,
             message.telemetry,
             message.error,
+            message.run_card,
         )
         self._reply_id = None
         self.refresh()

@@ -285,6 +285,11 @@ class ChatPane(QWidget):
         if not self._frame.isActive():
             self._frame.start()
 
+    def set_reply_card(self, card: dict[str, Any]) -> None:
+        """The run card of the reply in flight (its model, engine, options and figures)."""
+        if self._reply is not None:
+            self._reply.message.run_card = card
+
     def finish_reply(self, telemetry: dict[str, Any] | None = None) -> None:
         if self._reply is not None:
             self._end_reply(MessageState.COMPLETE, telemetry)

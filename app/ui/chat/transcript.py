@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 from typing import Any
 
 from PySide6.QtCore import QEvent, QObject, QSize, Qt, Signal
@@ -19,6 +20,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.core.chat import ChatMessage, MessageState, format_telemetry
+from app.core.runcard import RunCard
 from app.ui.chat.markdown_view import MarkdownView, current_theme
 
 _ROLE_NAMES = {"user": "You", "assistant": "Assistant"}
@@ -106,7 +108,17 @@ class MessageView(QFrame):
         self.status.setWordWrap(True)
         self.status.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.status.hide()
+        self.status.linkActivated.connect(self.toggle_card)
         layout.addWidget(self.status)
+        self.card = QLabel(self)  # the run card, shown when the telemetry footer is clicked
+        self.card.setObjectName("runCard")
+        self.card.setTextFormat(Qt.TextFormat.RichText)
+        self.card.setWordWrap(True)
+        self.card.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        frame = f"border: 1px solid {theme.muted}; border-radius: 6px; padding: 6px; font-size: 11px;"
+        self.card.setStyleSheet(f"#runCard {{ {frame} }}")
+        self.card.hide()
+        layout.addWidget(self.card)
 
         if message.role != "user":
             if message.reasoning:
@@ -174,10 +186,29 @@ class MessageView(QFrame):
                 for part in (_STATE_NOTES.get(message.state, ""), format_telemetry(message.telemetry or {}))
                 if part
             )
+        if message.run_card and text and message.state is not MessageState.FAILED:
+            self.status.setTextFormat(Qt.TextFormat.RichText)
+            self.status.setTextInteractionFlags(Qt.TextInteractionFlag.TextBrowserInteraction)
+            self.status.setToolTip("Show the run card: model, engine, options, sampling, hardware, figures")
+            muted = current_theme().muted
+            text = f'<a href="card" style="color: {muted}; text-decoration: none;">{html.escape(text)} ▸</a>'
         self.status.setText(text)
         self.status.setVisible(bool(text))
         if message.state is MessageState.FAILED:
             self.status.setStyleSheet("color: #c0392b; font-size: 11px;")
+
+    def toggle_card(self, _link: str = "") -> None:
+        """Show or hide the reply's run card."""
+        if not self.message.run_card:
+            return
+        if self.card.isHidden():
+            rows = "".join(
+                f"<tr><td style='padding-right: 10px;'><b>{html.escape(label)}</b></td>"
+                f"<td>{html.escape(value)}</td></tr>"
+                for label, value in RunCard.from_json(self.message.run_card).lines()
+            )
+            self.card.setText(f"<table cellspacing='0' cellpadding='1'>{rows}</table>")
+        self.card.setVisible(self.card.isHidden())
 
     def _show_reasoning(self, shown: bool) -> None:
         self.reasoning.setVisible(shown)

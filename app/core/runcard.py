@@ -1,0 +1,76 @@
+"""A reply's run card: everything needed to read its figures or make it again. The model (checkpoint
+and quant), recipe, backend and engine version, context size, extra engine arguments, sampling values,
+a hardware summary, and the figures (time to first token, prompt and completion tokens with their
+speeds, cached prompt tokens). Stored with the message; shown when its telemetry footer is clicked."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+_QUANT = re.compile(
+    r"(?i)(?<![A-Za-z0-9])(IQ\d[A-Z0-9_]*|Q\d(?:_[A-Z0-9]+)*|BF16|F16|F32|\d+bit)(?![A-Za-z0-9])"
+)
+
+
+def quant_of(checkpoint: str) -> str:
+    """``Q4_K_M`` from ``org/repo:Q4_K_M`` or a file name, ``4bit`` from an MLX repo; "" when unknown."""
+    variant = (
+        checkpoint.rsplit(":", 1)[1] if ":" in checkpoint and "/" not in checkpoint.rsplit(":", 1)[1] else ""
+    )
+    if variant:
+        return variant
+    found = _QUANT.findall(checkpoint.rsplit("/", 1)[-1])
+    return found[-1] if found else ""
+
+
+@dataclass(frozen=True)
+class RunCard:
+    model: str
+    checkpoint: str
+    quant: str
+    recipe: str
+    backend: str
+    engine_version: str
+    ctx_size: int | None  # None: the engine's default
+    extra_args: str
+    sampling: dict[str, Any] = field(default_factory=dict)
+    hardware: str = ""
+    ttft_s: float = 0.0
+    prompt_tokens: int = 0
+    prompt_tps: float = 0.0
+    completion_tokens: int = 0
+    decode_tps: float = 0.0
+    cached_tokens: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @staticmethod
+    def from_json(data: Mapping[str, Any]) -> RunCard:
+        known = RunCard.__dataclass_fields__
+        return RunCard(**{k: v for k, v in data.items() if k in known})
+
+    def lines(self) -> list[tuple[str, str]]:
+        """(label, value) rows, as the card shows them and the Markdown export writes them."""
+        sampling = ", ".join(
+            f"{k} {v:g}" if isinstance(v, float) else f"{k} {v}" for k, v in self.sampling.items()
+        )
+        return [
+            ("Model", self.model),
+            ("Checkpoint", f"{self.checkpoint}" + (f" ({self.quant})" if self.quant else "")),
+            ("Engine", f"{self.recipe}:{self.backend} {self.engine_version}".rstrip()),
+            ("Context", f"{self.ctx_size:,} tokens" if self.ctx_size else "engine default"),
+            ("Extra args", self.extra_args or "none"),
+            ("Sampling", sampling or "engine defaults"),
+            ("Hardware", self.hardware or "unknown"),
+            ("Time to first token", f"{self.ttft_s:.3f} s"),
+            ("Prompt", f"{self.prompt_tokens:,} tokens at {self.prompt_tps:,.1f} tok/s"),
+            ("Cached prompt", f"{self.cached_tokens:,} tokens"),
+            ("Completion", f"{self.completion_tokens:,} tokens at {self.decode_tps:,.1f} tok/s"),
+        ]
+
+    def markdown(self) -> str:
+        return "\n".join(f"> **{label}:** {value}  " for label, value in self.lines()).rstrip() + "\n"

@@ -1,0 +1,145 @@
+"""``bench``: an engine A/B on the user's machine, run by the router (``Router.bench``).
+
+Each model is loaded on each backend through the router's one-click load (so the loading policy holds),
+warmed up once, then measured ``repetitions`` times as llama-bench measures (``app.client.bench``). A
+model the bench loaded is unloaded again when its measurement ends, cancelled or not; one that was
+loaded before is left as it was. On engines without llama-server's native routes (lemon-mlx, mlx-lm) a
+chat reply of ``gen_tokens`` tokens to a prompt of about ``prompt_tokens`` tokens stands in, read
+through the reply's telemetry; the result then carries the token counts the engine reported.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from app.client.bench import FILLER, BenchClient
+from app.core.backends import BackendKey
+from app.core.bench import BenchResult, BenchRun, BenchSpec, Sample, known_version, summarize
+from app.core.errors import ConfigError
+from app.core.models import Model
+from app.store.model_options import ModelOptions
+
+if TYPE_CHECKING:
+    from app.supervisor.engine import Engine
+    from app.supervisor.router import Router
+
+log = logging.getLogger(__name__)
+
+WARMUP_PROMPT = 16
+WARMUP_GEN = 4
+
+
+@dataclass(frozen=True)
+class BenchProgress:
+    """A bench moved on: ``done`` of ``total`` repetitions (warm-ups not counted)."""
+
+    run_id: str
+    done: int
+    total: int
+    model: str
+    backend: str  # "recipe:backend", "" while the default is being found
+    detail: str  # "loading", "warming up", "repetition 2 of 3", "done"
+    result: BenchResult | None = None  # set when one model and backend is finished
+
+
+Progress = Callable[[BenchProgress], None]
+
+
+def plan(router: Router, spec: BenchSpec) -> list[tuple[Model, str | None]]:
+    """Every (model, backend) pair: each backend given for the model's recipe, else its default."""
+    spec.check()
+    keys = [BackendKey.parse(b) for b in spec.backends]
+    pairs: list[tuple[Model, str | None]] = []
+    for name in spec.models:
+        model = router.library.find(name)
+        backends = [k.backend for k in keys if k.recipe == model.recipe]
+        if keys and not backends:
+            raise ConfigError(
+                f"None of the backends given is a {model.recipe} backend, which {model.name} needs.",
+                f"Add --backend {model.recipe}:BACKEND.",
+            )
+        pairs += [(model, b) for b in backends] if backends else [(model, None)]
+    return pairs
+
+
+async def run_bench(router: Router, spec: BenchSpec, progress: Progress, run_id: str = "") -> BenchRun:
+    run_id = run_id or uuid.uuid4().hex
+    pairs = plan(router, spec)
+    total = len(pairs) * spec.repetitions
+    results: list[BenchResult] = []
+    info = await router.supervisor.info()
+    for index, (model, backend) in enumerate(pairs):
+        done = index * spec.repetitions
+
+        def say(
+            detail: str, n: int, key: str, result: BenchResult | None = None, name: str = model.name
+        ) -> None:
+            progress(BenchProgress(run_id, n, total, name, key, detail, result))
+
+        say("loading", done, f"{model.recipe}:{backend}" if backend else "")
+        was_loaded = model.name in router.loaded()
+        options = ModelOptions(
+            backend=backend, ctx_size=spec.prompt_tokens + spec.gen_tokens + 256, args=spec.args
+        )
+        try:
+            engine = await router.load(model, options, force=True)
+            key = f"{engine.request.recipe}:{engine.request.backend}"
+            version = known_version(info.recipes[model.recipe].backends[engine.request.backend].version)
+            if model.recipe == "llamacpp":
+                result = await _bench_llama(engine, spec, version, key, done, say)
+            else:
+                result = await _bench_chat(router, engine, spec, version, key, done, say)
+        finally:
+            if not was_loaded:
+                await asyncio.shield(router.unload(model.name))
+        results.append(result)
+        say("done", done + spec.repetitions, key, result)
+    return BenchRun(run_id, time.time(), info.hardware.to_json(), tuple(results))
+
+
+async def _bench_llama(
+    engine: Engine, spec: BenchSpec, version: str, key: str, done: int, say: Callable[..., None]
+) -> BenchResult:
+    async with BenchClient(engine.base_url, engine.api_key) as client:
+        version = await client.version() or version
+        say("warming up", done, key)
+        await client.measure(await client.exact_prompt(WARMUP_PROMPT), WARMUP_GEN)
+        prompt = await client.exact_prompt(spec.prompt_tokens)
+        samples = []
+        for rep in range(spec.repetitions):
+            say(f"repetition {rep + 1} of {spec.repetitions}", done + rep, key)
+            samples.append(await client.measure(prompt, spec.gen_tokens))
+    name, recipe, backend = engine.id, engine.request.recipe, engine.request.backend
+    return summarize(name, recipe, backend, version, spec.prompt_tokens, spec.gen_tokens, samples)
+
+
+async def _bench_chat(
+    router: Router,
+    engine: Engine,
+    spec: BenchSpec,
+    version: str,
+    key: str,
+    done: int,
+    say: Callable[..., None],
+) -> BenchResult:
+    words = FILLER.split()
+    text = " ".join(words[i % len(words)] for i in range(int(spec.prompt_tokens * 0.75)))
+    params = {"max_tokens": spec.gen_tokens, "temperature": 0.0, "seed": 42}
+    say("warming up", done, key)
+    await router.chat(engine.id, [{"role": "user", "content": "Hi"}], max_tokens=WARMUP_GEN)
+    samples, prompt_tokens, gen_tokens = [], spec.prompt_tokens, spec.gen_tokens
+    for rep in range(spec.repetitions):
+        say(f"repetition {rep + 1} of {spec.repetitions}", done + rep, key)
+        # A different first word each time: no engine-side prompt cache can serve a repetition.
+        reply = await router.chat(engine.id, [{"role": "user", "content": f"{rep} {text}"}], **params)
+        t = reply.telemetry
+        samples.append(Sample(t.prompt_tps, t.decode_tps, t.ttft_s))
+        prompt_tokens, gen_tokens = t.prompt_tokens, t.completion_tokens
+    recipe, backend = engine.request.recipe, engine.request.backend
+    return summarize(engine.id, recipe, backend, version, prompt_tokens, gen_tokens, samples)

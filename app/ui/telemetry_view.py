@@ -1,0 +1,311 @@
+"""The Telemetry tab: charts over time of each reply's decode and prompt speed and time to first token,
+and of CPU, RAM, GPU and VRAM for the machine and each engine.
+
+It samples nothing itself: it says when it is on screen (``watching_changed``) and the desktop asks the
+router for a ``SystemSample`` a second only then, so an idle app with the tab hidden costs nothing.
+The last 30 minutes are kept in memory (ring buffers); per-reply figures also come from the history
+database when the tab is first shown. pyqtgraph (with numpy) is imported when the tab is first shown,
+not at start-up. Charts are redrawn at most once a second, off the token path: a reply streaming into
+the chat never waits for them.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from PySide6.QtCore import QPoint, QRect, Qt, QTimer, Signal
+from PySide6.QtGui import QGuiApplication, QHideEvent, QPalette, QShowEvent
+from PySide6.QtWidgets import QLabel, QScrollArea, QVBoxLayout, QWidget
+
+from app.supervisor.sampler import SystemSample
+from app.ui.chat.markdown_view import current_theme
+
+WINDOW_S = 30 * 60
+POINTS = WINDOW_S  # one a second
+GB = 1e9
+NOT_AVAILABLE = "not available"
+SYSTEM = "System"
+# Distinct on light and dark backgrounds; the system series is always the first.
+SLICE_MS = 40  # between two charts' updates
+PER_REPLY = ("decode", "prompt", "ttft")
+COLOURS = ("#e67e22", "#2980b9", "#27ae60", "#8e44ad", "#c0392b", "#16a085", "#7f8c8d")
+
+
+@dataclass
+class Series:
+    """One line of a chart: times and values, at most the last 30 minutes."""
+
+    xs: deque[float] = field(default_factory=lambda: deque(maxlen=POINTS))
+    ys: deque[float] = field(default_factory=lambda: deque(maxlen=POINTS))
+
+    def add(self, x: float, y: float) -> None:
+        self.xs.append(x)
+        self.ys.append(y)
+
+
+@dataclass
+class ChartData:
+    title: str
+    unit: str
+    series: dict[str, Series] = field(default_factory=dict)
+    missing: str = ""  # why there is nothing to draw ("" when there is)
+
+    def add(self, name: str, x: float, y: float) -> None:
+        self.series.setdefault(name, Series()).add(x, y)
+
+    def points(self) -> int:
+        return sum(len(s.xs) for s in self.series.values())
+
+
+class TelemetryView(QWidget):
+    watching_changed = Signal(bool)  # on screen or not: sample only while it is
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.charts: dict[str, ChartData] = {
+            "decode": ChartData("Decode speed per reply", "tok/s"),
+            "prompt": ChartData("Prompt speed per reply", "tok/s"),
+            "ttft": ChartData("Time to first token per reply", "s"),
+            "cpu": ChartData("CPU", "% of one core"),
+            "ram": ChartData("Memory", "GB"),
+            "gpu": ChartData("GPU busy", "%"),
+            "vram": ChartData("VRAM", "GB"),
+        }
+        self._plots: dict[str, Any] = {}  # chart key -> pyqtgraph PlotWidget, once built
+        self._curves: dict[tuple[str, str], Any] = {}
+        self._missing_labels: dict[str, QLabel] = {}
+        self._dirty: set[str] = set()  # charts whose data changed since they were drawn
+        self._slicer = QTimer(self)
+        self._slicer.setInterval(SLICE_MS)
+        self._slicer.timeout.connect(self._draw_next)
+        self.samples = 0
+        self.requests = 0
+
+        self.note = QLabel(
+            "Sampled once a second while this tab is shown. Replies are plotted when they finish.", self
+        )
+        self.note.setWordWrap(True)
+        self.note.setStyleSheet(f"color: {current_theme().muted}; font-size: 11px;")
+        self.summary = QLabel("", self)
+        self.summary.setWordWrap(True)
+        self.body = QWidget(self)
+        self.charts_layout = QVBoxLayout(self.body)
+        self.charts_layout.setContentsMargins(0, 0, 0, 0)
+        self.charts_layout.setSpacing(10)
+        self.chart_scroll = scroll = QScrollArea(self)
+        scroll.setWidgetResizable(True)
+        scroll.setFrameShape(QScrollArea.Shape.NoFrame)
+        scroll.setWidget(self.body)
+        # Charts scrolled into view are drawn then, not a second later.
+        scroll.verticalScrollBar().valueChanged.connect(lambda _v: self._redraw(set(self.charts)))
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(8, 6, 8, 8)
+        layout.addWidget(self.note)
+        layout.addWidget(self.summary)
+        layout.addWidget(scroll, 1)
+
+    # --- on screen or not -------------------------------------------------------------------------
+
+    def showEvent(self, event: QShowEvent) -> None:
+        super().showEvent(event)
+        if not self._plots:
+            self._build()
+        self._redraw(set(self.charts))
+        self.watching_changed.emit(True)
+
+    def hideEvent(self, event: QHideEvent) -> None:
+        super().hideEvent(event)
+        self._slicer.stop()
+        self.watching_changed.emit(False)
+
+    def built(self) -> bool:
+        return bool(self._plots)
+
+    # --- data in ----------------------------------------------------------------------------------
+
+    def add_request(self, when: float, telemetry: dict[str, Any]) -> None:
+        """A finished reply's figures."""
+        for key, field_name in (("decode", "decode_tps"), ("prompt", "prompt_tps"), ("ttft", "ttft_s")):
+            value = telemetry.get(field_name)
+            if isinstance(value, int | float) and value > 0:
+                self.charts[key].add("Reply", when, float(value))
+                self._redraw({key})
+        self.requests += 1
+
+    def add_requests(self, rows: Iterable[tuple[float, dict[str, Any]]]) -> None:
+        for when, telemetry in rows:
+            self.add_request(when, telemetry)
+
+    def add_sample(self, sample: SystemSample) -> None:
+        at = sample.at
+        charts = self.charts
+        charts["cpu"].add(SYSTEM, at, sample.cpu_percent * (_cores()))
+        charts["ram"].add(SYSTEM, at, sample.memory_used / GB)
+        for engine in sample.engines:
+            if engine.cpu_percent is not None:
+                charts["cpu"].add(engine.model, at, engine.cpu_percent)
+            charts["ram"].add(engine.model, at, engine.rss_bytes / GB)
+            if engine.vram_bytes is not None:
+                charts["vram"].add(engine.model, at, engine.vram_bytes / GB)
+        if sample.gpu_percent is not None:
+            charts["gpu"].add(SYSTEM, at, sample.gpu_percent)
+        if sample.vram_used is not None:
+            charts["vram"].add(SYSTEM, at, sample.vram_used / GB)
+        charts["gpu"].missing = (
+            "" if charts["gpu"].points() else f"GPU load: {NOT_AVAILABLE} on this machine."
+        )
+        charts["vram"].missing = "" if charts["vram"].points() else f"VRAM: {NOT_AVAILABLE} on this machine."
+        if sample.unified_memory:
+            charts["vram"].title = "Unified memory used by engines"
+        self.samples += 1
+        self._show_summary(sample)
+        self._redraw(set(self.charts))  # every chart: they share one time window
+
+    def _show_summary(self, s: SystemSample) -> None:
+        gpu = f"{s.gpu_percent:.0f}%" if s.gpu_percent is not None else NOT_AVAILABLE
+        vram = (
+            f"{s.vram_used / GB:.1f} of {s.vram_total / GB:.1f} GB"
+            if s.vram_used is not None and s.vram_total
+            else NOT_AVAILABLE
+        )
+        engines = "<br>".join(
+            f"{html.escape(e.model)}: CPU {_percent(e.cpu_percent)} of one core · {e.rss_bytes / GB:.2f} GB"
+            for e in s.engines
+        )
+        self.summary.setText(
+            f"<b>Now</b> — machine: CPU {s.cpu_percent:.0f}% · RAM {s.memory_used / GB:.1f} of "
+            f"{s.memory_total / GB:.1f} GB<br>GPU {gpu} · VRAM {vram}<br>"
+            + (engines or "No engine is running.")
+        )
+
+    # --- drawing ----------------------------------------------------------------------------------
+
+    def _build(self) -> None:
+        import pyqtgraph as pg
+
+        palette = QGuiApplication.palette()
+        pg.setConfigOptions(
+            antialias=False,
+            background=palette.color(QPalette.ColorRole.Base),
+            foreground=palette.color(QPalette.ColorRole.Text),
+        )
+        for key, chart in self.charts.items():
+            axis = pg.DateAxisItem(orientation="bottom")
+            plot = pg.PlotWidget(axisItems={"bottom": axis})
+            plot.setMinimumHeight(140)
+            plot.setMouseEnabled(x=False, y=False)
+            plot.hideButtons()
+            plot.setMenuEnabled(False)
+            plot.showGrid(x=False, y=True, alpha=0.25)
+            plot.getPlotItem().vb.setLimits(yMin=0)
+            plot.setTitle(f"<b>{chart.title}</b> ({chart.unit})", size="9pt")
+            missing = QLabel("", self.body)
+            missing.setAlignment(Qt.AlignmentFlag.AlignCenter)
+            missing.setStyleSheet(f"color: {current_theme().muted}; padding: 8px;")
+            missing.hide()
+            self.charts_layout.addWidget(plot)
+            self.charts_layout.addWidget(missing)
+            self._plots[key] = plot
+            self._missing_labels[key] = missing
+        self.charts_layout.addStretch(1)
+
+    def _redraw(self, keys: set[str]) -> None:
+        """Queue ``keys`` for drawing: one chart per ``SLICE_MS``, so that no turn of the event loop
+        pays for more than one chart's update and paint (a reply may be streaming meanwhile)."""
+        self._dirty |= keys
+        if self._plots and self.isVisible() and self._dirty and not self._slicer.isActive():
+            self._slicer.start()
+
+    def _draw_next(self) -> None:
+        visible = self._plots and self.isVisible()
+        while visible and self._dirty:
+            key = next(k for k in self.charts if k in self._dirty)
+            self._dirty.discard(key)
+            if self._draw(key):
+                return  # the rest in the next slices
+        self._slicer.stop()
+
+    def _draw(self, key: str) -> bool:
+        """Bring one chart up to date; False when there was nothing to paint (scrolled out of view)."""
+        import pyqtgraph as pg
+
+        chart, plot = self.charts[key], self._plots[key]
+        label = self._missing_labels[key]
+        if chart.missing:
+            plot.hide()
+            label.setText(chart.missing)
+            label.show()
+            return True
+        label.hide()
+        plot.show()
+        viewport = self.chart_scroll.viewport()
+        if not QRect(plot.mapTo(viewport, QPoint(0, 0)), plot.size()).intersects(viewport.rect()):
+            return False  # scrolled out of view: drawn when scrolled back
+        per_reply = key in PER_REPLY
+        names = []
+        top = 0.0
+        for index, (name, series) in enumerate(chart.series.items()):
+            colour = COLOURS[index % len(COLOURS)]
+            curve = self._curves.get((key, name))
+            if curve is None:
+                # Replies are separate events: dots, not a line that suggests values in between.
+                curve = plot.plot(
+                    [],
+                    [],
+                    pen=None if per_reply else pg.mkPen(colour, width=1.5),
+                    symbol="o" if per_reply else None,
+                    symbolSize=6,
+                    symbolBrush=colour,
+                    symbolPen=None,
+                )
+                # 1,800 points a line on a chart a few hundred pixels wide: draw about one per pixel.
+                curve.setDownsampling(auto=True, method="peak")
+                curve.setClipToView(True)
+                self._curves[(key, name)] = curve
+            curve.setData(list(series.xs), list(series.ys))
+            top = max(top, max(series.ys, default=0.0))
+            latest = f" {series.ys[-1]:,.{_digits(chart.unit)}f}" if series.ys else ""
+            names.append(f"<span style='color: {colour};'>■ {html.escape(name)}{latest}</span>")
+        legend = "" if per_reply else "<br>" + " &nbsp; ".join(names)
+        plot.setTitle(f"<b>{chart.title}</b> ({chart.unit}){legend}", size="9pt")
+        # From zero (no made-up swings), to a round number that changes rarely: an axis whose range
+        # moves is drawn again from scratch.
+        plot.setYRange(0, _nice(top * 1.1), padding=0)
+        span = self._span()
+        if span is not None:  # one time window for every chart, so that they line up
+            plot.setXRange(span[0] - 1, span[1] + 1, padding=0.02)
+        plot.repaint()  # now, in this slice: not merged into the paint of a chat frame
+        return True
+
+    def _span(self) -> tuple[float, float] | None:
+        starts = [s.xs[0] for c in self.charts.values() for s in c.series.values() if s.xs]
+        ends = [s.xs[-1] for c in self.charts.values() for s in c.series.values() if s.xs]
+        return (min(starts), max(ends)) if starts else None
+
+
+def _nice(value: float) -> float:
+    """The smallest of 1, 2, 2.5, 5 times a power of ten that is at least ``value`` (1 for nothing)."""
+    if value <= 0:
+        return 1.0
+    power = 10.0 ** math.floor(math.log10(value))
+    return float(next(step * power for step in (1, 2, 2.5, 5, 10) if step * power >= value))
+
+
+def _percent(value: float | None) -> str:
+    return f"{value:.0f}%" if value is not None else "…"
+
+
+def _digits(unit: str) -> int:
+    return 2 if unit in ("GB", "s") else 0
+
+
+def _cores() -> int:
+    """psutil's machine-wide CPU % is of all cores; charts show % of one core, as per engine."""
+    import os
+
+    return os.cpu_count() or 1
