@@ -338,6 +338,8 @@ class DesktopApp(QObject):
         store.sync()
         self.tray.hide()
         self.window.hide()
+        # The style hints outlive this app object (they are the process's): stop hearing from them.
+        QGuiApplication.styleHints().colorSchemeChanged.disconnect(self._scheme_changed)
         self.bridge.blockSignals(True)  # the window is going: what the engines do now is for no one
         self._quit_task = asyncio.ensure_future(self._finish_quit())
 
