@@ -22,12 +22,13 @@ import time
 from collections import Counter
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass
+from enum import Enum
 from typing import TYPE_CHECKING, Any, cast
 
 import psutil
 
 from app.client.chat import ChatClient, Messages
-from app.client.events import ChatEvent, ChatReply
+from app.client.events import ChatDone, ChatEvent, ChatReply
 from app.core.backends import BackendKind, BackendState
 from app.core.downloads import DownloadRecord, DownloadState
 from app.core.engine_state import EngineState
@@ -38,6 +39,7 @@ from app.core.models import Model
 from app.core.policy import LoadedModel, over_caps, parse_caps, plan_evictions
 from app.core.refs import FileSet, parse_ref, select
 from app.core.status import LoadPhase, ModelFacts, ModelStatus, model_status
+from app.core.telemetry import Telemetry
 from app.platform import free_memory
 from app.store.library import GB, Library, ModelState
 from app.store.library import ModelStatus as DiskStatus
@@ -105,7 +107,29 @@ class EngineRecovery:
     gave_up: bool  # True: the engine stays down until someone loads it again
 
 
-RouterEvent = SupervisorEvent | DownloadEvent | LoadProgress | ModelsChanged | EngineUsage | EngineRecovery
+class RequestSource(Enum):
+    CHAT = "chat"  # the window's chat pane or the CLI
+    API = "api"  # a request through the local API
+
+
+@dataclass(frozen=True)
+class RequestFinished:
+    """A reply ended: its figures, for the telemetry charts and the API's ``GET stats``."""
+
+    model: str
+    source: RequestSource
+    telemetry: Telemetry
+
+
+RouterEvent = (
+    SupervisorEvent
+    | DownloadEvent
+    | LoadProgress
+    | ModelsChanged
+    | EngineUsage
+    | EngineRecovery
+    | RequestFinished
+)
 Listener = Callable[[RouterEvent], None]
 
 
@@ -155,6 +179,7 @@ class Router:
         self._load_options: dict[str, LoadOptions] = {}
         self._used: dict[str, float] = {}  # last load or request
         self._busy: Counter[str] = Counter()  # requests in flight
+        self.last_request: RequestFinished | None = None
         self._phases: dict[str, LoadProgress] = {}
         self._errors: dict[str, str] = {}  # why the last load failed, or the crash being recovered
         self._crashes: dict[str, list[float]] = {}
@@ -541,6 +566,11 @@ class Router:
             self._busy[name] -= 1
             self._touch(name)
 
+    def request_finished(self, name: str, telemetry: Telemetry, source: RequestSource) -> None:
+        """Note a finished reply's figures (the last one is kept) and tell the front ends."""
+        self.last_request = RequestFinished(name, source, telemetry)
+        self._emit(self.last_request)
+
     async def stream_chat(self, name: str, messages: Messages, **params: Any) -> AsyncIterator[ChatEvent]:
         """A streamed reply. An engine that dies mid-reply ends it with an EngineError naming the cause
         (the engine restarts behind it; a stream cannot be replayed without the user seeing it twice)."""
@@ -549,13 +579,15 @@ class Router:
             stream = cast(AsyncGenerator[ChatEvent, None], client.stream_chat(messages, **params))
             async with contextlib.aclosing(stream):
                 async for event in stream:
+                    if isinstance(event, ChatDone):
+                        self.request_finished(name, event.telemetry, RequestSource.CHAT)
                     yield event
 
     async def chat(self, name: str, messages: Messages, **params: Any) -> ChatReply:
         """A whole reply. One broken by an engine crash is sent once more after the restart."""
         try:
             async with self.client(name) as client:
-                return await client.chat(messages, **params)
+                reply = await client.chat(messages, **params)
         except EngineError:
             restart = self._restarts.get(name)
             if restart is None:
@@ -563,7 +595,9 @@ class Router:
             log.info("replaying a request to %s after its engine restarts", name)
             await asyncio.shield(restart)
             async with self.client(name) as client:
-                return await client.chat(messages, **params)
+                reply = await client.chat(messages, **params)
+        self.request_finished(name, reply.telemetry, RequestSource.CHAT)
+        return reply
 
     # --- recovery -------------------------------------------------------------------------------------
 
