@@ -71,7 +71,7 @@ def cmd_install_desktop_entry(_args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from app.commands import backends, models, run
+    from app.commands import backends, models, run, serve
 
     parser = argparse.ArgumentParser(prog="lemon-desk", description="Run large language models locally.")
     parser.add_argument("--version", action="version", version=f"lemon-desk {__version__}")
@@ -90,6 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
     backends.register(sub)
     run.register(sub)
     models.register(sub)
+    serve.register(sub)
     return parser
 
 

@@ -283,6 +283,9 @@ class Supervisor:
                 binary = found or folder / ENGINE_BINARY.get(model.recipe, "server")
                 library_dir = str(binary.parent)
         hub = hub_cache_dir(self.settings.models_dir)
+        # A model labelled for embeddings or reranking is served in that mode (llama-server's flags).
+        mode = [f"--{label}" for label in ("embeddings", "reranking") if label in model.labels]
+        mode = mode if model.recipe == "llamacpp" else []
         return LaunchRequest(
             recipe=model.recipe,
             backend=backend,
@@ -290,7 +293,7 @@ class Supervisor:
             library_dir=library_dir,
             model=self._model_argument(model, dry_run),
             ctx_size=options.ctx_size,
-            user_args=split_args(options.args),
+            user_args=(*mode, *split_args(options.args)),
             hf_hub_cache=str(hub),
         )
 
