@@ -164,8 +164,10 @@ class Engine:
             import httpx
 
             # One pool for every request while the engine runs: a new httpx client costs tens of ms.
-            # No connection limit: the engine's own slots decide what runs and what queues.
-            limits = httpx.Limits(max_connections=None, max_keepalive_connections=64)
+            # No connection limit: the engine's own slots decide what runs and what queues. Idle
+            # connections are dropped well before llama-server's own 5 s keep-alive ends, so a request
+            # never goes out on a connection the engine is closing at that moment.
+            limits = httpx.Limits(max_connections=None, max_keepalive_connections=64, keepalive_expiry=2.0)
             self._requests = httpx.AsyncClient(base_url=self.base_url, trust_env=False, limits=limits)
         return ChatClient(
             self.base_url,
