@@ -375,3 +375,30 @@ def test_engines_stop_with_the_router_after_the_server(standin_settings: Setting
         return router.supervisor.engines[name].state
 
     assert run_api(standin_settings, body) is EngineState.READY
+
+
+def test_stopping_the_server_mid_stream_is_prompt_and_ends_the_generation(
+    standin_settings: Settings, tmp_path: Path
+) -> None:
+    async def go() -> tuple[float, bool]:
+        async with Router(standin_settings) as router:
+            (name,) = models(router, tmp_path, "endless", tokens=100_000, token_delay_s=0.01)
+            server = ApiServer(router, "127.0.0.1", 0)
+            await server.start()
+            request = {"model": name, "messages": HI, "stream": True}
+            client = httpx.AsyncClient(base_url=server.url, trust_env=False, timeout=30)
+            async with client, client.stream("POST", "/v1/chat/completions", json=request) as response:
+                async for _ in response.aiter_bytes():
+                    break
+                started = asyncio.get_running_loop().time()
+                await server.stop()
+                took = asyncio.get_running_loop().time() - started
+            engine = router.supervisor.engines[name]
+            for _ in range(500):
+                if any("client closed the connection" in line for line in engine.output):
+                    return took, True
+                await asyncio.sleep(0.01)
+            return took, False
+
+    took, stopped = asyncio.run(go())
+    assert took < 5 and stopped

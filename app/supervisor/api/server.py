@@ -32,6 +32,7 @@ DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 13305
 MAX_BODY_BYTES = 32 * 1024 * 1024  # a long conversation with a few images in it, and then some
 PREFIXES = ("/v1", "/api/v1")
+STOP_GRACE_S = 2.0
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -136,7 +137,11 @@ class ApiServer:
 
     async def start(self) -> None:
         """Listen; raises ConfigError when the address cannot be had (a port taken, say)."""
-        runner = web.AppRunner(self._app(), access_log=None, handler_cancellation=True)
+        # Streams in flight get STOP_GRACE_S to finish when the server stops; then they are cancelled,
+        # which closes their engine streams.
+        runner = web.AppRunner(
+            self._app(), access_log=None, handler_cancellation=True, shutdown_timeout=STOP_GRACE_S
+        )
         await runner.setup()
         site = web.TCPSite(runner, self.host, self.port, reuse_address=True)
         try:
