@@ -29,7 +29,10 @@ if TYPE_CHECKING:
 
 CREATED = 1_700_000_000  # OpenAI's "created": models here have no creation date worth telling
 SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-TOKEN_MARKS = (b'"content":"', b'"text":"', b'"reasoning_content":"')
+# A delta with text in it, as llama-server writes JSON (no spaces) and as Python's json module does.
+TOKEN_MARKS = tuple(
+    f'"{key}"{colon}"'.encode() for key in ("content", "text", "reasoning_content") for colon in (":", ": ")
+)
 PENDING_LIMIT = 1 << 20  # an event longer than this is not one we read figures from
 
 
