@@ -255,17 +255,27 @@ class ChatClient:
         observer = self._observer
         if observer:
             observer.request_started()
+        answered = False
         try:
-            async with self._http.stream(
-                "POST", route.value, json=body, headers=self._headers, timeout=timeout
-            ) as response:
-                if response.status_code != 200:
-                    await response.aread()
-                    raise _status_error(response)
-                async for chunk in response.aiter_bytes():
-                    if observer:
-                        observer.data_received()
-                    yield chunk
+            for attempt in range(2):
+                try:
+                    async with self._http.stream(
+                        "POST", route.value, json=body, headers=self._headers, timeout=timeout
+                    ) as response:
+                        answered = True
+                        if response.status_code != 200:
+                            await response.aread()
+                            raise _status_error(response)
+                        async for chunk in response.aiter_bytes():
+                            if observer:
+                                observer.data_received()
+                            yield chunk
+                    return
+                except httpx.RemoteProtocolError:
+                    # A pooled connection the engine closed as the request went out: the engine never
+                    # answered it, so it is sent once more on a new connection.
+                    if answered or attempt:
+                        raise
         except httpx.TransportError as err:
             raise await self._broken(
                 RequestError(f"The connection to the engine broke ({type(err).__name__}).")

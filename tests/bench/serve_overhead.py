@@ -118,7 +118,8 @@ async def concurrent(client: httpx.AsyncClient, path: Target, streams: int, toke
 async def bench(args: argparse.Namespace, served_url: str, engine: Engine) -> None:
     through = Target(served_url, {}, MODEL)
     direct = Target(engine.base_url, {"Authorization": f"Bearer {engine.api_key}"}, None)
-    limits = httpx.Limits(max_connections=None)
+    # Idle connections go before llama-server's 5 s keep-alive ends (else a request can meet a closing one).
+    limits = httpx.Limits(max_connections=None, keepalive_expiry=2.0)
     async with httpx.AsyncClient(trust_env=False, limits=limits) as client:
         for path in (through, direct):  # warm-up (serve loads its engine here), not counted
             await stream(client, path, PROMPTS[0], 8)
