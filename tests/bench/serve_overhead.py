@@ -83,6 +83,15 @@ def payload(prompt: str, tokens: int, model: str | None) -> dict[str, Any]:
 
 
 async def stream(client: httpx.AsyncClient, path: Target, prompt: str, tokens: int) -> Timing:
+    try:
+        return await _stream(client, path, prompt, tokens)
+    except httpx.RemoteProtocolError:
+        # llama-server closes kept-alive connections on its own; the app sends such a request again
+        # (ChatClient.forward_stream), and so does the bench, on either path.
+        return await _stream(client, path, prompt, tokens)
+
+
+async def _stream(client: httpx.AsyncClient, path: Target, prompt: str, tokens: int) -> Timing:
     first: float | None = None
     last = 0.0
     count = 0
