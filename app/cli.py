@@ -71,7 +71,7 @@ def cmd_install_desktop_entry(_args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from app.commands import backends, bench, collections, downloads, models, run
+    from app.commands import backends, bench, collections, downloads, models, run, serve
 
     parser = argparse.ArgumentParser(prog="lemon-desk", description="Run large language models locally.")
     parser.add_argument("--version", action="version", version=f"lemon-desk {__version__}")
@@ -93,6 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
     downloads.register(sub)
     collections.register(sub)
     bench.register(sub)
+    serve.register(sub)
     return parser
 
 

@@ -26,6 +26,7 @@ class Route(Enum):
     COMPLETIONS = "/v1/completions"  # plain text completions
     RESPONSES = "/v1/responses"  # OpenAI's Responses API
     EMBEDDINGS = "/v1/embeddings"  # embeddings
+    RERANK = "/v1/rerank"  # reranking (llama-server with --reranking)
 
 
 class DeltaSplitter(Protocol):
@@ -106,7 +107,7 @@ def _text_of(content: Any, where: str) -> str:
 
 class LemonMlxAdapter:
     engine = "lemon-mlx"
-    unsupported = frozenset({Route.RESPONSES, Route.EMBEDDINGS})
+    unsupported = frozenset({Route.RESPONSES, Route.EMBEDDINGS, Route.RERANK})
     no_streaming = frozenset({Route.COMPLETIONS})
 
     def check(self, route: Route, stream: bool) -> None:

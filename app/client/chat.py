@@ -70,8 +70,11 @@ def _status_error(response: httpx.Response) -> RequestError:
         return RequestError(
             f"The engine refused the app's key (HTTP 401: {detail}).",
             "Another program may be using this port; reload the model.",
+            status=401,
         )
-    return RequestError(f"The engine refused the request (HTTP {response.status_code}): {detail}")
+    return RequestError(
+        f"The engine refused the request (HTTP {response.status_code}): {detail}", status=response.status_code
+    )
 
 
 class _Stream:
@@ -149,21 +152,25 @@ class ChatClient:
         observer: RequestObserver | None = None,
         telemetry: TelemetrySource | None = None,
         request_timeout_s: float = 300.0,
+        http: httpx.AsyncClient | None = None,
     ) -> None:
+        """``http``: a connection pool to the engine shared by many clients (the engine's own), which
+        closing this client leaves open. Without it the client makes its own: tens of milliseconds
+        (httpx builds an SSL context), too much to pay per request of the local API."""
         import httpx
 
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._owns_http = http is None
         # trust_env=False: a proxy from the environment must never see loopback traffic or the key.
-        self._http = httpx.AsyncClient(
-            base_url=base_url, headers=headers, trust_env=False, verify=loopback_ssl()
-        )
+        self._http = http or httpx.AsyncClient(base_url=base_url, trust_env=False, verify=loopback_ssl())
         self._adapter = adapter or LlamaCppAdapter()
         self._observer = observer
         self._telemetry = telemetry
         self._request_timeout = httpx.Timeout(request_timeout_s, connect=CONNECT_TIMEOUT_S)
 
     async def aclose(self) -> None:
-        await self._http.aclose()
+        if self._owns_http:
+            await self._http.aclose()
 
     async def __aenter__(self) -> ChatClient:
         return self
@@ -200,7 +207,11 @@ class ChatClient:
         stream.sent = time.perf_counter()
         try:
             async with self._http.stream(
-                "POST", CHAT_PATH, json=body, timeout=httpx.Timeout(None, connect=CONNECT_TIMEOUT_S)
+                "POST",
+                CHAT_PATH,
+                json=body,
+                headers=self._headers,
+                timeout=httpx.Timeout(None, connect=CONNECT_TIMEOUT_S),
             ) as response:
                 if response.status_code != 200:
                     await response.aread()
@@ -251,14 +262,38 @@ class ChatClient:
                 raise
             yield sse_error(err)
             return
-        async with self._http.stream(
-            "POST", route.value, json=body, timeout=httpx.Timeout(None, connect=CONNECT_TIMEOUT_S)
-        ) as response:
-            if response.status_code != 200:
-                await response.aread()
-                raise _status_error(response)
-            async for chunk in response.aiter_bytes():
-                yield chunk
+        timeout = httpx.Timeout(None, connect=CONNECT_TIMEOUT_S)
+        observer = self._observer
+        if observer:
+            observer.request_started()
+        answered = False
+        try:
+            for attempt in range(2):
+                try:
+                    async with self._http.stream(
+                        "POST", route.value, json=body, headers=self._headers, timeout=timeout
+                    ) as response:
+                        answered = True
+                        if response.status_code != 200:
+                            await response.aread()
+                            raise _status_error(response)
+                        async for chunk in response.aiter_bytes():
+                            if observer:
+                                observer.data_received()
+                            yield chunk
+                    return
+                except httpx.RemoteProtocolError:
+                    # A pooled connection the engine closed as the request went out: the engine never
+                    # answered it, so it is sent once more on a new connection.
+                    if answered or attempt:
+                        raise
+        except httpx.TransportError as err:
+            raise await self._broken(
+                RequestError(f"The connection to the engine broke ({type(err).__name__}).")
+            ) from None
+        finally:
+            if observer:
+                observer.request_finished()
 
     async def chat(self, messages: Messages, **params: Any) -> ChatReply:
         """One whole reply, without streaming; gives up after ``request_timeout_s``."""
@@ -272,7 +307,9 @@ class ChatClient:
             self._telemetry.request_started()
         sent = time.perf_counter()
         try:
-            response = await self._http.post(CHAT_PATH, json=body, timeout=self._request_timeout)
+            response = await self._http.post(
+                CHAT_PATH, json=body, headers=self._headers, timeout=self._request_timeout
+            )
         except httpx.TimeoutException:
             raise RequestError(
                 f"The engine did not answer within {self._request_timeout.read:g} s.",

@@ -97,7 +97,11 @@ class FitError(LemonDeskError):
 
 
 class RequestError(LemonDeskError):
-    """A request to an engine failed."""
+    """A request to an engine failed; ``status`` is the engine's HTTP status when it answered with one."""
+
+    def __init__(self, message: str, hint: str = "", status: int | None = None) -> None:
+        super().__init__(message, hint)
+        self.status = status
 
 
 class UnsupportedRequestError(RequestError):

@@ -137,7 +137,8 @@ class Engine:
         self._exited: asyncio.Task[int] | None = None
         self._watchdog: asyncio.Task[None] | None = None
         self._starting: asyncio.Task[object] | None = None
-        self._http: httpx.AsyncClient | None = None
+        self._http: httpx.AsyncClient | None = None  # health probes
+        self._requests: httpx.AsyncClient | None = None  # requests, shared by every chat client
         self._log: RotatingLog | None = None
         self._hang: str | None = None
         self.telemetry = telemetry_source(request)  # engine-printed speed figures, where it prints them
@@ -170,6 +171,15 @@ class Engine:
         """A client for this engine, watched by its watchdog; close it when done."""
         if self.state is not EngineState.READY:
             raise EngineError(f"The {self.name} engine for {self.id} is not running ({self.state.value}).")
+        if self._requests is None:
+            import httpx
+
+            # One pool for every request while the engine runs: a new httpx client costs tens of ms.
+            # No connection limit: the engine's own slots decide what runs and what queues. Idle
+            # connections are dropped well before llama-server's own 5 s keep-alive ends, so a request
+            # never goes out on a connection the engine is closing at that moment.
+            limits = httpx.Limits(max_connections=None, max_keepalive_connections=64, keepalive_expiry=2.0)
+            self._requests = httpx.AsyncClient(base_url=self.base_url, trust_env=False, limits=limits)
         return ChatClient(
             self.base_url,
             self.api_key,
@@ -177,6 +187,7 @@ class Engine:
             observer=self.watch,
             telemetry=self.telemetry,
             request_timeout_s=request_timeout_s,
+            http=self._requests,
         )
 
     # --- transitions -------------------------------------------------------------------------------
@@ -454,9 +465,10 @@ class Engine:
         """After the process is gone: its connection pool, its log, its key."""
         if self._exited is not None and self._exited.done() and self._log is not None:
             self._emit([f"=== stopped ({describe_exit(self._exited.result())})"])
-        if self._http is not None:
-            await self._http.aclose()
-            self._http = None
+        for pool in (self._http, self._requests):
+            if pool is not None:
+                await pool.aclose()
+        self._http = self._requests = None
         if self._log is not None:
             self._log.close()
             self._log = None

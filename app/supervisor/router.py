@@ -24,12 +24,13 @@ import time
 from collections import Counter
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass
+from enum import Enum
 from typing import TYPE_CHECKING, Any, cast
 
 import psutil
 
 from app.client.chat import ChatClient, Messages
-from app.client.events import ChatEvent, ChatReply
+from app.client.events import ChatDone, ChatEvent, ChatReply
 from app.core.backends import BackendKind, BackendState
 from app.core.bench import BenchRun, BenchSpec, hardware_summary, known_version
 from app.core.downloads import DownloadRecord, DownloadState
@@ -137,6 +138,20 @@ class EngineRecovery:
     gave_up: bool  # True: the engine stays down until someone loads it again
 
 
+class RequestSource(Enum):
+    CHAT = "chat"  # the window's chat pane or the CLI
+    API = "api"  # a request through the local API
+
+
+@dataclass(frozen=True)
+class RequestFinished:
+    """A reply ended: its figures, for the telemetry charts and the API's ``GET stats``."""
+
+    model: str
+    source: RequestSource
+    telemetry: Telemetry
+
+
 RouterEvent = (
     SupervisorEvent
     | DownloadEvent
@@ -146,6 +161,7 @@ RouterEvent = (
     | EngineRecovery
     | BenchProgress
     | SystemSample
+    | RequestFinished
 )
 Listener = Callable[[RouterEvent], None]
 
@@ -196,6 +212,7 @@ class Router:
         self._load_options: dict[str, LoadOptions] = {}
         self._used: dict[str, float] = {}  # last load or request
         self._busy: Counter[str] = Counter()  # requests in flight
+        self.last_request: RequestFinished | None = None
         self._phases: dict[str, LoadProgress] = {}
         self._errors: dict[str, str] = {}  # why the last load failed, or the crash being recovered
         self._crashes: dict[str, list[float]] = {}
@@ -649,6 +666,11 @@ class Router:
             self._busy[name] -= 1
             self._touch(name)
 
+    def request_finished(self, name: str, telemetry: Telemetry, source: RequestSource) -> None:
+        """Note a finished reply's figures (the last one is kept) and tell the front ends."""
+        self.last_request = RequestFinished(name, source, telemetry)
+        self._emit(self.last_request)
+
     async def stream_chat(self, name: str, messages: Messages, **params: Any) -> AsyncIterator[ChatEvent]:
         """A streamed reply. An engine that dies mid-reply ends it with an EngineError naming the cause
         (the engine restarts behind it; a stream cannot be replayed without the user seeing it twice)."""
@@ -657,13 +679,15 @@ class Router:
             stream = cast(AsyncGenerator[ChatEvent, None], client.stream_chat(messages, **params))
             async with contextlib.aclosing(stream):
                 async for event in stream:
+                    if isinstance(event, ChatDone):
+                        self.request_finished(name, event.telemetry, RequestSource.CHAT)
                     yield event
 
     async def chat(self, name: str, messages: Messages, **params: Any) -> ChatReply:
         """A whole reply. One broken by an engine crash is sent once more after the restart."""
         try:
             async with self.client(name) as client:
-                return await client.chat(messages, **params)
+                reply = await client.chat(messages, **params)
         except EngineError:
             restart = self._restarts.get(name)
             if restart is None:
@@ -671,7 +695,9 @@ class Router:
             log.info("replaying a request to %s after its engine restarts", name)
             await asyncio.shield(restart)
             async with self.client(name) as client:
-                return await client.chat(messages, **params)
+                reply = await client.chat(messages, **params)
+        self.request_finished(name, reply.telemetry, RequestSource.CHAT)
+        return reply
 
     def run_card(self, name: str, params: dict[str, Any], telemetry: Telemetry) -> RunCard:
         """What produced a reply of ``name``'s engine: its model, engine, options, sampling, hardware

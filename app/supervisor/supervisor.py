@@ -288,6 +288,9 @@ class Supervisor:
         architecture = ""
         if model.recipe == "llamacpp":  # the quirk table keys on the GGUF's architecture
             architecture = await asyncio.to_thread(gguf_architecture, Path(model_argument))
+        # A model labelled for embeddings or reranking is served in that mode (llama-server's flags).
+        mode = [f"--{label}" for label in ("embeddings", "reranking") if label in model.labels]
+        mode = mode if model.recipe == "llamacpp" else []
         return LaunchRequest(
             recipe=model.recipe,
             backend=backend,
@@ -295,7 +298,7 @@ class Supervisor:
             library_dir=library_dir,
             model=model_argument,
             ctx_size=options.ctx_size,
-            user_args=split_args(options.args),
+            user_args=(*mode, *split_args(options.args)),
             hf_hub_cache=str(hub),
             architecture=architecture,
             quirks=load_quirks(),

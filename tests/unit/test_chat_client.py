@@ -13,8 +13,10 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+import httpx
 import pytest
 
+from app.client.adapters import Route
 from app.client.chat import ChatClient
 from app.client.events import ChatDelta, ChatDone, ChatEvent
 from app.core.errors import EngineError, LemonDeskError, RequestError
@@ -288,3 +290,32 @@ def test_non_streaming_reply_and_timeout() -> None:
                 await client.chat([])
 
     asyncio.run(go())
+
+
+def _forwarded(failures: int) -> tuple[list[bytes] | RequestError, int]:
+    """forward_stream over a transport whose first ``failures`` requests meet a connection the server
+    closed without answering (what a stale pooled connection looks like)."""
+    calls = 0
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        nonlocal calls
+        calls += 1
+        if calls <= failures:
+            raise httpx.RemoteProtocolError("Server disconnected without sending a response.")
+        return httpx.Response(200, content=b"data: [DONE]\n\n")
+
+    async def go() -> list[bytes] | RequestError:
+        pool = httpx.AsyncClient(base_url="http://engine", transport=httpx.MockTransport(answer))
+        async with pool, ChatClient("http://engine", "k", http=pool) as client:
+            try:
+                return [c async for c in client.forward_stream(Route.CHAT, {"stream": True})]
+            except RequestError as err:
+                return err
+
+    return asyncio.run(go()), calls
+
+
+def test_forwarding_retries_once_on_a_connection_closed_before_any_answer() -> None:
+    assert _forwarded(failures=1) == ([b"data: [DONE]\n\n"], 2)
+    error, calls = _forwarded(failures=2)
+    assert isinstance(error, RequestError) and "RemoteProtocolError" in str(error) and calls == 2

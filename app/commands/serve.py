@@ -1,0 +1,77 @@
+"""``lemon-desk serve``: the local API without the window. Prints one line with the URL once it
+listens; SIGINT or SIGTERM stops every engine and exits 0.
+
+The key comes from ``--api-key`` or ``LEMON_DESK_API_KEY``; it is never printed or logged, and never
+reaches an engine (each engine has its own key, from a file).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import os
+import signal
+import sys
+
+from app.commands.output import load_settings_noting_problems
+from app.core.errors import ConfigError
+from app.core.policy import parse_caps
+from app.supervisor.api import DEFAULT_HOST, DEFAULT_PORT, ApiServer, check_exposure
+from app.supervisor.router import Router
+
+KEY_VARIABLE = "LEMON_DESK_API_KEY"
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = sub.add_parser(
+        "serve",
+        help="serve the local API (OpenAI- and Lemonade-compatible) without the window",
+        description=(
+            "Serve /v1/ (OpenAI) and /api/v1/ (Lemonade) for other apps; models load on demand. "
+            f"A host other than loopback needs an API key (--api-key or {KEY_VARIABLE})."
+        ),
+    )
+    parser.add_argument("--host", default=DEFAULT_HOST, help=f"default: {DEFAULT_HOST}")
+    parser.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"default: {DEFAULT_PORT}")
+    parser.add_argument("--api-key", metavar="KEY", help=f"require this key (default: ${KEY_VARIABLE})")
+    parser.add_argument(
+        "--max-loaded-models", metavar="N|JSON", help='a total, or per-device caps: \'{"gpu": 1, "cpu": 2}\''
+    )
+    parser.set_defaults(handler=cmd_serve)
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    key = args.api_key or os.environ.get(KEY_VARIABLE) or None
+    check_exposure(args.host, key)
+    if not 0 <= args.port <= 65535:
+        raise ConfigError(f"--port {args.port} is not a port number (0-65535).")
+    settings = load_settings_noting_problems()
+    if args.max_loaded_models is not None:
+        caps = parse_caps(args.max_loaded_models)
+        settings = dataclasses.replace(settings, max_loaded_models=caps.to_json())
+    return asyncio.run(_serve(Router(settings), args.host, args.port, key))
+
+
+async def _serve(router: Router, host: str, port: int, key: str | None) -> int:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
+    try:
+        async with router:
+            server = ApiServer(router, host, port, key)
+            await server.start()
+            try:
+                print(
+                    f"Lemon Desk API listening on {server.url}/v1/ (Lemonade: {server.url}/api/v1/)",
+                    flush=True,
+                )
+                await stop.wait()
+                print("stopping", file=sys.stderr, flush=True)
+            finally:
+                await server.stop()
+    finally:
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(signum)
+    return 0

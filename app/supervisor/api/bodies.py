@@ -1,0 +1,120 @@
+"""Request bodies checked where they enter: JSON that is an object, and the fields the API reads (or
+passes on to an engine) of the types OpenAI and Lemonade give them. Anything else is a 400 that names
+the field; a body is never half-read into a 500.
+
+Fields the API does not know (``tools``, ``response_format``, llama.cpp's own samplers) pass through to
+the engine untouched.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+from app.supervisor.api.errors import bad_request
+
+
+def parse_object(raw: bytes) -> dict[str, Any]:
+    """A request body as a JSON object (an empty body is an empty object)."""
+    if not raw.strip():
+        return {}
+    try:
+        body = json.loads(raw)
+    except (ValueError, RecursionError):
+        raise bad_request("The request body is not valid JSON.", "invalid_json") from None
+    if not isinstance(body, dict):
+        raise bad_request("The request body must be a JSON object.", "invalid_json")
+    return body
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return (_is_int(value) or isinstance(value, float)) and math.isfinite(value)
+
+
+def _expect(body: dict[str, Any], field: str, ok: bool, what: str) -> None:
+    if not ok:
+        raise bad_request(f"'{field}' must be {what}.")
+
+
+def optional(body: dict[str, Any], field: str, kind: str) -> Any:
+    """``body[field]`` when present and not null, checked against ``kind``; else None."""
+    value = body.get(field)
+    if value is None:
+        return None
+    checks = {
+        "str": (isinstance(value, str), "a string"),
+        "bool": (isinstance(value, bool), "true or false"),
+        "int": (_is_int(value), "a whole number"),
+        "count": (_is_int(value) and value >= 0, "a whole number, 0 or more"),
+        "number": (_is_number(value), "a number"),
+        "object": (isinstance(value, dict), "an object"),
+        "list": (isinstance(value, list), "a list"),
+    }
+    ok, what = checks[kind]
+    _expect(body, field, ok, what)
+    return value
+
+
+def required_str(body: dict[str, Any], field: str) -> str:
+    value = body.get(field)
+    if value is None:
+        raise bad_request(f"'{field}' is required.", "missing_field")
+    _expect(body, field, isinstance(value, str) and bool(value), "a non-empty string")
+    return str(value)
+
+
+# What OpenAI's generation routes take, by type; checked before the engine sees the body.
+_GENERATION_FIELDS = {
+    "stream": "bool",
+    "max_tokens": "count",
+    "max_completion_tokens": "count",
+    "temperature": "number",
+    "top_p": "number",
+    "top_k": "int",
+    "seed": "int",
+    "n": "count",
+    "presence_penalty": "number",
+    "frequency_penalty": "number",
+    "stream_options": "object",
+    "tools": "list",
+    "response_format": "object",
+}
+
+
+def check_generation(body: dict[str, Any], route: str) -> None:
+    """Check a chat/completions, completions or responses body; raises a 400 naming the bad field."""
+    for field, kind in _GENERATION_FIELDS.items():
+        optional(body, field, kind)
+    options = body.get("stream_options")
+    if isinstance(options, dict):
+        optional(options, "include_usage", "bool")
+    stop = body.get("stop")
+    if stop is not None and not isinstance(stop, str):
+        ok = isinstance(stop, list) and all(isinstance(s, str) for s in stop)
+        _expect(body, "stop", ok, "a string or a list of strings")
+    if route == "chat":
+        messages = body.get("messages")
+        if messages is None:
+            raise bad_request("'messages' is required.", "missing_field")
+        ok = isinstance(messages, list) and bool(messages) and all(isinstance(m, dict) for m in messages)
+        _expect(body, "messages", ok, "a non-empty list of message objects")
+        for i, message in enumerate(messages):
+            role = message.get("role")
+            if not isinstance(role, str):
+                raise bad_request(f"'messages[{i}].role' must be a string.")
+            content = message.get("content")
+            if content is not None and not isinstance(content, str | list):
+                raise bad_request(f"'messages[{i}].content' must be a string or a list of parts.")
+    elif route == "completions":
+        prompt = body.get("prompt")
+        if prompt is None:
+            raise bad_request("'prompt' is required.", "missing_field")
+        ok = isinstance(prompt, str) or (isinstance(prompt, list) and bool(prompt))
+        _expect(body, "prompt", ok, "a string or a list")
+    elif route == "responses" and body.get("input") is None:
+        raise bad_request("'input' is required.", "missing_field")

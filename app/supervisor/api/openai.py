@@ -1,0 +1,245 @@
+"""OpenAI's routes: models, chat/completions, completions, embeddings, reranking, responses.
+
+A generation request is checked, routed by its ``model`` to that model's engine (loaded on demand under
+the router's policy) and sent on; the engine's SSE bytes are passed back as they come, unparsed, so the
+API adds next to nothing per token. ``_Watch`` only looks for the first token and for the last events
+(``timings``, ``usage``) to feed the router's telemetry. A client that goes away cancels the handler,
+which closes the stream to the engine, which stops generating.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from collections.abc import AsyncGenerator
+from typing import TYPE_CHECKING, Any, cast
+
+from aiohttp import web
+
+from app.client.adapters import Route
+from app.core.errors import LemonDeskError, RequestError
+from app.core.models import Model
+from app.core.telemetry import ClientTimes, Telemetry, telemetry_from
+from app.supervisor.api.bodies import check_generation, parse_object, required_str
+from app.supervisor.api.errors import ApiError, bad_request, from_app_error, model_not_found, sse_error_event
+
+if TYPE_CHECKING:
+    from app.supervisor.router import ModelView, Router
+
+CREATED = 1_700_000_000  # OpenAI's "created": models here have no creation date worth telling
+SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+# A delta with text in it, as llama-server writes JSON (no spaces) and as Python's json module does.
+TOKEN_MARKS = tuple(
+    f'"{key}"{colon}"'.encode() for key in ("content", "text", "reasoning_content") for colon in (":", ": ")
+)
+PENDING_LIMIT = 1 << 20  # an event longer than this is not one we read figures from
+
+
+def find_model(router: Router, name: str) -> Model:
+    model = router.library.models().get(name)
+    if model is None:
+        raise model_not_found(name)
+    return model
+
+
+def model_json(view: ModelView) -> dict[str, Any]:
+    model = view.model
+    return {
+        "id": model.name,
+        "object": "model",
+        "created": CREATED,
+        "owned_by": "lemon-desk",
+        "checkpoint": model.checkpoint,
+        "recipe": model.recipe,
+        "size": round(view.size_bytes / 1e9, 3),
+        "downloaded": view.on_disk,
+        "suggested": model.suggested,
+        "labels": list(model.labels),
+        "status": view.status.status.value,
+    }
+
+
+class _Watch:
+    """Figures from a passing stream without parsing it: when the first token went by, and the
+    ``timings``/``usage`` of the events that carry them (only those are parsed)."""
+
+    def __init__(self) -> None:
+        self.sent = time.perf_counter()
+        self.first: float | None = None
+        self.events = 0
+        self.done = False  # the engine sent [DONE]
+        self.timings: dict[str, Any] | None = None
+        self.usage: dict[str, Any] | None = None
+        self._pending = b""
+
+    def feed(self, chunk: bytes) -> None:
+        if self.first is None and self._has_token(chunk):
+            self.first = time.perf_counter()
+        data = self._pending + chunk if self._pending else chunk
+        end = data.rfind(b"\n\n")
+        if end < 0:
+            self._pending = data if len(data) < PENDING_LIMIT else b""
+            return
+        complete, self._pending = data[:end], data[end + 2 :]
+        self.events += complete.count(b"data:")
+        self.done = self.done or complete.endswith(b"data: [DONE]")
+        if b'"timings"' in complete or b'"usage"' in complete:
+            for event in complete.split(b"\n\n"):
+                if b'"timings"' in event or b'"usage"' in event:
+                    self.whole(event.partition(b"data:")[2])
+
+    def whole(self, raw: bytes) -> None:
+        """Read the figures from one JSON payload (an event's, or a whole reply's)."""
+        try:
+            payload = json.loads(raw)
+        except ValueError:
+            return
+        if isinstance(payload, dict):
+            timings, usage = payload.get("timings"), payload.get("usage")
+            self.timings = timings if isinstance(timings, dict) else self.timings
+            self.usage = usage if isinstance(usage, dict) else self.usage
+
+    @staticmethod
+    def _has_token(chunk: bytes) -> bool:
+        for mark in TOKEN_MARKS:
+            at = chunk.find(mark)
+            if at >= 0 and chunk[at + len(mark) : at + len(mark) + 1] != b'"':
+                return True
+        return False
+
+    def telemetry(self) -> Telemetry:
+        end = time.perf_counter()
+        first = self.first if self.first is not None else (end if self.events else None)
+        return telemetry_from(
+            ClientTimes(self.sent, first, end, max(self.events - 2, 0)), self.timings, self.usage
+        )
+
+
+class OpenAIRoutes:
+    def __init__(self, router: Router) -> None:
+        self.router = router
+
+    def add_to(self, app: web.Application, prefix: str) -> None:
+        app.router.add_get(f"{prefix}/models", self.list_models)
+        app.router.add_get(f"{prefix}/models/{{id}}", self.get_model)
+        app.router.add_post(f"{prefix}/chat/completions", self.chat_completions)
+        app.router.add_post(f"{prefix}/completions", self.completions)
+        app.router.add_post(f"{prefix}/responses", self.responses)
+        app.router.add_post(f"{prefix}/embeddings", self.embeddings)
+        app.router.add_post(f"{prefix}/reranking", self.reranking)
+        app.router.add_post(f"{prefix}/rerank", self.reranking)
+
+    # --- models ---------------------------------------------------------------------------------------
+
+    async def list_models(self, request: web.Request) -> web.Response:
+        show_all = request.query.get("show_all", "").lower() in ("1", "true", "yes")
+        views = await self._views()
+        data = [model_json(v) for v in views if show_all or v.on_disk]
+        return web.json_response({"object": "list", "data": data})
+
+    async def get_model(self, request: web.Request) -> web.Response:
+        name = request.match_info["id"]
+        find_model(self.router, name)
+        view = next(v for v in await self._views() if v.name == name)
+        return web.json_response(model_json(view))
+
+    async def _views(self) -> list[ModelView]:
+        import asyncio
+
+        return await asyncio.to_thread(self.router.statuses)  # reads the cache: not on the loop
+
+    # --- generation -----------------------------------------------------------------------------------
+
+    async def chat_completions(self, request: web.Request) -> web.StreamResponse:
+        return await self._generate(request, Route.CHAT, "chat")
+
+    async def completions(self, request: web.Request) -> web.StreamResponse:
+        return await self._generate(request, Route.COMPLETIONS, "completions")
+
+    async def responses(self, request: web.Request) -> web.StreamResponse:
+        return await self._generate(request, Route.RESPONSES, "responses")
+
+    async def embeddings(self, request: web.Request) -> web.StreamResponse:
+        return await self._generate(request, Route.EMBEDDINGS, "embeddings")
+
+    async def reranking(self, request: web.Request) -> web.StreamResponse:
+        return await self._generate(request, Route.RERANK, "reranking")
+
+    async def _generate(self, request: web.Request, route: Route, kind: str) -> web.StreamResponse:
+        body = parse_object(await request.read())
+        name = required_str(body, "model")
+        model = find_model(self.router, name)
+        if kind in ("chat", "completions", "responses"):
+            check_generation(body, kind)
+        self._check_labels(model, kind)
+        # The engine serves one model; mlx-lm would take a "model" as one to go and load.
+        body.pop("model")
+        watch = _Watch()
+        async with self.router.client(name) as client:
+            stream = cast(AsyncGenerator[bytes, None], client.forward_stream(route, body))
+            async with contextlib.aclosing(stream):
+                if body.get("stream"):
+                    ends_with_done = route in (Route.CHAT, Route.COMPLETIONS)
+                    response = await self._stream(request, name, stream, watch, ends_with_done)
+                else:
+                    response = await self._whole(stream, watch)
+        self._finished(name, watch)
+        return response
+
+    def _check_labels(self, model: Model, kind: str) -> None:
+        special = {"embeddings", "reranking"} & set(model.labels)
+        if kind in ("embeddings", "reranking") and kind not in special:
+            raise bad_request(
+                f"{model.name} is not labelled '{kind}': it cannot answer /{kind}.", "wrong_model_type"
+            )
+        if kind not in ("embeddings", "reranking") and special:
+            label = next(iter(special))
+            raise bad_request(
+                f"{model.name} is a {label} model: it answers /{label} only.", "wrong_model_type"
+            )
+
+    async def _whole(self, stream: AsyncGenerator[bytes, None], watch: _Watch) -> web.Response:
+        raw = b"".join([chunk async for chunk in stream])
+        watch.first = watch.first or time.perf_counter()
+        watch.whole(raw)
+        return web.Response(body=raw, content_type="application/json")
+
+    async def _stream(
+        self,
+        request: web.Request,
+        name: str,
+        stream: AsyncGenerator[bytes, None],
+        watch: _Watch,
+        ends_with_done: bool,
+    ) -> web.StreamResponse:
+        # The first bytes come before the answer starts, so an engine's refusal keeps its own status.
+        first = await anext(stream, b"")
+        response = web.StreamResponse(headers=SSE_HEADERS)
+        await response.prepare(request)
+        try:
+            watch.feed(first)
+            await response.write(first)
+            async for chunk in stream:
+                watch.feed(chunk)
+                await response.write(chunk)
+            if ends_with_done and not watch.done:
+                await response.write(sse_error_event(from_app_error(await self._cut_short(name))))
+        except LemonDeskError as err:
+            await response.write(sse_error_event(from_app_error(err)))
+        except ApiError as err:
+            await response.write(sse_error_event(err))
+        await response.write_eof()
+        return response
+
+    async def _cut_short(self, name: str) -> LemonDeskError:
+        """Why a stream ended without [DONE]: the engine's crash when it crashed, said as such."""
+        error = RequestError("The engine ended the reply before finishing it.")
+        engine = self.router.supervisor.engines.get(name)
+        return await engine.explain(error) if engine is not None else error
+
+    def _finished(self, name: str, watch: _Watch) -> None:
+        from app.supervisor.router import RequestSource
+
+        if watch.first is not None or watch.usage is not None:
+            self.router.request_finished(name, watch.telemetry(), RequestSource.API)

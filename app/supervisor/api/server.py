@@ -1,0 +1,163 @@
+"""The server: aiohttp's web server inside the app's running asyncio loop (no thread, no Qt).
+
+aiohttp rather than Starlette on uvicorn, by measurement (see the commit that chose it): its
+``StreamResponse.write`` hands each SSE chunk to the transport as it comes, with no per-request task
+group watching for disconnects, so it adds less per token and to the time to first token.
+
+Middlewares, outermost first: errors (every failure becomes OpenAI's error shape, never a traceback),
+the key (constant-time compare; the key is never logged), then the size limit.
+"""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+import logging
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
+
+from aiohttp import web
+
+from app.core.errors import ConfigError, LemonDeskError
+from app.supervisor.api.errors import AUTH, INVALID, NOT_FOUND, ApiError, from_app_error
+from app.supervisor.api.lemonade import LemonadeRoutes
+from app.supervisor.api.openai import OpenAIRoutes
+
+if TYPE_CHECKING:
+    from app.supervisor.router import Router
+
+log = logging.getLogger(__name__)
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 13305
+MAX_BODY_BYTES = 32 * 1024 * 1024  # a long conversation with a few images in it, and then some
+PREFIXES = ("/v1", "/api/v1")
+STOP_GRACE_S = 2.0
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def check_exposure(host: str, api_key: str | None) -> None:
+    """Refuse to listen beyond this machine without a key."""
+    if not is_loopback(host) and not api_key:
+        raise ConfigError(
+            f"The local API would listen on {host}, where other machines can reach it, without an API key.",
+            "Set one with --api-key or LEMON_DESK_API_KEY, or listen on 127.0.0.1.",
+        )
+
+
+def _json_error(error: ApiError) -> web.Response:
+    return web.json_response(error.body(), status=error.status)
+
+
+@web.middleware
+async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
+    try:
+        return await handler(request)
+    except ApiError as err:
+        return _json_error(err)
+    except LemonDeskError as err:
+        return _json_error(from_app_error(err))
+    except web.HTTPRequestEntityTooLarge:
+        return _json_error(too_large())
+    except web.HTTPNotFound:
+        return _json_error(ApiError(404, f"There is no {request.path} here.", NOT_FOUND, "not_found"))
+    except web.HTTPMethodNotAllowed as err:
+        message = (
+            f"{request.method} is not allowed on {request.path} (allowed: {', '.join(err.allowed_methods)})."
+        )
+        return _json_error(ApiError(405, message, INVALID, "method_not_allowed"))
+    except web.HTTPException as err:
+        return _json_error(ApiError(err.status, err.reason, INVALID, None))
+    except (ConnectionResetError, web.HTTPClientError):
+        raise
+    except Exception:
+        log.exception("the local API failed on %s %s", request.method, request.path)
+        return _json_error(ApiError(500, "The server failed on this request; see its log.", "server_error"))
+
+
+def too_large() -> ApiError:
+    return ApiError(
+        413, f"The request body is larger than {MAX_BODY_BYTES // (1024 * 1024)} MiB.", INVALID, "too_large"
+    )
+
+
+class ApiServer:
+    """The local API over ``router``. ``start()`` listens (on the running loop); ``stop()`` closes every
+    connection, which ends the streams and so the generations behind them. The router is not stopped."""
+
+    def __init__(
+        self, router: Router, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, api_key: str | None = None
+    ) -> None:
+        check_exposure(host, api_key)
+        self.router = router
+        self.host = host
+        self.port = port
+        self._key = (api_key or "").encode()
+        self._runner: web.AppRunner | None = None
+
+    def __repr__(self) -> str:  # never the key
+        return f"ApiServer({self.host}:{self.port}, key={'set' if self._key else 'none'})"
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
+
+    def _app(self) -> web.Application:
+        app = web.Application(middlewares=[_errors, self._auth], client_max_size=MAX_BODY_BYTES)
+        openai, lemonade = OpenAIRoutes(self.router), LemonadeRoutes(self.router)
+        for prefix in PREFIXES:
+            openai.add_to(app, prefix)
+            lemonade.add_to(app, prefix)
+        return app
+
+    @web.middleware
+    async def _auth(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        if self._key:
+            given = request.headers.get("Authorization", "")
+            scheme, _, token = given.partition(" ")
+            if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), self._key):
+                raise ApiError(
+                    401, "A valid API key is required (Authorization: Bearer KEY).", AUTH, "invalid_api_key"
+                )
+        length = request.content_length
+        if length is not None and length > MAX_BODY_BYTES:
+            raise too_large()
+        return await handler(request)
+
+    async def start(self) -> None:
+        """Listen; raises ConfigError when the address cannot be had (a port taken, say)."""
+        # Streams in flight get STOP_GRACE_S to finish when the server stops; then they are cancelled,
+        # which closes their engine streams.
+        runner = web.AppRunner(
+            self._app(), access_log=None, handler_cancellation=True, shutdown_timeout=STOP_GRACE_S
+        )
+        await runner.setup()
+        site = web.TCPSite(runner, self.host, self.port, reuse_address=True)
+        try:
+            await site.start()
+        except OSError as err:
+            await runner.cleanup()
+            raise ConfigError(
+                f"The local API could not listen on {self.host}:{self.port}: {err.strerror or err}.",
+                "Another program may be using the port; pick another with --port.",
+            ) from None
+        self._runner = runner
+        if self.port == 0:
+            self.port = int(runner.addresses[0][1])
+        log.info("the local API listens on %s", self.url)
+
+    async def stop(self) -> None:
+        runner, self._runner = self._runner, None
+        if runner is not None:
+            await runner.cleanup()

@@ -1,0 +1,131 @@
+"""The local API as other apps use it: the official `openai` client against `lemon-desk serve` (a real
+child process) on the real llama-server and SmolLM2."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import openai
+import psutil
+import pytest
+
+from app.store.library import Library
+from app.store.model_options import ModelOptions, save_model_options
+from app.store.settings import Settings, save_settings
+from tests.conftest import profile_path
+from tests.integration.conftest import engines_of, lemon_desk
+from tests.support.serve import Serving, serving
+
+pytestmark = pytest.mark.integration
+
+MODEL = "smol"
+KEY = "test-key-0123456789"
+HELLO = [{"role": "user", "content": "What is the capital of France? Answer in one word."}]
+
+
+@pytest.fixture
+def smol_home(llama_dir: Path, smol_gguf: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """SmolLM2 imported as "smol", run by the real llama-server as the `system` backend, 4 slots."""
+    monkeypatch.setenv("LEMON_DESK_MOCK_HARDWARE", str(profile_path("cpu_only_x86")))
+    monkeypatch.setenv("LD_LIBRARY_PATH", str(llama_dir))
+    settings = Settings(llama_server_path=str(llama_dir / "llama-server"))
+    save_settings(settings)
+    Library(settings).import_path(smol_gguf, name=MODEL)
+    save_model_options({MODEL: ModelOptions(backend="system", ctx_size=4096, args="--parallel 4")})
+
+
+@pytest.fixture
+def served(smol_home: None, lemon_home: Path) -> Iterator[Serving]:
+    with serving() as running:
+        yield running
+    assert engines_of(lemon_home) == []  # SIGTERM stopped every engine
+
+
+def client(served: Serving, key: str = "unused") -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{served.url}/v1", api_key=key, max_retries=0, timeout=120)
+
+
+def test_list_chat_stream_completions_stop_and_unknown_model(served: Serving) -> None:
+    api = client(served)
+    assert [m.id for m in api.models.list()] == [MODEL]
+
+    reply = api.chat.completions.create(model=MODEL, messages=HELLO, temperature=0, max_tokens=16, seed=1)
+    assert "Paris" in (reply.choices[0].message.content or "")
+    usage = reply.usage
+    assert usage is not None and usage.prompt_tokens > 0 and usage.completion_tokens > 0
+    assert usage.prompt_tokens + usage.completion_tokens == usage.total_tokens
+
+    chunks = list(
+        api.chat.completions.create(
+            model=MODEL,
+            messages=[{"role": "user", "content": "Count from one to twenty in words."}],
+            max_tokens=40,
+            temperature=0,
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+    )
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert len(chunks) > 2 and text
+    final = chunks[-1].usage
+    assert final is not None and final.completion_tokens > 2
+    assert final.prompt_tokens + final.completion_tokens == final.total_tokens
+
+    completion = api.completions.create(model=MODEL, prompt="One, two, three,", max_tokens=8, temperature=0)
+    assert completion.choices[0].text
+
+    stopped = api.completions.create(
+        model=MODEL, prompt="1, 2, 3, 4, 5, 6, 7, 8,", max_tokens=40, temperature=0, stop=["12"]
+    )
+    assert stopped.choices[0].finish_reason == "stop" and "12" not in stopped.choices[0].text
+
+    with pytest.raises(openai.NotFoundError):
+        api.chat.completions.create(model="no-such-model", messages=HELLO)
+
+    stats = httpx.get(f"{served.url}/api/v1/stats", trust_env=False).json()
+    assert stats["source"] == "api" and stats["output_tokens"] > 0 and stats["time_to_first_token"] > 0
+
+
+def test_five_concurrent_requests_are_all_answered(served: Serving) -> None:
+    api = client(served)
+
+    def ask(i: int) -> str:
+        reply = api.chat.completions.create(
+            model=MODEL,
+            messages=[{"role": "user", "content": f"Say the number {i}."}],
+            max_tokens=12,
+            temperature=0,
+        )
+        return reply.choices[0].message.content or ""
+
+    with concurrent.futures.ThreadPoolExecutor(5) as pool:
+        answers = list(pool.map(ask, range(5)))
+    assert len(answers) == 5 and all(answers)
+    health = httpx.get(f"{served.url}/api/v1/health", trust_env=False).json()
+    assert [m["model_name"] for m in health["all_models_loaded"]] == [MODEL]
+
+
+def test_a_key_set_and_missing_is_an_authentication_error(smol_home: None) -> None:
+    with serving(env={"LEMON_DESK_API_KEY": KEY}) as served:
+        with pytest.raises(openai.AuthenticationError):
+            client(served, "wrong").models.list()
+        assert [m.id for m in client(served, KEY).models.list()] == [MODEL]
+        missing = httpx.get(f"{served.url}/v1/models", trust_env=False)
+        assert missing.status_code == 401 and json.loads(missing.text)["error"]["type"]
+        # The key reaches no engine's command line.
+        reply = client(served, KEY).completions.create(model=MODEL, prompt="Hi", max_tokens=2)
+        assert reply.choices
+        engine = httpx.get(f"{served.url}/api/v1/health", headers={"Authorization": f"Bearer {KEY}"})
+        pid = engine.json()["all_models_loaded"][0]["pid"]
+        assert KEY not in " ".join(psutil.Process(pid).cmdline())
+        assert KEY not in json.dumps(psutil.Process(pid).environ())
+    assert served.proc.returncode == 0
+
+
+def test_serve_refuses_a_public_host_without_a_key(smol_home: None) -> None:
+    result = lemon_desk("serve", "--host", "0.0.0.0", "--port", "0", timeout=60)
+    assert result.returncode == 1 and "API key" in result.stderr and "Traceback" not in result.stderr

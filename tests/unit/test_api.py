@@ -1,0 +1,404 @@
+"""The local API against the stand-in engine (a real child process that answers like llama-server), with
+raw httpx: every status code, the management calls, streaming passthrough, disconnects, crashes
+mid-stream and hostile bodies. Seconds, not minutes; the real engine and the `openai` client are in
+tests/integration/test_api_openai.py."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import httpx
+import pytest
+
+from app.core.engine_state import EngineState
+from app.core.errors import ConfigError
+from app.store.model_options import ModelOptions
+from app.store.settings import Settings
+from app.supervisor.api import ApiServer
+from app.supervisor.router import RequestFinished, RequestSource, Router, RouterEvent
+from tests.support.hubserver import LoopbackHub
+from tests.support.standin import control, make_standin_model
+from tests.support.testrepos import BIG
+
+T = TypeVar("T")
+SYSTEM = ModelOptions(backend="system")
+HI = [{"role": "user", "content": "hi"}]
+
+Body = Callable[[Router, httpx.AsyncClient], Awaitable[T]]
+
+
+def run_api(settings: Settings, body: Body[T], *, key: str | None = None, auth: str | None = None) -> T:
+    """Start the router and the API on a free port, run ``body`` with a client for it, stop both."""
+
+    async def go() -> T:
+        async with Router(settings) as router:
+            server = ApiServer(router, "127.0.0.1", 0, key)
+            await server.start()
+            headers = {"Authorization": f"Bearer {auth}"} if auth else {}
+            try:
+                async with httpx.AsyncClient(
+                    base_url=server.url, headers=headers, trust_env=False, timeout=30
+                ) as client:
+                    return await body(router, client)
+            finally:
+                await server.stop()
+
+    return asyncio.run(go())
+
+
+def models(router: Router, tmp_path: Path, *names: str, **behaviour: Any) -> list[str]:
+    out = []
+    for name in names:
+        model = router.library.import_path(make_standin_model(tmp_path, name, **behaviour))
+        router.save_options(model.name, SYSTEM)
+        out.append(model.name)
+    return out
+
+
+def error_of(response: httpx.Response) -> dict[str, Any]:
+    body = response.json()
+    assert set(body) == {"error"} and {"message", "type", "code"} <= set(body["error"]), body
+    assert "Traceback" not in response.text
+    return dict(body["error"])
+
+
+# --- status codes --------------------------------------------------------------------------------------
+
+
+def test_each_failure_has_its_status_and_openai_error_shape(
+    standin_settings: Settings, tmp_path: Path
+) -> None:
+    async def body(router: Router, client: httpx.AsyncClient) -> dict[str, int]:
+        (name,) = models(router, tmp_path, "alpha")
+        chat = "/v1/chat/completions"
+        ok = {"model": name, "messages": HI}
+        got = {
+            "ok": (await client.post(chat, json=ok)).status_code,
+            "malformed": (await client.post(chat, content=b'{"model": ')).status_code,
+            "not an object": (await client.post(chat, json=[1, 2])).status_code,
+            "wrong type": (await client.post(chat, json={**ok, "max_tokens": "ten"})).status_code,
+            "wrong stop": (await client.post(chat, json={**ok, "stop": [1]})).status_code,
+            "no messages": (await client.post(chat, json={"model": name})).status_code,
+            "model not a string": (await client.post(chat, json={**ok, "model": 7})).status_code,
+            "unknown model": (await client.post(chat, json={**ok, "model": "nope"})).status_code,
+            "unknown route": (await client.get("/v1/nothing")).status_code,
+            "wrong method": (await client.get(chat)).status_code,
+            "too large": (await client.post(chat, content=b" " * (33 << 20))).status_code,
+            "unload not loaded": (await client.post("/api/v1/unload", json={"model_name": "x"})).status_code,
+        }
+        for path in (chat, "/v1/nothing", "/api/v1/load"):
+            error_of(await client.post(path, content=b"{"))
+        missing = await client.post(chat, json={**ok, "model": "nope"})
+        assert error_of(missing)["code"] == "model_not_found"
+        return got
+
+    got = run_api(standin_settings, body)
+    assert got == {
+        "ok": 200,
+        "malformed": 400,
+        "not an object": 400,
+        "wrong type": 400,
+        "wrong stop": 400,
+        "no messages": 400,
+        "model not a string": 400,
+        "unknown model": 404,
+        "unknown route": 404,
+        "wrong method": 405,
+        "too large": 413,
+        "unload not loaded": 404,
+    }
+
+
+def test_a_key_is_required_when_set_and_compared_whole(standin_settings: Settings) -> None:
+    async def body(router: Router, client: httpx.AsyncClient) -> list[int]:
+        codes = [(await client.get("/v1/models")).status_code]
+        for header in ("Bearer wrong", "Bearer s3cret-extra", "Basic s3cret", "Bearer s3cret"):
+            codes.append((await client.get("/v1/models", headers={"Authorization": header})).status_code)
+        return codes
+
+    assert run_api(standin_settings, body, key="s3cret") == [401, 401, 401, 401, 200]
+
+
+def test_a_non_loopback_host_without_a_key_is_refused(standin_settings: Settings) -> None:
+    router = Router(standin_settings)
+    with pytest.raises(ConfigError, match="API key"):
+        ApiServer(router, "0.0.0.0", 0, None)
+    assert repr(ApiServer(router, "0.0.0.0", 0, "s3cret")).count("s3cret") == 0
+
+
+def test_a_load_that_only_pinned_models_block_is_409(standin_settings: Settings, tmp_path: Path) -> None:
+    async def body(router: Router, client: httpx.AsyncClient) -> tuple[int, dict[str, Any], int]:
+        a, b = models(router, tmp_path, "alpha", "beta")
+        pinned = await client.post("/api/v1/load", json={"model_name": a, "pinned": True})
+        refused = await client.post("/v1/chat/completions", json={"model": b, "messages": HI})
+        return pinned.status_code, error_of(refused), refused.status_code
+
+    loaded, error, status = run_api(standin_settings, body)
+    assert loaded == 200 and status == 409 and "pinned" in error["message"]
+
+
+# --- generation ----------------------------------------------------------------------------------------
+
+
+def test_streams_pass_through_and_feed_telemetry_tagged_api(
+    standin_settings: Settings, tmp_path: Path
+) -> None:
+    async def body(router: Router, client: httpx.AsyncClient) -> tuple[bytes, dict[str, Any], list[Any]]:
+        (name,) = models(router, tmp_path, "alpha", tokens=5)
+        seen: list[RouterEvent] = []
+        router.subscribe(seen.append)
+        request = {"model": name, "messages": HI, "stream": True, "stream_options": {"include_usage": True}}
+        async with client.stream("POST", "/api/v1/chat/completions", json=request) as response:
+            assert response.headers["content-type"].startswith("text/event-stream")
+            raw = await response.aread()
+        stats = (await client.get("/api/v1/stats")).json()
+        return raw, stats, [e for e in seen if isinstance(e, RequestFinished)]
+
+    raw, stats, finished = run_api(standin_settings, body)
+    events = [line[6:] for line in raw.decode().split("\n") if line.startswith("data: ")]
+    assert events[-1] == "[DONE]"
+    content = "".join(
+        (json.loads(e)["choices"] or [{}])[0].get("delta", {}).get("content") or "" for e in events[:-1]
+    )
+    assert content == "tok0 tok1 tok2 tok3 tok4 "
+    assert stats["output_tokens"] == 5 and stats["source"] == "api" and stats["time_to_first_token"] > 0
+    assert [(f.source, f.telemetry.completion_tokens) for f in finished] == [(RequestSource.API, 5)]
+
+
+def test_a_client_that_goes_away_stops_the_generation(standin_settings: Settings, tmp_path: Path) -> None:
+    async def body(router: Router, client: httpx.AsyncClient) -> bool:
+        (name,) = models(router, tmp_path, "slow", tokens=2000, token_delay_s=0.01)
+        request = {"model": name, "messages": HI, "stream": True}
+        async with client.stream("POST", "/v1/chat/completions", json=request) as response:
+            async for _ in response.aiter_bytes():
+                break  # and close the connection
+        engine = router.supervisor.engines[name]
+        for _ in range(500):
+            if any("client closed the connection" in line for line in engine.output):
+                return True
+            await asyncio.sleep(0.01)
+        return False
+
+    assert run_api(standin_settings, body)
+
+
+def test_an_engine_crash_mid_stream_ends_with_an_error_event(
+    standin_settings: Settings, tmp_path: Path
+) -> None:
+    async def body(router: Router, client: httpx.AsyncClient) -> list[str]:
+        (name,) = models(router, tmp_path, "fragile", tokens=2000, token_delay_s=0.01)
+        request = {"model": name, "messages": HI, "stream": True}
+        lines = []
+        async with client.stream("POST", "/v1/chat/completions", json=request) as response:
+            async for line in response.aiter_lines():
+                if line.startswith("data: ") and not lines:
+                    await control(router.supervisor.engines[name].base_url, "crash")
+                if line.startswith("data: "):
+                    lines.append(line[6:])
+        return lines
+
+    lines = run_api(standin_settings, body)
+    assert lines[-1] == "[DONE]"
+    assert "error" in json.loads(lines[-2]) and "crash" in json.loads(lines[-2])["error"]["message"]
+
+
+def test_requests_to_one_model_run_together_and_another_model_does_not_wait(
+    standin_settings: Settings, tmp_path: Path
+) -> None:
+    settings = dataclasses.replace(standin_settings, max_loaded_models=2)
+
+    async def body(router: Router, client: httpx.AsyncClient) -> tuple[list[int], float, float]:
+        slow, quick = models(router, tmp_path, "slow", "quick", tokens=40, token_delay_s=0.02)
+        for name in (slow, quick):
+            assert (await client.post("/api/v1/load", json={"model_name": name})).status_code == 200
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        many = [client.post("/v1/chat/completions", json={"model": slow, "messages": HI}) for _ in range(5)]
+        slow_task = asyncio.gather(*many)
+        other = await client.post("/v1/completions", json={"model": quick, "prompt": "x", "max_tokens": 2})
+        quick_s = loop.time() - started
+        answers = await slow_task
+        return [r.status_code for r in [*answers, other]], quick_s, loop.time() - started
+
+    codes, quick_s, all_s = run_api(settings, body)
+    assert codes == [200] * 6
+    assert quick_s < 0.5  # not behind five 0.8 s replies
+    assert all_s < 5 * 0.8  # the five ran side by side (the stand-in serves each on its own thread)
+
+
+# --- management ----------------------------------------------------------------------------------------
+
+
+def test_load_two_lru_with_a_limit_of_two_pin_and_unload(standin_settings: Settings, tmp_path: Path) -> None:
+    settings = dataclasses.replace(standin_settings, max_loaded_models=2)
+
+    async def body(router: Router, client: httpx.AsyncClient) -> list[Any]:
+        a, b, c = models(router, tmp_path, "a", "b", "c")
+
+        async def loaded() -> list[str]:
+            health = (await client.get("/api/v1/health")).json()
+            assert health["status"] == "ok" and health["max_models"] == 2
+            return sorted(m["model_name"] for m in health["all_models_loaded"])
+
+        steps: list[Any] = []
+        for name in (a, b):
+            reply = await client.post("/api/v1/load", json={"model_name": name, "ctx_size": 1024})
+            assert reply.json() == {"status": "success", "message": f"Loaded model: {name}"}
+        steps.append(await loaded())
+        await client.post("/v1/completions", json={"model": a, "prompt": "x"})  # b is now the least recent
+        await client.post("/api/v1/load", json={"model_name": c})
+        steps.append(await loaded())
+        await client.post("/api/v1/load", json={"model_name": c, "pinned": True})
+        await client.post("/api/v1/load", json={"model_name": b})  # evicts a, not the pinned c
+        steps.append(await loaded())
+        health = (await client.get("/api/v1/health")).json()
+        steps.append({m["model_name"]: m["pinned"] for m in health["all_models_loaded"]})
+        one = await client.post("/api/v1/unload", json={"model_name": b})
+        steps.append((one.json()["status"], await loaded()))
+        every = await client.post("/api/v1/unload")
+        steps.append((every.json()["status"], await loaded(), router.supervisor.engines))
+        return steps
+
+    steps = run_api(settings, body)
+    assert steps[0] == ["user.a", "user.b"]
+    assert steps[1] == ["user.a", "user.c"]
+    assert steps[2] == ["user.b", "user.c"]
+    assert steps[3] == {"user.b": False, "user.c": True}
+    assert steps[4] == ("success", ["user.c"])
+    assert steps[5] == ("success", [], {})
+
+
+def test_options_are_read_saved_and_reset(standin_settings: Settings, tmp_path: Path) -> None:
+    async def body(router: Router, client: httpx.AsyncClient) -> list[Any]:
+        (name,) = models(router, tmp_path, "alpha")
+        path = f"/api/v1/models/{name}/options"
+        saved = await client.post(path, json={"ctx_size": 4096, "llamacpp_args": "--no-mmap"})
+        bad = await client.post(path, json={"ctx_size": "big"})
+        unknown = await client.post(path, json={"flash": True})
+        read = await client.get(path)
+        reset = await client.delete(path)
+        missing = await client.get("/api/v1/models/nope/options")
+        return [
+            saved.json(),
+            bad.status_code,
+            unknown.status_code,
+            read.json(),
+            reset.json(),
+            missing.status_code,
+        ]
+
+    saved, bad, unknown, read, reset, missing = run_api(standin_settings, body)
+    assert saved["effective"]["ctx_size"] == 4096 and saved["effective"]["llamacpp_args"] == "--no-mmap"
+    assert saved["saved"] == {"ctx_size": 4096, "llamacpp_backend": "system", "llamacpp_args": "--no-mmap"}
+    assert (bad, unknown, missing) == (400, 400, 404)
+    assert read == saved
+    assert reset["saved"] == {} and reset["effective"]["ctx_size"] == -1
+
+
+def test_pull_streams_progress_from_the_hub_then_delete(standin_settings: Settings, hub: LoopbackHub) -> None:
+    async def body(router: Router, client: httpx.AsyncClient) -> tuple[list[tuple[str, Any]], list[Any]]:
+        request = {"model_name": f"{BIG}:Q8_0", "stream": True}
+        events: list[tuple[str, Any]] = []
+        async with client.stream("POST", "/api/v1/pull", json=request) as response:
+            kind = ""
+            async for line in response.aiter_lines():
+                if line.startswith("event: "):
+                    kind = line[7:]
+                elif line.startswith("data: "):
+                    events.append((kind, json.loads(line[6:])))
+        listed = (await client.get("/v1/models")).json()["data"]
+        name = events[-1][1]["model_name"]
+        deleted = await client.post("/api/v1/delete", json={"model_name": name})
+        after = (await client.get("/v1/models")).json()["data"]
+        return events, [[m["id"] for m in listed], deleted.json()["status"], [m["id"] for m in after]]
+
+    events, (listed, deleted, after) = run_api(standin_settings, body)
+    kinds = [k for k, _ in events]
+    assert kinds[-1] == "complete" and set(kinds[:-1]) == {"progress"} and len(kinds) >= 2
+    last = events[-2][1]
+    assert last["bytes_downloaded"] == last["bytes_total"] > 0 and last["percent"] == 100
+    assert listed == ["user.Big-GGUF-Q8_0"] and deleted == "success" and after == []
+
+
+def test_system_info_and_models_show_all(standin_settings: Settings, tmp_path: Path) -> None:
+    async def body(router: Router, client: httpx.AsyncClient) -> tuple[Any, Any, Any, int]:
+        models(router, tmp_path, "alpha")
+        info = (await client.get("/api/v1/system-info")).json()
+        local = (await client.get("/v1/models")).json()["data"]
+        every = (await client.get("/v1/models?show_all=true")).json()["data"]
+        one = await client.get("/v1/models/user.alpha")
+        return info, local, every, one.status_code
+
+    info, local, every, one = run_api(standin_settings, body)
+    assert set(info) >= {"hardware", "recipes"}
+    assert [m["id"] for m in local] == ["user.alpha"] and local[0]["downloaded"] is True
+    assert len(every) > len(local) and {"downloaded", "recipe", "labels", "size"} <= set(every[0])
+    assert one == 200
+
+
+def test_hostile_bodies_get_a_4xx_and_the_server_stays_up(standin_settings: Settings, tmp_path: Path) -> None:
+    async def body(router: Router, client: httpx.AsyncClient) -> tuple[list[int], int]:
+        (name,) = models(router, tmp_path, "alpha")
+        hostile: list[bytes] = [
+            b"\xff\xfe\x00garbage",
+            b"[" * 100_000 + b"]" * 100_000,
+            json.dumps({"model": name, "messages": [{"role": 5}]}).encode(),
+            json.dumps({"model": name, "messages": "hi"}).encode(),
+            json.dumps({"model": name, "messages": HI, "temperature": "hot"}).encode(),
+            json.dumps({"model": name, "messages": HI, "stream": "yes"}).encode(),
+            json.dumps({"model": name, "messages": HI, "stream_options": []}).encode(),
+            json.dumps({"model_name": ["x"]}).encode(),
+            b'{"model": NaN}',
+        ]
+        codes = []
+        for raw in hostile:
+            for path in ("/v1/chat/completions", "/api/v1/load", "/api/v1/pull"):
+                response = await client.post(path, content=raw)
+                error_of(response)
+                codes.append(response.status_code)
+        return codes, (await client.get("/api/v1/health")).status_code
+
+    codes, health = run_api(standin_settings, body)
+    assert all(400 <= c < 500 for c in codes), codes
+    assert health == 200
+
+
+def test_engines_stop_with_the_router_after_the_server(standin_settings: Settings, tmp_path: Path) -> None:
+    async def body(router: Router, client: httpx.AsyncClient) -> EngineState:
+        (name,) = models(router, tmp_path, "alpha")
+        await client.post("/api/v1/load", json={"model_name": name})
+        return router.supervisor.engines[name].state
+
+    assert run_api(standin_settings, body) is EngineState.READY
+
+
+def test_stopping_the_server_mid_stream_is_prompt_and_ends_the_generation(
+    standin_settings: Settings, tmp_path: Path
+) -> None:
+    async def go() -> tuple[float, bool]:
+        async with Router(standin_settings) as router:
+            (name,) = models(router, tmp_path, "endless", tokens=100_000, token_delay_s=0.01)
+            server = ApiServer(router, "127.0.0.1", 0)
+            await server.start()
+            request = {"model": name, "messages": HI, "stream": True}
+            client = httpx.AsyncClient(base_url=server.url, trust_env=False, timeout=30)
+            async with client, client.stream("POST", "/v1/chat/completions", json=request) as response:
+                async for _ in response.aiter_bytes():
+                    break
+                started = asyncio.get_running_loop().time()
+                await server.stop()
+                took = asyncio.get_running_loop().time() - started
+            engine = router.supervisor.engines[name]
+            for _ in range(500):
+                if any("client closed the connection" in line for line in engine.output):
+                    return took, True
+                await asyncio.sleep(0.01)
+            return took, False
+
+    took, stopped = asyncio.run(go())
+    assert took < 5 and stopped
