@@ -14,7 +14,7 @@ import dataclasses
 import logging
 from collections.abc import Coroutine
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
@@ -34,12 +34,17 @@ from app.supervisor.router import (
     LoadProgress,
     ModelsChanged,
     ModelView,
+    RequestFinished,
+    RequestSource,
     Router,
     RouterEvent,
 )
 from app.supervisor.sampler import SystemSample
 from app.supervisor.supervisor import EngineStateChanged, InstallFinished, InstallProgress, Uninstalled
 from app.supervisor.system_info import SystemInfo
+
+if TYPE_CHECKING:
+    from app.supervisor.api import ApiServer
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +74,8 @@ class Bridge(QObject):
     reply_failed = Signal(str)
     notify = Signal(str, str, bool)  # title, message, is an error
     error = Signal(str)  # something the user must be told
+    api_changed = Signal(str, str)  # the local API's URL ("" when off), why it is off when it should be on
+    api_request = Signal(object)  # RequestFinished: a reply the local API gave another app
 
     def __init__(self, settings: Settings, parent: QObject | None = None) -> None:
         super().__init__(parent)
@@ -82,6 +89,8 @@ class Bridge(QObject):
         self._bench: asyncio.Task[None] | None = None
         self._views: dict[str, ModelView] = {}  # the last statuses read, for the widgets' lookups
         self.info: SystemInfo | None = None
+        self._api: ApiServer | None = None
+        self._api_port = -1  # the port asked for (0: any free one), while it runs
         self.selected = ""  # the model the window shows: chat goes to it
         self._refresh = QTimer(self)
         self._refresh.setSingleShot(True)
@@ -160,6 +169,8 @@ class Bridge(QObject):
         elif isinstance(event, EngineRecovery):
             title = f"{event.model} stopped" if event.gave_up else f"{event.model} recovering"
             self.notify.emit(title, event.message.splitlines()[0], event.gave_up)
+        elif isinstance(event, RequestFinished) and event.source is RequestSource.API:
+            self.api_request.emit(event)  # the window's own replies reach the charts from the chat
 
     def _engine_changed(self, event: EngineStateChanged) -> None:
         engine = self.router.supervisor.engines.get(event.model)
@@ -290,6 +301,34 @@ class Bridge(QObject):
             self.error.emit(str(err))
         self.spawn(self._refresh_backends())
 
+    # --- the local API ----------------------------------------------------------------------------------
+
+    def serve(self, enabled: bool, port: int) -> asyncio.Task[None]:
+        """Run the local API on 127.0.0.1:``port`` (or stop it); ``api_changed`` tells the outcome."""
+        return self.spawn(self._serve(enabled, port))
+
+    async def _serve(self, enabled: bool, port: int) -> None:
+        from app.supervisor.api import ApiServer  # aiohttp: after the window shows, not before
+
+        if self._api is not None:
+            if enabled and self._api_port == port:
+                return
+            await self._api.stop()
+            self._api = None
+        if not enabled:
+            self.api_changed.emit("", "")
+            return
+        server = ApiServer(self.router, "127.0.0.1", port)
+        try:
+            await server.start()
+        except LemonDeskError as err:
+            self.api_changed.emit(
+                "", f"{err.message} Lemon Desk runs without it: choose another port in Settings."
+            )
+            return
+        self._api, self._api_port = server, port
+        self.api_changed.emit(server.url, "")
+
     # --- chat -----------------------------------------------------------------------------------------
 
     def send(self, _conversation_id: str, messages: list[dict[str, str]], params: dict[str, Any]) -> None:
@@ -354,12 +393,16 @@ class Bridge(QObject):
     # --- quitting -------------------------------------------------------------------------------------
 
     async def shutdown(self) -> None:
-        """Cancel every task and shut the router down (engines stopped, downloads paused)."""
+        """Cancel every task, stop the local API, shut the router down (engines stopped, downloads
+        paused)."""
         self.shut_down = True
         self._refresh.stop()
         tasks = list(self._tasks)
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, *self._stopping, return_exceptions=True)
+        if self._api is not None:
+            await self._api.stop()
+            self._api = None
         await self.router.shutdown()
         self._unsubscribe()

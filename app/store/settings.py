@@ -32,6 +32,8 @@ class Settings:
     load_timeout_s: float = 600.0
     request_timeout_s: float = 300.0
     hang_grace_s: float = 90.0
+    api_enabled: bool = True  # the window serves the local API (OpenAI- and Lemonade-compatible)
+    api_port: int = 13305  # on 127.0.0.1; 0: any free port
 
 
 @dataclass(frozen=True)

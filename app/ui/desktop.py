@@ -31,7 +31,7 @@ from app.store.history import History
 from app.store.model_options import ModelOptions
 from app.store.paths import home
 from app.store.settings import Settings, load_settings, save_settings
-from app.supervisor.router import EngineUsage, LoadProgress, ModelView
+from app.supervisor.router import EngineUsage, LoadProgress, ModelView, RequestFinished
 from app.supervisor.supervisor import EngineStateChanged
 from app.ui.backends_dialog import BackendsDialog
 from app.ui.bench_view import BenchView
@@ -107,6 +107,7 @@ class DesktopApp(QObject):
         """Find the models and probe the hardware and backends: called once the window is shown, so that
         the probes (threads, subprocesses) do not hold up its first paint."""
         self.bridge.refresh()
+        self.bridge.serve(self.settings.api_enabled, self.settings.api_port)
 
     def _connect_bridge(self) -> None:
         bridge, window, chat, models = self.bridge, self.window, self.window.chat, self.window.models
@@ -116,6 +117,8 @@ class DesktopApp(QObject):
         bridge.engine_output.connect(window.logs.append)
         bridge.usage_changed.connect(self._usage)
         bridge.load_progress.connect(self._load_progress)
+        bridge.api_changed.connect(self._api_changed)
+        bridge.api_request.connect(self._api_request)
         bridge.fit_refused.connect(self._confirm_force_load)
         bridge.reply_started.connect(chat.begin_reply)
         bridge.reply_delta.connect(chat.append_reply)
@@ -192,6 +195,16 @@ class DesktopApp(QObject):
 
     def _recent_telemetry(self) -> list[tuple[float, dict[str, object]]]:
         return self.history.recent_telemetry(time.time() - WINDOW_S)
+
+    def _api_changed(self, url: str, problem: str) -> None:
+        self.tray.set_api(url)
+        if problem:
+            self._warn(problem)
+
+    def _api_request(self, finished: RequestFinished) -> None:
+        """A reply the local API gave another app: on the charts like the window's own."""
+        if self._telemetry_loaded:
+            self.window.telemetry.add_request(time.time(), finished.telemetry.to_json())
 
     def _reply_for_telemetry(self, _conversation_id: str, message: ChatMessage) -> None:
         if message.telemetry and self._telemetry_loaded:
@@ -319,6 +332,7 @@ class DesktopApp(QObject):
             return
         self.settings = settings
         self.bridge.apply_settings(settings)
+        self.bridge.serve(settings.api_enabled, settings.api_port)
         self._apply_tray_setting()
         try:
             if token.action is TokenAction.SET:

@@ -156,6 +156,15 @@ class SettingsDialog(QDialog):
         )
         self.keep_in_tray = QCheckBox("Keep running in the tray when the window is closed", self)
         self.keep_in_tray.setChecked(settings.keep_in_tray)
+        self.api_enabled = QCheckBox("Serve the local API on 127.0.0.1 for other apps", self)
+        self.api_enabled.setToolTip("OpenAI-compatible under /v1, Lemonade-compatible under /api/v1")
+        self.api_enabled.setChecked(settings.api_enabled)
+        self.api_port = QSpinBox(self)
+        self.api_port.setRange(0, 65535)
+        self.api_port.setSpecialValueText("any free port")
+        self.api_port.setValue(settings.api_port)
+        self.api_enabled.toggled.connect(self.api_port.setEnabled)
+        self.api_port.setEnabled(settings.api_enabled)
 
         downloads, form = _form("Downloads", self)
         form.addRow("Hugging Face token", token_row)
@@ -167,11 +176,14 @@ class SettingsDialog(QDialog):
         form.addRow("Unload when idle for", self.idle_unload)
         form.addRow("Load timeout", self.load_timeout)
         form.addRow("Request timeout", self.request_timeout)
-        boxes = (self.idle_unload, self.load_timeout, self.request_timeout)
+        api, form = _form("Local API", self)
+        form.addRow(self.api_enabled)
+        form.addRow("Port", self.api_port)
+        boxes = (self.idle_unload, self.load_timeout, self.request_timeout, self.api_port)
         width = max(box.sizeHint().width() for box in boxes)
         for box in boxes:
             box.setMinimumWidth(width)  # one column of equal boxes
-        labels = [*downloads.findChildren(QLabel), *engines.findChildren(QLabel)]
+        labels = [*downloads.findChildren(QLabel), *engines.findChildren(QLabel), *api.findChildren(QLabel)]
         label_width = max(label.sizeHint().width() for label in labels)
         for label in labels:
             label.setMinimumWidth(label_width)  # both groups' fields start at the same x
@@ -187,6 +199,7 @@ class SettingsDialog(QDialog):
         layout = QVBoxLayout(self)
         layout.addWidget(downloads)
         layout.addWidget(engines)
+        layout.addWidget(api)
         layout.addWidget(self.keep_in_tray)
         layout.addWidget(self.problem)
         layout.addStretch(1)
@@ -249,6 +262,8 @@ class SettingsDialog(QDialog):
             load_timeout_s=float(self.load_timeout.value()),
             request_timeout_s=float(self.request_timeout.value()),
             keep_in_tray=self.keep_in_tray.isChecked(),
+            api_enabled=self.api_enabled.isChecked(),
+            api_port=self.api_port.value(),
         )
         typed = self.token.text().strip()
         if typed:

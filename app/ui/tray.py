@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from PySide6.QtCore import QObject, Signal
-from PySide6.QtGui import QAction, QIcon
+from PySide6.QtGui import QAction, QGuiApplication, QIcon
 from PySide6.QtWidgets import QMenu, QSystemTrayIcon
 
 NOTIFY_MS = 6000
@@ -28,6 +28,14 @@ class Tray(QObject):
         self.pin_menu = self.menu.addMenu("Pin")
         self.pin_menu.setToolTip("A pinned model is never unloaded to make room or when idle")
         self.menu.addSeparator()
+        self.api_action = self.menu.addAction("Local API: off")
+        self.api_action.setToolTip(
+            "Click to copy the address other apps use (OpenAI: /v1, Lemonade: /api/v1)"
+        )
+        self.api_action.triggered.connect(self._copy_api_url)
+        self.api_url = ""
+        self.set_api("")
+        self.menu.addSeparator()
         self.quit_action = self.menu.addAction("Quit")
         self.quit_action.triggered.connect(self.quit_requested)
         self.icon = QSystemTrayIcon(icon, self)
@@ -48,6 +56,17 @@ class Tray(QObject):
 
     def hide(self) -> None:
         self.icon.hide()
+
+    def set_api(self, url: str) -> None:
+        """The local API's address ("" when it is off), shown with a copy action."""
+        self.api_url = url
+        self.api_action.setText(f"Local API: {url}/v1 (copy)" if url else "Local API: off")
+        self.api_action.setEnabled(bool(url))
+
+    def _copy_api_url(self) -> None:
+        if self.api_url:
+            QGuiApplication.clipboard().setText(f"{self.api_url}/v1")
+            self.notified.emit("Copied", f"{self.api_url}/v1 is on the clipboard.")
 
     def set_models(self, names: list[str], loaded: set[str], pinned: frozenset[str] = frozenset()) -> None:
         """The models that can be loaded (downloaded ones), those loaded now and those pinned (checked)."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -10,6 +11,7 @@ import qasync
 from PySide6.QtWidgets import QApplication
 from pytestqt.qtbot import QtBot
 
+from app.store.settings import Settings, load_settings, save_settings
 from app.ui.desktop import DesktopApp
 
 
@@ -33,6 +35,10 @@ def desktop(qtbot: QtBot, qapp: QApplication, qt_loop: object) -> Iterator[Calla
     made: list[DesktopApp] = []
 
     def make() -> DesktopApp:
+        # The window serves the local API; tests take any free port, so that they never collide.
+        settings = load_settings().settings
+        if settings.api_port == Settings().api_port:
+            save_settings(dataclasses.replace(settings, api_port=0))
         app = DesktopApp(qapp)
         app.exit_app = lambda: None  # the test process's QApplication lives on for the next test
         qtbot.addWidget(app.window)

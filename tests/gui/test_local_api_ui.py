@@ -1,0 +1,84 @@
+"""The window runs the local API: on by default, its URL in the tray (with a copy action), a port already
+taken said plainly with the app going on without it, and another app's request on the Telemetry charts."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import socket
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
+from PySide6.QtGui import QGuiApplication
+from pytestqt.qtbot import QtBot
+
+from app.store.settings import Settings, load_settings, save_settings
+from app.ui.desktop import DesktopApp
+from tests.support.standin import make_standin_model
+
+Desktop = Callable[[], DesktopApp]
+
+
+def test_the_local_api_is_on_by_default_and_the_tray_shows_its_url(qtbot: QtBot, desktop: Desktop) -> None:
+    assert Settings().api_enabled and Settings().api_port == 13305
+    app = desktop()
+    qtbot.waitUntil(lambda: app.tray.api_url != "", timeout=30_000)
+    url = app.tray.api_url
+    assert url.startswith("http://127.0.0.1:") and app.tray.api_action.isEnabled()
+    assert app.tray.api_action.text() == f"Local API: {url}/v1 (copy)"
+    app.tray.api_action.trigger()
+    assert QGuiApplication.clipboard().text() == f"{url}/v1"
+    answer: list[httpx.Response] = []
+
+    async def ask() -> None:
+        async with httpx.AsyncClient() as client:
+            answer.append(await client.get(f"{url}/v1/models"))
+
+    task = asyncio.ensure_future(ask())
+    qtbot.waitUntil(task.done, timeout=30_000)
+    assert answer[0].status_code == 200 and answer[0].json()["object"] == "list"
+
+
+def test_a_port_taken_is_said_and_the_window_runs_without_the_api(qtbot: QtBot, desktop: Desktop) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        save_settings(dataclasses.replace(load_settings().settings, api_port=port))
+        told: list[str] = []
+        original = DesktopApp._warn
+        DesktopApp._warn = lambda self, message: told.append(message)  # type: ignore[method-assign]
+        try:
+            app = desktop()
+            qtbot.waitUntil(lambda: bool(told), timeout=30_000)
+        finally:
+            DesktopApp._warn = original  # type: ignore[method-assign]
+    assert f"could not listen on 127.0.0.1:{port}" in told[0] and "choose another port in Settings" in told[0]
+    assert app.tray.api_url == "" and not app.tray.api_action.isEnabled()
+    assert app.window.isVisible(), "the window goes on without the API"
+
+
+def test_a_request_through_the_api_shows_on_the_windows_telemetry(
+    qtbot: QtBot, desktop: Desktop, standin_settings: Settings, tmp_path: Path
+) -> None:
+    save_settings(standin_settings)
+    app = desktop()
+    model = app.bridge.router.library.import_path(make_standin_model(tmp_path, "api", tokens=12))
+    options = dataclasses.replace(app.bridge.options(model.name), backend="system")
+    app.bridge.router.save_options(model.name, options)
+    qtbot.waitUntil(lambda: app.tray.api_url != "", timeout=30_000)
+    app.window.side.setCurrentWidget(app.window.telemetry)
+    qtbot.waitUntil(lambda: app._telemetry_loaded, timeout=30_000)
+    before = app.window.telemetry.requests
+    answer: list[httpx.Response] = []
+
+    async def ask() -> None:
+        async with httpx.AsyncClient(timeout=60) as client:
+            body = {"model": model.name, "messages": [{"role": "user", "content": "hi"}]}
+            answer.append(await client.post(f"{app.tray.api_url}/v1/chat/completions", json=body))
+
+    task = asyncio.ensure_future(ask())
+    qtbot.waitUntil(task.done, timeout=60_000)
+    assert answer[0].status_code == 200, answer[0].text
+    qtbot.waitUntil(lambda: app.window.telemetry.requests == before + 1, timeout=10_000)
