@@ -19,7 +19,7 @@ class DownloadState(Enum):
     PAUSED = "paused"  # stopped by the user or by the app exiting; the partial files are kept
     DONE = "done"  # every file verified and linked into the cache
     FAILED = "failed"  # stopped by an error; ``message`` says which and what to do
-    CANCELLED = "cancelled"  # stopped by the user; the partial files were deleted
+    CANCELLED = "cancelled"  # stopped by the user; the partial files deleted, or kept if they asked
 
     @property
     def active(self) -> bool:

@@ -101,6 +101,8 @@ class DownloadManager:
         self._slots = asyncio.Semaphore(max_parallel)
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._intents: dict[str, DownloadState] = {}  # why a task is being cancelled: pause or cancel
+        self._keep: set[str] = set()  # cancelled downloads whose partial files stay
+        self._closing = False  # pauses now are the app quitting: the next start resumes them
         self.progress: dict[str, int] = {}  # bytes on disk of each running download, as they arrive
         self._subscribers: Listeners[DownloadEvent] = Listeners("the downloads")
         loaded = load_downloads()
@@ -177,12 +179,19 @@ class DownloadManager:
         await self._stop(rid, DownloadState.PAUSED)
         return self._record(rid)
 
-    async def cancel(self, rid: str) -> DownloadRecord:
-        """Stop and delete the partial files."""
+    async def cancel(self, rid: str, keep_partial: bool = False) -> DownloadRecord:
+        """Stop and delete the partial files (or keep them: a later download of it goes on from them)."""
         record = self._record(rid)
-        if not await self._stop(rid, DownloadState.CANCELLED) and record.state is not DownloadState.DONE:
-            RepoCache(self.cache_root, record.files.repo_id).remove_partials(record.files.files)
-            self._set(rid, DownloadState.CANCELLED, done=0)
+        if keep_partial:
+            self._keep.add(rid)
+        try:
+            stopped = await self._stop(rid, DownloadState.CANCELLED)
+        finally:
+            self._keep.discard(rid)
+        if not stopped and record.state is not DownloadState.DONE:
+            if not keep_partial:
+                RepoCache(self.cache_root, record.files.repo_id).remove_partials(record.files.files)
+            self._set(rid, DownloadState.CANCELLED, done=self._on_disk(record.files) if keep_partial else 0)
         return self._record(rid)
 
     async def wait(self, rid: str) -> DownloadRecord:
@@ -192,7 +201,8 @@ class DownloadManager:
         return self._record(rid)
 
     async def close(self) -> None:
-        """Pause everything (the app is quitting); partial files stay for next time."""
+        """Pause everything (the app is quitting); partial files stay, and the next start resumes them."""
+        self._closing = True
         for rid in list(self._tasks):
             await self._stop(rid, DownloadState.PAUSED)
         if self._http is not None:
@@ -234,9 +244,10 @@ class DownloadManager:
             self._set(rid, DownloadState.DONE, done=files.size)
         except asyncio.CancelledError:
             intent = self._intents.pop(rid, DownloadState.PAUSED)
-            if intent is DownloadState.CANCELLED:
+            if intent is DownloadState.CANCELLED and rid not in self._keep:
                 RepoCache(self.cache_root, files.repo_id).remove_partials(files.files)
-            self._set(rid, intent, done=self._on_disk(files))
+            message = INTERRUPTED if intent is DownloadState.PAUSED and self._closing else ""
+            self._set(rid, intent, message, done=self._on_disk(files))
         except LemonDeskError as err:
             self._set(rid, DownloadState.FAILED, str(err), done=self._on_disk(files))
         finally:
