@@ -8,6 +8,7 @@ from PySide6.QtWidgets import (
     QLabel,
     QMainWindow,
     QSplitter,
+    QStackedWidget,
     QTabWidget,
     QVBoxLayout,
     QWidget,
@@ -18,9 +19,12 @@ from app.core.status import Status
 from app.supervisor.router import ModelView
 from app.ui.chat.pane import ChatPane
 from app.ui.chat.sidebar import ConversationList
+from app.ui.downloads_panel import DownloadsPanel
+from app.ui.hub_search import HubSearch
 from app.ui.logs_view import LogsView
 from app.ui.model_manager import ModelManager
 from app.ui.options_panel import OptionsPanel
+from app.ui.welcome import Welcome
 
 WINDOW_TITLE = "Lemon Desk"
 DEFAULT_SIZE = (1280, 820)
@@ -60,6 +64,13 @@ class MainWindow(QMainWindow):
         self.side.setDocumentMode(True)
         self.side.addTab(self.options, "Options")
         self.side.addTab(self.logs, "Logs")
+        self.downloads = DownloadsPanel(self)
+        self.side.addTab(self.downloads, "Downloads")
+        self.hub_search = HubSearch(self)
+        self.welcome = Welcome(self)
+        self.center = QStackedWidget(self)  # the chat, or the first-run welcome in its place
+        self.center.addWidget(self.chat)
+        self.center.addWidget(self.welcome)
         self.models.options_requested.connect(self.show_options)
 
         self.left = QSplitter(Qt.Orientation.Vertical, self)
@@ -68,7 +79,11 @@ class MainWindow(QMainWindow):
         models_layout = QVBoxLayout(models)
         models_layout.setContentsMargins(0, 0, 0, 0)
         models_layout.addWidget(_panel_title("Models", models))
-        models_layout.addWidget(self.models, 1)
+        self.model_tabs = QTabWidget(models)
+        self.model_tabs.setDocumentMode(True)
+        self.model_tabs.addTab(self.models, "Your models")
+        self.model_tabs.addTab(self.hub_search, "Hugging Face")
+        models_layout.addWidget(self.model_tabs, 1)
         self.left.addWidget(models)
         chats = QWidget(self)
         chats_layout = QVBoxLayout(chats)
@@ -81,7 +96,7 @@ class MainWindow(QMainWindow):
         self.splitter = QSplitter(Qt.Orientation.Horizontal, self)
         self.splitter.setObjectName("mainSplitter")
         self.splitter.addWidget(self.left)
-        self.splitter.addWidget(self.chat)
+        self.splitter.addWidget(self.center)
         self.splitter.addWidget(self.side)
         for panel in (self.left, self.side):  # narrow windows squeeze the panels, not the chat
             panel.setMinimumWidth(120)
@@ -134,6 +149,14 @@ class MainWindow(QMainWindow):
         selected = self.models.row(self.models.selected())
         if selected is not None:
             self.options.set_row(selected)
+
+    def show_welcome(self, shown: bool) -> None:
+        self.center.setCurrentWidget(self.welcome if shown else self.chat)
+
+    def show_downloads(self, active: int) -> None:
+        """The Downloads tab, titled with how many run."""
+        index = self.side.indexOf(self.downloads)
+        self.side.setTabText(index, f"Downloads ({active})" if active else "Downloads")
 
     def set_engine_status(self, text: str) -> None:
         self.engine_status.setText(text)
