@@ -298,7 +298,7 @@ class Router:
         ``measure_fit``), else by size alone."""
         model = disk.model
         hardware = self.supervisor.known_hardware
-        if hardware is None or not size:
+        if hardware is None or (not size and disk.local is None):
             return None, False
         shape = self._shapes.get(model.checkpoint)
         if shape is None and disk.local is not None:

@@ -20,9 +20,8 @@ from PySide6.QtWidgets import (
 
 from app.core.downloads import DownloadRecord, DownloadState
 from app.supervisor.downloads import DownloadProgress
-from app.ui.look import SPACING, fit_colour, icon, muted_colour
+from app.ui.look import SPACING, fit_colour, human_size, icon, muted_colour
 
-GB = 1e9
 EMPTY_TEXT = (
     "No downloads yet.\n\nPick a model in the Models list and press Download or Load, or search Hugging "
     "Face there and press Add. Downloads show here, with Pause and Resume; one the app was closed "
@@ -59,7 +58,7 @@ class DownloadRow(QFrame):
         self.pause.setAutoRaise(True)
         self.cancel = QToolButton(self)
         self.cancel.setAutoRaise(True)
-        self.cancel.setIcon(icon("process-stop", QStyle.StandardPixmap.SP_DialogCancelButton))
+        self.cancel.setIcon(icon("process-stop", QStyle.StandardPixmap.SP_DialogCancelButton, tint=False))
         self.cancel.setToolTip("Cancel the download")
         head = QHBoxLayout()
         head.setSpacing(SPACING // 2)
@@ -91,7 +90,9 @@ class DownloadRow(QFrame):
             DownloadState.CANCELLED: "Cancelled",
         }[state]
         total = record.files.size
-        text = f"{words} · {record.done_bytes / GB:.2f} of {total / GB:.2f} GB"
+        text = f"{words} · {human_size(record.done_bytes)} of {human_size(total)}"
+        if state is not DownloadState.DONE and total:
+            text += f" ({100 * record.done_bytes // total}%)"
         if record.message:
             text += f"\n{record.message}"
         self.detail.setText(text)
@@ -111,8 +112,9 @@ class DownloadRow(QFrame):
             return
         self._show_done(progress.done)
         speed = f"{progress.speed_bps / 1e6:.1f} MB/s" if progress.speed_bps else "starting"
+        share = f"{100 * progress.done // progress.total}%" if progress.total else ""
         self.detail.setText(
-            f"{progress.done / GB:.2f} of {progress.total / GB:.2f} GB · {speed} · "
+            f"{share} · {human_size(progress.done)} of {human_size(progress.total)} · {speed} · "
             f"{_eta(progress.eta_s)} left"
         )
 

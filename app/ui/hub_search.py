@@ -24,10 +24,19 @@ from PySide6.QtWidgets import (
 from app.core.fit import DEFAULT_CONTEXT
 from app.core.refs import GGUF_RECIPE, MLX_RECIPE
 from app.supervisor.hubsearch import HubResult, HubVariant
-from app.ui.look import SPACING, BadgeDelegate, fit_colour, fit_text, fit_tip, icon, muted_colour
+from app.ui.look import (
+    SPACING,
+    BadgeDelegate,
+    add_search_icon,
+    fit_colour,
+    fit_text,
+    fit_tip,
+    human_size,
+    icon,
+    muted_colour,
+)
 
 REF_ROLE = Qt.ItemDataRole.UserRole
-GB = 1e9
 START_TEXT = (
     "Search Hugging Face for GGUF and MLX models: type a name such as “qwen” or “llama” and press "
     "Enter. Each result lists its variants with their size and whether they fit this machine."
@@ -48,10 +57,7 @@ class HubSearch(QWidget):
         self.query = QLineEdit(self)
         self.query.setPlaceholderText("Search Hugging Face")
         self.query.setClearButtonEnabled(True)
-        self.query.addAction(
-            icon("edit-find", QStyle.StandardPixmap.SP_FileDialogContentsView),
-            QLineEdit.ActionPosition.LeadingPosition,
-        )
+        add_search_icon(self.query)
         self.query.returnPressed.connect(self.run_search)
         self.recipe = QComboBox(self)
         self.recipe.addItem("GGUF and MLX", None)
@@ -136,7 +142,11 @@ class HubSearch(QWidget):
         self.status.hide()
         self.tree.show()
         for result in results:
-            self.tree.addTopLevelItem(self._repo_item(result))
+            item = self._repo_item(result)
+            self.tree.addTopLevelItem(item)
+            # The repo's line spans the row: its name and numbers whole; the variants fill the columns.
+            item.setFirstColumnSpanned(True)
+            item.setExpanded(True)
         self._update_add()
 
     def set_failed(self, query: str, message: str) -> None:
@@ -173,8 +183,7 @@ class HubSearch(QWidget):
             tip.append(result.error)
         elif result.fit_error:
             tip.append(f"No fit estimate: {result.fit_error}")
-        item.setText(2, f"↓ {_count(hit.downloads)}  ♥ {_count(hit.likes)}")
-        item.setText(3, "gated" if hit.gated else hit.last_modified[:10])
+        item.setText(0, "    ".join([hit.repo_id, *facts]))
         for column in range(len(COLUMNS)):
             item.setToolTip(column, "\n".join(tip))
         if result.error:
@@ -183,16 +192,15 @@ class HubSearch(QWidget):
             child = QTreeWidgetItem([variant.name, hit.recipe or "", "", ""])
             self._fill_variant(child, variant)
             item.addChild(child)
-        item.setExpanded(True)
         return item
 
     @staticmethod
     def _fill_variant(item: QTreeWidgetItem, variant: HubVariant) -> None:
         item.setData(0, REF_ROLE, variant.ref)
-        item.setText(2, f"{variant.size_bytes / GB:.2f} GB")
+        item.setText(2, human_size(variant.size_bytes))
         item.setTextAlignment(2, Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
         fit = variant.fit
-        item.setText(3, f"● {fit_text(fit, True)}" if fit else "?")
+        item.setText(3, fit_text(fit, True) or "?")
         if fit is not None:
             item.setForeground(3, QColor(fit_colour(fit.verdict)))
         tip = fit_tip(fit, True) if fit else "The fit is not known: the model's header could not be read."

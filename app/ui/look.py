@@ -5,7 +5,14 @@ from __future__ import annotations
 
 from PySide6.QtCore import QModelIndex, QPersistentModelIndex, QRect, QSize, Qt
 from PySide6.QtGui import QColor, QGuiApplication, QIcon, QPainter, QPalette
-from PySide6.QtWidgets import QApplication, QStyle, QStyledItemDelegate, QStyleOptionViewItem, QWidget
+from PySide6.QtWidgets import (
+    QApplication,
+    QLineEdit,
+    QStyle,
+    QStyledItemDelegate,
+    QStyleOptionViewItem,
+    QWidget,
+)
 
 from app.core.fit import FitEstimate, Verdict
 
@@ -19,6 +26,7 @@ FIT_COLOURS = {  # light, dark
 ERROR_COLOURS = ("#b91c1c", "#f87171")
 FIT_WORDS = {Verdict.FITS: "fits", Verdict.TIGHT: "tight", Verdict.WONT_FIT: "won't fit"}
 SPACING = 8  # between controls; panels use twice this at their edges
+ROW_PADDING = 10  # a list row's height over its text's
 
 
 def is_dark() -> bool:
@@ -36,10 +44,11 @@ def fit_colour(verdict: Verdict | None) -> str:
 
 
 def fit_text(fit: FitEstimate | None, exact: bool) -> str:
-    """The fit mark's words in a row: ``fits``, ``tight``, ``won't fit``; ``?`` when not known."""
+    """The fit mark in a row: ``● fits``, ``● tight``, ``● won't fit``; a hollow ``○`` while it is by
+    size alone; empty when not known."""
     if fit is None:
-        return "?"
-    return FIT_WORDS[fit.verdict] + ("" if exact else "*")
+        return ""
+    return ("● " if exact else "○ ") + FIT_WORDS[fit.verdict]
 
 
 def fit_tip(fit: FitEstimate | None, exact: bool, note: str = "") -> str:
@@ -58,18 +67,42 @@ def fit_tip(fit: FitEstimate | None, exact: bool, note: str = "") -> str:
     if exact and fit.max_context:
         lines.append(f"Largest context that fits: {fit.max_context:,} tokens")
     if not exact:
-        lines.append("* By size alone: the model's header (its layers and heads) is read from the Hub")
-        lines.append("  when you select the row, and the KV cache is then counted.")
+        lines.append("○: by size alone. Select the row to read the model's header from the Hub")
+        lines.append("(its layers and heads): the KV cache is then counted too.")
     if note:
         lines.append(note)
     return "\n".join(lines)
 
 
-def icon(theme_name: str, fallback: QStyle.StandardPixmap) -> QIcon:
-    """The desktop theme's icon, else Qt's standard one (always present, also offscreen)."""
+def add_search_icon(line: QLineEdit) -> None:
+    """A magnifier at the start of a search box, where the desktop's theme has one (Qt has none)."""
+    if QIcon.hasThemeIcon("edit-find"):
+        line.addAction(QIcon.fromTheme("edit-find"), QLineEdit.ActionPosition.LeadingPosition)
+
+
+def icon(theme_name: str, fallback: QStyle.StandardPixmap, tint: bool = True) -> QIcon:
+    """The desktop theme's icon, else Qt's standard one (always present, also offscreen). Qt's own are
+    drawn black, which vanishes on a dark palette: ``tint`` repaints them in the palette's text colour."""
     if QIcon.hasThemeIcon(theme_name):
         return QIcon.fromTheme(theme_name)
-    return QApplication.style().standardIcon(fallback)
+    standard = QApplication.style().standardIcon(fallback)
+    if not tint or not is_dark():
+        return standard
+    colour = QGuiApplication.palette().color(QPalette.ColorRole.ButtonText)
+    tinted = QIcon()
+    for size in (16, 24, 32):
+        pixmap = standard.pixmap(size, size)
+        painter = QPainter(pixmap)
+        painter.setCompositionMode(QPainter.CompositionMode.CompositionMode_SourceIn)
+        painter.fillRect(pixmap.rect(), colour)
+        painter.end()
+        tinted.addPixmap(pixmap)
+    return tinted
+
+
+def human_size(n: int) -> str:
+    """``1.23 GB`` from a gigabyte up, ``456 MB`` below."""
+    return f"{n / 1e9:.2f} GB" if n >= 1e9 else f"{n / 1e6:.0f} MB" if n >= 1e6 else f"{n / 1e3:.0f} kB"
 
 
 class BadgeDelegate(QStyledItemDelegate):
@@ -109,6 +142,7 @@ class BadgeDelegate(QStyledItemDelegate):
 
     def sizeHint(self, option: QStyleOptionViewItem, index: QModelIndex | QPersistentModelIndex) -> QSize:
         hint = super().sizeHint(option, index)
+        hint.setHeight(max(hint.height(), option.fontMetrics.height() + ROW_PADDING))  # rows with air
         badge = RECIPE_BADGES.get(str(index.data(Qt.ItemDataRole.DisplayRole) or ""))
         if badge is not None:
             metrics = option.fontMetrics

@@ -28,7 +28,7 @@ from app.ui.welcome import Welcome
 
 WINDOW_TITLE = "Lemon Desk"
 DEFAULT_SIZE = (1280, 820)
-DEFAULT_SPLIT = [400, 580, 300]
+DEFAULT_SPLIT = [480, 500, 300]
 MB = 1024 * 1024
 
 
@@ -91,7 +91,7 @@ class MainWindow(QMainWindow):
         chats_layout.addWidget(_panel_title("Chats", chats))
         chats_layout.addWidget(self.conversations, 1)
         self.left.addWidget(chats)
-        self.left.setSizes([460, 340])
+        self.left.setSizes([560, 240])
 
         self.splitter = QSplitter(Qt.Orientation.Horizontal, self)
         self.splitter.setObjectName("mainSplitter")

@@ -27,7 +27,16 @@ from PySide6.QtWidgets import (
 
 from app.core.status import Status
 from app.supervisor.router import ModelView
-from app.ui.look import SPACING, BadgeDelegate, fit_colour, fit_text, fit_tip, icon, muted_colour
+from app.ui.look import (
+    SPACING,
+    BadgeDelegate,
+    add_search_icon,
+    fit_colour,
+    fit_text,
+    fit_tip,
+    icon,
+    muted_colour,
+)
 
 NAME_ROLE = Qt.ItemDataRole.UserRole
 ALL = ""
@@ -55,10 +64,7 @@ class ModelManager(QWidget):
         self.search = QLineEdit(self)
         self.search.setPlaceholderText("Filter your models and the catalog")
         self.search.setClearButtonEnabled(True)
-        self.search.addAction(
-            icon("edit-find", QStyle.StandardPixmap.SP_FileDialogContentsView),
-            QLineEdit.ActionPosition.LeadingPosition,
-        )
+        add_search_icon(self.search)
         self.recipe = QComboBox(self)
         self.recipe.setToolTip("Show the models of one recipe")
         self.label = QComboBox(self)
@@ -202,7 +208,7 @@ class ModelManager(QWidget):
             item.setToolTip(column, "\n".join(tip))
         if status.status in ERRORS:
             item.setForeground(3, QColor(fit_colour(None)))
-        item.setText(FIT_COLUMN, f"● {fit_text(row.fit, row.fit_exact)}" if row.fit else "")
+        item.setText(FIT_COLUMN, fit_text(row.fit, row.fit_exact))
         item.setToolTip(FIT_COLUMN, fit_tip(row.fit, row.fit_exact, row.fit_note))
         if row.fit is not None:
             item.setForeground(FIT_COLUMN, QColor(fit_colour(row.fit.verdict)))

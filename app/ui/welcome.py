@@ -7,6 +7,7 @@ from __future__ import annotations
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
     QFrame,
+    QHBoxLayout,
     QLabel,
     QProgressBar,
     QPushButton,
@@ -90,7 +91,7 @@ class Welcome(QWidget):
         self.other.setStyleSheet(f"color: {muted_colour()};")
 
         column = QWidget(self)
-        column.setMaximumWidth(CARD_WIDTH)
+        column.setMaximumWidth(CARD_WIDTH)  # as wide as that, centred; narrower in a narrow window
         inner = QVBoxLayout(column)
         inner.setContentsMargins(0, 0, 0, 0)
         inner.setSpacing(12)
@@ -99,10 +100,16 @@ class Welcome(QWidget):
         inner.addSpacing(8)
         inner.addWidget(self.card)
         inner.addWidget(self.other)
+        # Stretches, not an alignment, centre the column: an aligned widget gets its size hint's width,
+        # and its wrapped labels then too little height.
+        row = QHBoxLayout()
+        row.addStretch(1)
+        row.addWidget(column, 100)
+        row.addStretch(1)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(24, 24, 24, 24)
         layout.addStretch(1)
-        layout.addWidget(column, 0, Qt.AlignmentFlag.AlignHCenter)
+        layout.addLayout(row)
         layout.addStretch(2)
 
     # Fed by the bridge
