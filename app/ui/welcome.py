@@ -5,6 +5,7 @@ installs its engine, loads it and opens the chat. Fed by the bridge; it only emi
 from __future__ import annotations
 
 from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QResizeEvent
 from PySide6.QtWidgets import (
     QFrame,
     QHBoxLayout,
@@ -12,7 +13,6 @@ from PySide6.QtWidgets import (
     QProgressBar,
     QPushButton,
     QSizePolicy,
-    QStyle,
     QVBoxLayout,
     QWidget,
 )
@@ -20,7 +20,7 @@ from PySide6.QtWidgets import (
 from app.core.fit import GB
 from app.core.status import LoadPhase
 from app.supervisor.router import LoadProgress, Suggestion
-from app.ui.look import fit_colour, muted_colour
+from app.ui.look import fit_colour, human_size, muted_colour
 
 PHASE_TEXT = {
     LoadPhase.DOWNLOADING: "Downloading the model",
@@ -28,6 +28,13 @@ PHASE_TEXT = {
     LoadPhase.LOADING: "Starting the engine",
 }
 CARD_WIDTH = 520
+# The one action of the page, in the palette's accent colour (light and dark alike).
+PRIMARY_BUTTON = (
+    "QPushButton { background: palette(highlight); color: palette(highlighted-text); border: none;"
+    " border-radius: 6px; padding: 8px 16px; font-weight: 600; }"
+    " QPushButton:hover { background: palette(link); }"
+    " QPushButton:disabled { background: palette(mid); color: palette(window); }"
+)
 
 
 def duration(seconds: float) -> str:
@@ -53,7 +60,9 @@ class Welcome(QWidget):
         self.lead.setWordWrap(True)
         self.card = QFrame(self)
         self.card.setObjectName("welcomeCard")
-        self.card.setFrameShape(QFrame.Shape.StyledPanel)
+        self.card.setStyleSheet(
+            "#welcomeCard { background: palette(base); border: 1px solid palette(mid); border-radius: 8px; }"
+        )
         self.name = QLabel("Finding the model that suits this machine…", self.card)
         self.name.setStyleSheet("font-size: 16px; font-weight: 600;")
         self.name.setWordWrap(True)
@@ -64,9 +73,9 @@ class Welcome(QWidget):
         self.reason.setWordWrap(True)
         self.reason.setStyleSheet(f"color: {muted_colour()};")
         self.button = QPushButton("Download and chat", self.card)
-        self.button.setIcon(self.style().standardIcon(QStyle.StandardPixmap.SP_ArrowDown))
         self.button.setDefault(True)
         self.button.setMinimumHeight(36)
+        self.button.setStyleSheet(PRIMARY_BUTTON)
         self.button.setEnabled(False)
         self.button.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
         self.button.clicked.connect(self._start)
@@ -77,7 +86,7 @@ class Welcome(QWidget):
         self.line = QLabel("", self.card)  # the one progress line, or what went wrong
         self.line.setWordWrap(True)
         self.line.hide()
-        card = QVBoxLayout(self.card)
+        card = self._card_layout = QVBoxLayout(self.card)
         card.setContentsMargins(20, 18, 20, 18)
         card.setSpacing(8)
         for widget in (self.name, self.facts, self.reason):
@@ -106,11 +115,37 @@ class Welcome(QWidget):
         row.addStretch(1)
         row.addWidget(column, 100)
         row.addStretch(1)
-        layout = QVBoxLayout(self)
+        layout = self._outer = QVBoxLayout(self)
         layout.setContentsMargins(24, 24, 24, 24)
         layout.addStretch(1)
         layout.addLayout(row)
         layout.addStretch(2)
+
+    def resizeEvent(self, event: QResizeEvent) -> None:
+        super().resizeEvent(event)
+        self._fit_text()
+
+    def _fit_text(self) -> None:
+        """Wrapped labels get the height their text needs at the column's width: the layouts above them
+        give a wrapped label only its minimum height when space is shared out, which cut the text short.
+        The width comes from the welcome's own (labels' widths lag behind while layouts settle), and the
+        layout is run again at once: one laid out while the welcome was hidden kept the old heights."""
+        margins = self._outer.contentsMargins()
+        column = max(1, min(CARD_WIDTH, self.width() - margins.left() - margins.right()))
+        card = self._card_layout.contentsMargins()
+        inside = max(1, column - card.left() - card.right() - 2 * self.card.frameWidth())
+        for label, width in (
+            (self.title, column),
+            (self.lead, column),
+            (self.other, column),
+            (self.name, inside),
+            (self.facts, inside),
+            (self.reason, inside),
+            (self.line, inside),
+        ):
+            label.setMinimumHeight(label.heightForWidth(width) if label.text() else 0)
+        self._outer.invalidate()
+        self._outer.activate()
 
     # Fed by the bridge
 
@@ -128,7 +163,7 @@ class Welcome(QWidget):
         self.model = suggestion.model.name
         self.name.setText(suggestion.model.name)
         fit = suggestion.fit
-        facts = [f"{suggestion.size_bytes / GB:.2f} GB download"]
+        facts = [f"{human_size(suggestion.size_bytes)} download"]
         if suggestion.download_s is not None and suggestion.speed_bps:
             facts.append(f"about {duration(suggestion.download_s)} at {suggestion.speed_bps / 1e6:.0f} MB/s")
         colour = fit_colour(fit.verdict)
@@ -140,6 +175,7 @@ class Welcome(QWidget):
         self.facts.setToolTip(fit.summary())
         self.reason.setText(suggestion.reason + (f"\n{suggestion.note}" if suggestion.note else ""))
         self.button.setEnabled(True)
+        self._fit_text()
 
     def set_progress(self, progress: LoadProgress) -> None:
         if progress.model != self.model:
@@ -154,6 +190,7 @@ class Welcome(QWidget):
         share = f" {100 * progress.done // progress.total}%" if progress.total else ""
         self.line.setStyleSheet("")
         self.line.setText(f"{PHASE_TEXT[progress.phase]}…{share}")
+        self._fit_text()
 
     def set_failed(self, message: str) -> None:
         self.progress.hide()
@@ -162,6 +199,7 @@ class Welcome(QWidget):
         self.line.setText(message)
         self.button.setEnabled(True)
         self.button.setText("Try again")
+        self._fit_text()
 
     def _start(self) -> None:
         if self.model:

@@ -45,9 +45,9 @@ DARK = {
 
 @pytest.fixture(params=["light", "dark"])
 def scheme(request: pytest.FixtureRequest, qapp: QApplication) -> Iterator[str]:
-    """The app in Fusion with a light or a dark palette, as a desktop in that scheme gives it."""
-    old_style, old_palette = qapp.style().name(), qapp.palette()
-    qapp.setStyle("Fusion")
+    """The app with a light or a dark palette, as a desktop in that scheme gives it. Only the palette
+    changes: replacing the application's style under live widgets let a deleted style's timer fire."""
+    old_palette = qapp.palette()
     palette = qapp.style().standardPalette()
     if request.param == "dark":
         for role, colour in DARK.items():
@@ -56,7 +56,6 @@ def scheme(request: pytest.FixtureRequest, qapp: QApplication) -> Iterator[str]:
             palette.setColor(QPalette.ColorGroup.Disabled, role, QColor("#74787d"))
     qapp.setPalette(palette)
     yield request.param
-    qapp.setStyle(old_style)
     qapp.setPalette(old_palette)
 
 
@@ -79,6 +78,7 @@ def save(widget: QWidget, name: str, scheme: str, tmp_path: Path) -> Path:
     folder = Path(os.environ.get("LEMON_DESK_SCREENSHOTS") or tmp_path)
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{name}-{scheme}.png"
+    QApplication.sendPostedEvents()  # the layout requests of what just changed, as the loop would
     assert widget.grab().save(str(path))
     return path
 
@@ -99,6 +99,11 @@ def test_welcome_search_results_and_downloads_in_light_and_dark(
     assert window.center.currentWidget() is welcome
     palette = welcome.palette()
     assert readable(palette.color(QPalette.ColorRole.WindowText), palette.color(QPalette.ColorRole.Window))
+    # The card takes the height its wrapped text needs (it was once cut short).
+    card = welcome.card
+    qtbot.waitUntil(lambda: card.height() >= card.minimumSizeHint().height())
+    assert welcome.reason.height() >= welcome.reason.heightForWidth(welcome.reason.width())
+    assert not window.conversations.empty.isHidden() and "No chats yet" in window.conversations.empty.text()
     save(window, "welcome", scheme, tmp_path)
 
     # The Model Manager: every catalog row with its badge, size and fit mark, names whole.

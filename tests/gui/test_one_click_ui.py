@@ -16,6 +16,7 @@ from app.core.status import LoadPhase, Status
 from app.store.installs import install_dir
 from app.supervisor.router import LoadProgress, RouterEvent
 from app.ui.desktop import DesktopApp
+from app.ui.look import human_size
 from tests.integration import conftest as integration
 from tests.integration import test_one_click as one_click
 from tests.integration.conftest import Mirror
@@ -85,7 +86,7 @@ def test_the_first_run_welcome_goes_from_an_empty_home_to_an_answer_with_one_cli
     # time its download should take at the speed measured on its header, and why it was chosen.
     assert welcome.model == MODEL and welcome.name.text() == MODEL
     size = len(hub.repos[one_click.REPO].files[one_click.FILE])
-    assert f"{size / 1e9:.2f} GB download" in welcome.facts.text()
+    assert f"{human_size(size)} download" in welcome.facts.text()
     assert "MB/s" in welcome.facts.text() and "fits" in welcome.facts.text()
     assert "CPU" in welcome.reason.text()
     assert app.tray.welcome_action.isVisible() and MODEL in app.tray.welcome_action.text()

@@ -24,7 +24,7 @@ def test_without_the_hub_the_welcome_says_why_and_its_button_can_be_tried_again(
     qtbot.waitUntil(lambda: window.center.currentWidget() is welcome)
     qtbot.waitUntil(welcome.button.isEnabled, timeout=30_000)
     assert welcome.model == "Qwen3-0.6B-GGUF"
-    assert "0.38 GB download" in welcome.facts.text() and "MB/s" not in welcome.facts.text()
+    assert "380 MB download" in welcome.facts.text() and "MB/s" not in welcome.facts.text()
     assert "Could not reach the Hugging Face Hub" in welcome.reason.text()
 
     welcome.button.click()
