@@ -66,7 +66,12 @@ class Bridge(QObject):
     install_progress = Signal(object)  # InstallProgress
     install_done = Signal(object, str)  # BackendKey, "" when installed, else why not
     fit_refused = Signal(str, str)  # model, the refusal with its numbers: the window may load anyway
-    model_added = Signal(str)  # an imported model's name
+    model_added = Signal(str)  # an imported model's name, or one added from the Hub
+    downloads_changed = Signal(list)  # [DownloadRecord]: a download started, paused, ended...
+    download_progress = Signal(object)  # DownloadProgress
+    hub_results = Signal(str, list)  # query, [HubResult]
+    hub_failed = Signal(str, str)  # query, why the search failed
+    suggestion_ready = Signal(object)  # Suggestion | None: the first-run welcome's model
     reply_started = Signal()
     reply_delta = Signal(str, str)  # content, reasoning
     reply_finished = Signal(dict)  # telemetry
@@ -152,6 +157,10 @@ class Bridge(QObject):
         if isinstance(event, ModelsChanged | DownloadProgress | DownloadChanged):
             if not self._refresh.isActive():
                 self._refresh.start()
+            if isinstance(event, DownloadProgress):
+                self.download_progress.emit(event)
+            elif isinstance(event, DownloadChanged):
+                self.downloads_changed.emit(self.router.download_records())
         elif isinstance(event, EngineStateChanged):
             self._engine_changed(event)
         elif isinstance(event, EngineUsage):
@@ -190,6 +199,9 @@ class Bridge(QObject):
             self.models_changed.emit(self.rows())
         if self.info is None:
             await self._refresh_backends()
+            await self.router.open_downloads()  # downloads the last run left unfinished go on
+            self.downloads_changed.emit(self.router.download_records())
+            self.refresh()  # the fits, now that the hardware is known
 
     async def _refresh_backends(self) -> None:
         self.info = await self.router.supervisor.info()
@@ -234,8 +246,42 @@ class Bridge(QObject):
         await self.router.pull(name)
         self.notify.emit("Downloaded", f"{name} is ready to load.", False)
 
-    def cancel_download(self, name: str) -> asyncio.Task[None]:
-        return self.spawn(self.router.cancel_download(name))
+    def cancel_download(self, name: str, keep_partial: bool = False) -> asyncio.Task[None]:
+        return self.spawn(self.router.cancel_download(name, keep_partial=keep_partial))
+
+    def pause_download(self, name: str) -> asyncio.Task[None]:
+        return self.spawn(self.router.pause_download(name))
+
+    def resume_download(self, name: str) -> asyncio.Task[None]:
+        return self.spawn(self.router.resume_download(name))
+
+    def measure_fit(self, name: str) -> asyncio.Task[None]:
+        return self.spawn(self.router.measure_fit(name))
+
+    def search_hub(self, query: str, recipe: str | None, context: int) -> asyncio.Task[None]:
+        return self.spawn(self._search_hub(query, recipe, context))
+
+    async def _search_hub(self, query: str, recipe: str | None, context: int) -> None:
+        try:
+            results = await self.router.search_hub(query, recipe, context=context)
+        except LemonDeskError as err:
+            self.hub_failed.emit(query, str(err))
+            return
+        self.hub_results.emit(query, results)
+
+    def add_from_hub(self, ref: str) -> asyncio.Task[None]:
+        return self.spawn(self._add_from_hub(ref))
+
+    async def _add_from_hub(self, ref: str) -> None:
+        model = await self.router.add(ref)
+        await self._read_statuses()
+        self.model_added.emit(model.name)
+
+    def suggest(self) -> asyncio.Task[None]:
+        return self.spawn(self._suggest())
+
+    async def _suggest(self) -> None:
+        self.suggestion_ready.emit(await self.router.suggestion())
 
     # --- engines --------------------------------------------------------------------------------------
 

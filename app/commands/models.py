@@ -9,35 +9,23 @@ import time
 from pathlib import Path
 from typing import Any
 
-import httpx
-
 from app.commands.output import load_settings_noting_problems, print_json, table
 from app.core.downloads import DownloadRecord
 from app.core.errors import ModelError
-from app.core.fit import DEFAULT_CONTEXT, FitEstimate, ModelShape, estimate, weights_bytes
-from app.core.hardware import Hardware
+from app.core.fit import DEFAULT_CONTEXT, FitEstimate
 from app.core.params import format_params
-from app.core.refs import (
-    GGUF_RECIPE,
-    MLX_RECIPE,
-    FileSet,
-    RepoListing,
-    gguf_variants,
-    select_gguf,
-    select_mlx,
-)
+from app.core.refs import GGUF_RECIPE, MLX_RECIPE, FileSet
 from app.platform import detect_hardware
 from app.store.hfcache import RepoCache
 from app.store.library import Library
-from app.store.secrets import get_hf_token
 from app.supervisor.downloads import DownloadProgress
-from app.supervisor.hub import HubClient, SearchHit
-from app.supervisor.modelmeta import remote_parameter_count, remote_shape
+from app.supervisor.hub import HubClient
+from app.supervisor.hubsearch import fit_of
+from app.supervisor.modelmeta import remote_parameter_count
 from app.supervisor.router import Router
 
 GB = 1e9
 BAR_WIDTH = 30
-SEARCH_CONCURRENCY = 4
 
 
 def _positive(text: str) -> int:
@@ -101,17 +89,6 @@ def _size(n: int) -> str:
     return f"{n / GB:.2f} GB" if n >= GB / 10 else f"{n / 1e6:.1f} MB"
 
 
-async def _fit(
-    hub: HubClient, files: FileSet, hw: Hardware, context: int, shape: ModelShape | None = None
-) -> tuple[FitEstimate | None, str]:
-    """The fit estimate, or None and why not (the Hub may not serve the header, or it may be odd)."""
-    try:
-        shape = shape or await remote_shape(hub, files)
-    except ModelError as err:
-        return None, str(err)
-    return estimate(weights_bytes(files.files), shape, hw, files.recipe, context), ""
-
-
 async def _params(hub: HubClient, files: FileSet) -> int | None:
     """The parameter count from the weight files' headers (Range reads); None when they say nothing."""
     try:
@@ -123,62 +100,10 @@ async def _params(hub: HubClient, files: FileSet) -> int | None:
 # -- search
 
 
-def _variants(listing: RepoListing) -> list[FileSet]:
-    if listing.files and not gguf_variants(listing):
-        return [select_mlx(listing)]
-    return [select_gguf(listing, label) for label in gguf_variants(listing)]
-
-
-async def _describe(
-    hub: HubClient, hit: SearchHit, listing: RepoListing | ModelError, hw: Hardware, context: int
-) -> dict[str, Any]:
-    result: dict[str, Any] = {
-        "repo_id": hit.repo_id,
-        "recipe": hit.recipe,
-        "downloads": hit.downloads,
-        "likes": hit.likes,
-        "gated": hit.gated,
-        "params": None,
-        "variants": [],
-        "error": None,
-    }
-    try:
-        if isinstance(listing, ModelError):
-            raise listing
-        variants = _variants(listing)
-        shape = await remote_shape(hub, variants[0]) if variants else None
-    except ModelError as err:
-        result["error"] = str(err)
-        return result
-    # Every quant of a model has the same logical tensor shapes: one count per repo.
-    result["params"] = await _params(hub, variants[0]) if variants else None
-    for files in variants:
-        fit, _ = await _fit(hub, files, hw, context, shape)
-        result["variants"].append(
-            {
-                "name": files.label,
-                "ref": hit.repo_id if files.recipe == MLX_RECIPE else f"{hit.repo_id}:{files.label}",
-                "size_bytes": files.size,
-                "files": [f.path for f in files.files],
-                "fit": fit.to_json() if fit else None,
-            }
-        )
-    return result
-
-
 async def _search(args: argparse.Namespace) -> list[dict[str, Any]]:
-    hw = detect_hardware()
-    gate = asyncio.Semaphore(SEARCH_CONCURRENCY)
-    async with httpx.AsyncClient() as client:
-        hub = HubClient(client, token=get_hf_token())
-        hits = await hub.search(args.query, args.recipe, args.limit)
-        listings = await hub.listings([h.repo_id for h in hits])
-
-        async def one(hit: SearchHit, listing: RepoListing | ModelError) -> dict[str, Any]:
-            async with gate:
-                return await _describe(hub, hit, listing, hw, args.ctx_size)
-
-        return list(await asyncio.gather(*(one(h, li) for h, li in zip(hits, listings, strict=True))))
+    async with Router(load_settings_noting_problems()) as router:
+        results = await router.search_hub(args.query, args.recipe, args.limit, args.ctx_size)
+    return [r.to_json() for r in results]
 
 
 def cmd_search(args: argparse.Namespace) -> int:
@@ -252,7 +177,7 @@ async def _pull(args: argparse.Namespace, router: Router) -> dict[str, Any]:
     async with router:
         model, files = await router.plan_pull(args.model, args.recipe)
         hub = await router.hub()
-        fit, fit_error = await _fit(hub, files, detect_hardware(), args.ctx_size)
+        fit, fit_error = await fit_of(hub, files, detect_hardware(), args.ctx_size)
         # Shard headers are more requests: only a plan (--dry-run) waits for them.
         params = await _params(hub, files) if args.dry_run else None
         cache = RepoCache(library.cache_root, files.repo_id)

@@ -60,6 +60,10 @@ class ModelShape:
         return self.kv_elements_per_token * KV_BYTES
 
 
+# A model whose header has not been read: weights and runtime only, so its estimate is a lower bound.
+SIZE_ONLY = ModelShape("unknown", 0, 0, 0, 0)
+
+
 @dataclass(frozen=True)
 class MemoryBudget:
     kind: MemoryKind

@@ -46,6 +46,7 @@ class SearchHit:
     likes: int
     recipe: str | None  # what runs it: "llamacpp" for GGUF repos, "lemon-mlx" for MLX ones
     gated: bool
+    last_modified: str = ""  # ISO 8601, when the Hub says
 
 
 def gated_error(repo_id: str, endpoint: str, status: int | None = None) -> ModelError:
@@ -158,6 +159,7 @@ class HubClient:
                     int(item.get("likes") or 0),
                     kind,
                     bool(item.get("gated")),
+                    str(item.get("lastModified") or ""),
                 )
             )
         return hits
@@ -186,13 +188,18 @@ class HubClient:
                 "GET", url, headers=headers, timeout=_timeout(), follow_redirects=True
             ) as response:
                 self.check(response, repo_id, path)
-                # A server that ignores Range sends the whole file: stop reading once past ``end``.
                 skip = start if response.status_code == 200 else 0
                 body = bytearray()
-                async for piece in response.aiter_bytes():
-                    body += piece
-                    if len(body) >= skip + end - start:
-                        break
+                if response.status_code == 206:
+                    # Read to the end: a stream left part way is closed later from another task, which
+                    # httpcore's connection lock refuses (under qasync it raises from the finalizer).
+                    body += await response.aread()
+                else:
+                    # A server that ignores Range sends the whole file: stop reading once past ``end``.
+                    async for piece in response.aiter_bytes():
+                        body += piece
+                        if len(body) >= skip + end - start:
+                            break
         except httpx.TransportError as err:
             raise self._unreachable(err) from None
         return bytes(body[skip : skip + end - start])

@@ -33,18 +33,22 @@ from app.client.chat import ChatClient, Messages
 from app.client.events import ChatDone, ChatEvent, ChatReply
 from app.core.backends import BackendKind, BackendState
 from app.core.bench import BenchRun, BenchSpec, hardware_summary, known_version
-from app.core.downloads import DownloadRecord, DownloadState
+from app.core.downloads import INTERRUPTED, DownloadRecord, DownloadState
 from app.core.engine_state import EngineState
 from app.core.errors import EngineError, LemonDeskError, ModelError
 from app.core.fit import (
     DEFAULT_CONTEXT,
+    SIZE_ONLY,
     BandwidthCap,
+    FitEstimate,
+    ModelShape,
     check_live_fit,
     download_cap,
     estimate,
     largest_context,
     memory_budget,
 )
+from app.core.gguf import HEADER_FIRST
 from app.core.launch import DEFAULT_CTX_SIZE
 from app.core.lemon_mlx import DeviceType, device_type
 from app.core.models import Model
@@ -53,6 +57,7 @@ from app.core.quirks import effective_labels
 from app.core.refs import FileSet, parse_ref, select
 from app.core.runcard import RunCard, quant_of
 from app.core.status import LoadPhase, ModelFacts, ModelStatus, model_status
+from app.core.suggest import suggest
 from app.core.telemetry import Telemetry
 from app.platform import detect_hardware, free_memory
 from app.store.bench_results import save_run
@@ -78,8 +83,9 @@ from app.supervisor.downloads import (
 )
 from app.supervisor.engine import Engine
 from app.supervisor.hub import HubClient, gated_error
+from app.supervisor.hubsearch import HubResult, search
 from app.supervisor.listeners import Listeners
-from app.supervisor.modelmeta import remote_parameter_count
+from app.supervisor.modelmeta import remote_parameter_count, remote_shape
 from app.supervisor.sampler import Sampler, SystemSample
 from app.supervisor.supervisor import (
     EngineStateChanged,
@@ -163,6 +169,24 @@ RouterEvent = (
     | SystemSample
     | RequestFinished
 )
+
+
+@dataclass(frozen=True)
+class Suggestion:
+    """The model the first-run welcome offers, with what a person needs to decide."""
+
+    model: Model
+    size_bytes: int
+    fit: FitEstimate
+    reason: str  # why this one
+    speed_bps: float | None  # the Hub's speed, measured by reading the model's header; None if unknown
+    note: str = ""  # why the Hub could not be asked, when it could not
+
+    @property
+    def download_s(self) -> float | None:
+        return self.size_bytes / self.speed_bps if self.speed_bps else None
+
+
 Listener = Callable[[RouterEvent], None]
 
 
@@ -175,6 +199,9 @@ class ModelView:
     on_disk: bool
     size_bytes: int
     disk: DiskStatus
+    fit: FitEstimate | None = None  # at the model's context; None until the hardware is known
+    fit_exact: bool = False  # False: by size alone (the header is not read yet), a lower bound
+    fit_note: str = ""  # why the header could not be read, when it could not
 
     @property
     def name(self) -> str:
@@ -214,6 +241,8 @@ class Router:
         self._busy: Counter[str] = Counter()  # requests in flight
         self.last_request: RequestFinished | None = None
         self._phases: dict[str, LoadProgress] = {}
+        self._shapes: dict[str, ModelShape] = {}  # by checkpoint, read from the Hub before a download
+        self._shape_errors: dict[str, str] = {}
         self._errors: dict[str, str] = {}  # why the last load failed, or the crash being recovered
         self._crashes: dict[str, list[float]] = {}
         self._streak: Counter[str] = Counter()  # restarts in a row without a stable run
@@ -317,7 +346,65 @@ class Router:
     def _view(self, disk: DiskStatus) -> ModelView:
         on_disk = disk.state in (ModelState.DOWNLOADED, ModelState.LOCAL)
         size = disk.local.size if disk.local and disk.local.size else int(disk.model.size_gb * GB)
-        return ModelView(disk.model, model_status(self._facts(disk)), on_disk, size, disk)
+        fit, exact = self._fit(disk, size)
+        note = self._shape_errors.get(disk.model.checkpoint, "")
+        return ModelView(disk.model, model_status(self._facts(disk)), on_disk, size, disk, fit, exact, note)
+
+    def _fit(self, disk: DiskStatus, size: int) -> tuple[FitEstimate | None, bool]:
+        """The fit at the model's context: from its header when read (on disk, or from the Hub through
+        ``measure_fit``), else by size alone."""
+        model = disk.model
+        hardware = self.supervisor.known_hardware
+        if hardware is None or (not size and disk.local is None):
+            return None, False
+        shape = self._shapes.get(model.checkpoint)
+        if shape is None and disk.local is not None:
+            with contextlib.suppress(ModelError, OSError):
+                shape = local_shape(model.recipe, disk.local.main)
+        context = self.options(model.name).ctx_size or DEFAULT_CONTEXT
+        recipe = model.recipe or "llamacpp"
+        return estimate(size, shape or SIZE_ONLY, hardware, recipe, context), shape is not None
+
+    async def measure_fit(self, name: str) -> None:
+        """Read a model's header from the Hub (a Range read, once) so that its fit counts the KV cache."""
+        model = self.library.resolve(name)
+        if model.checkpoint in self._shapes or model.repo_id is None or self.library.local_files(model):
+            return
+        try:
+            _, files = await self.plan_pull(model)
+            self._shapes[model.checkpoint] = await remote_shape(await self.hub(), files)
+            self._shape_errors.pop(model.checkpoint, None)
+        except ModelError as err:
+            self._shape_errors[model.checkpoint] = str(err)
+        self._changed(model.name)
+
+    async def suggestion(self, context: int = DEFAULT_CONTEXT) -> Suggestion | None:
+        """The model a first run offers, its size from the Hub and the Hub's speed measured on its header."""
+        info = await self.supervisor.info()
+        runnable = {recipe for recipe, support in info.recipes.items() if support.default_backend}
+        choice = suggest(self.library.models().values(), runnable, info.hardware, context)
+        if choice is None:
+            return None
+        model, size, speed, note = choice.model, int(choice.model.size_gb * GB), None, ""
+        try:
+            _, files = await self.plan_pull(model)
+            size = files.size
+            started = time.monotonic()
+            self._shapes[model.checkpoint] = await remote_shape(await self.hub(), files)
+            elapsed = time.monotonic() - started
+            read = min(files.size, HEADER_FIRST) if model.recipe == "llamacpp" else 0
+            speed = read / elapsed if read >= HEADER_FIRST // 4 and elapsed > 0 else None
+        except ModelError as err:
+            note = str(err)
+        fit = self._view(self.library.status(model, None)).fit or choice.fit
+        return Suggestion(model, size, fit, choice.reason, speed, note)
+
+    async def search_hub(
+        self, query: str, recipe: str | None = None, limit: int = 10, context: int = DEFAULT_CONTEXT
+    ) -> list[HubResult]:
+        """Hugging Face search: each hit's variants with their sizes and fit at ``context``."""
+        hardware = self.supervisor.known_hardware or (await self.supervisor.info()).hardware
+        return await search(await self.hub(), query, recipe, limit, hardware, context)
 
     def statuses(self) -> list[ModelView]:
         """Every model with its status; reads the cache, so front ends on the loop call it in a thread."""
@@ -374,8 +461,10 @@ class Router:
         if self._hub is None:
             import httpx  # on first use: the window's start-up does without it
 
-            self._http = httpx.AsyncClient()
-            self._hub = HubClient(self._http, token=await asyncio.to_thread(get_hf_token))
+            token = await asyncio.to_thread(get_hf_token)
+            if self._hub is None:  # two first calls at once (the window's) make one client, not two
+                self._http = httpx.AsyncClient()
+                self._hub = HubClient(self._http, token=token)
         return self._hub
 
     def downloads(self) -> DownloadManager:
@@ -419,6 +508,16 @@ class Router:
         if record.state is DownloadState.CANCELLED:
             raise asyncio.CancelledError
         return record
+
+    async def add(self, ref: str) -> Model:
+        """Register a Hub reference (``org/repo:VARIANT``) as a model and start its download; returns
+        the model without waiting for the download (its progress comes as events)."""
+        model, files = await self.plan_pull(ref)
+        self.library.register(model)
+        self._errors.pop(model.name, None)
+        self.downloads().submit(model.checkpoint, model.name, files)
+        self._changed(model.name)
+        return model
 
     async def pull(self, name_or_ref: str | Model, recipe: str | None = None) -> DownloadRecord:
         """The one pull: the CLI's, the window's and the API's."""
@@ -464,6 +563,24 @@ class Router:
             hardware = detect_hardware()
         kind = memory_budget(hardware, recipe).kind
         return download_cap(kind, remaining, free_memory(kind, hardware))
+
+    def download_records(self) -> list[DownloadRecord]:
+        """Every download remembered, as the download manager has it (empty before ``open_downloads``)."""
+        return list(self._downloads.records.values()) if self._downloads else []
+
+    async def open_downloads(self) -> list[str]:
+        """Read the downloads remembered and resume those the app's last run left unfinished (quit or
+        crash); returns the names of those resumed."""
+        await self.hub()
+        manager = self.downloads()
+        resumed = []
+        for record in list(manager.records.values()):
+            if record.state is DownloadState.PAUSED and record.message == INTERRUPTED:
+                manager.resume(record.id)
+                resumed.append(record.model)
+        if resumed:
+            self._changed(*resumed)
+        return resumed
 
     def _on_download(self, event: DownloadEvent) -> None:
         self._emit(event)

@@ -186,6 +186,11 @@ class Supervisor:
             raise RuntimeError("Supervisor.hardware is known only after info()")
         return self._hardware
 
+    @property
+    def known_hardware(self) -> Hardware | None:
+        """The machine if an ``info()`` has found it yet."""
+        return self._hardware
+
     async def info(self) -> SystemInfo:
         """The machine and every backend's state now (probes run in a thread)."""
         info = await asyncio.to_thread(gather, self.settings, self._hardware)

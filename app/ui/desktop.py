@@ -7,6 +7,7 @@ the UI needs (settings, window state, token), so that the widgets themselves do 
 from __future__ import annotations
 
 import asyncio
+import enum
 import json
 import logging
 import time
@@ -21,6 +22,7 @@ from app.core.backends import BackendState
 from app.core.bench import BenchRun
 from app.core.bench import to_markdown as bench_markdown
 from app.core.chat import ChatMessage
+from app.core.downloads import DownloadRecord
 from app.core.errors import LemonDeskError
 from app.core.status import Status
 from app.desktop_entry import ICON_NAME, PNG_SIZES, packaging_dir
@@ -31,7 +33,7 @@ from app.store.history import History
 from app.store.model_options import ModelOptions
 from app.store.paths import home
 from app.store.settings import Settings, load_settings, save_settings
-from app.supervisor.router import EngineUsage, LoadProgress, ModelView, RequestFinished
+from app.supervisor.router import EngineUsage, LoadProgress, ModelView, RequestFinished, Suggestion
 from app.supervisor.supervisor import EngineStateChanged
 from app.ui.backends_dialog import BackendsDialog
 from app.ui.bench_view import BenchView
@@ -57,6 +59,13 @@ def app_icon() -> QIcon:
 def window_state_store() -> QSettings:
     """Window size, splitters and last model, in LEMON_DESK_HOME (Qt writes the file atomically)."""
     return QSettings(str(home() / "window.ini"), QSettings.Format.IniFormat)
+
+
+class WelcomeState(enum.Enum):
+    UNKNOWN = "unknown"  # the models are not read yet
+    OFFERED = "offered"  # no model is on this machine: the welcome is shown
+    RUNNING = "running"  # its button was pressed: download, install and load under way
+    DONE = "done"  # a model is here (or was loaded from the welcome): the chat is shown
 
 
 class DesktopApp(QObject):
@@ -86,6 +95,7 @@ class DesktopApp(QObject):
         self.exit_app = qapp.quit  # what ends the application once everything is stopped
         self._quit_task: asyncio.Task[None] | None = None
         self._telemetry_loaded = False  # the Telemetry tab has the history's per-reply figures
+        self._welcome = WelcomeState.UNKNOWN
         self.bridge = Bridge(self.settings, self)
         self._connect_bridge()
 
@@ -134,7 +144,10 @@ class DesktopApp(QObject):
         models.load_requested.connect(lambda name: bridge.load(name))
         models.unload_requested.connect(bridge.unload)
         models.download_requested.connect(bridge.download)
-        models.cancel_download_requested.connect(bridge.cancel_download)
+        models.cancel_download_requested.connect(window.downloads.ask_cancel)
+        models.resume_download_requested.connect(bridge.resume_download)
+        models.fit_wanted.connect(bridge.measure_fit)
+        self._connect_first_run_and_downloads()
         models.pin_requested.connect(bridge.set_pinned)
         models.delete_requested.connect(self._confirm_delete)
         models.add_requested.connect(bridge.import_model)
@@ -151,7 +164,77 @@ class DesktopApp(QObject):
         self.tray.unload_all_requested.connect(bridge.unload_all)
         self.tray.pin_requested.connect(bridge.set_pinned)
 
+    def _connect_first_run_and_downloads(self) -> None:
+        bridge, window = self.bridge, self.window
+        bridge.downloads_changed.connect(self._downloads_changed)
+        bridge.download_progress.connect(window.downloads.show_progress)
+        window.downloads.pause_requested.connect(bridge.pause_download)
+        window.downloads.resume_requested.connect(bridge.resume_download)
+        window.downloads.cancel_requested.connect(bridge.cancel_download)
+        window.hub_search.search_requested.connect(bridge.search_hub)
+        window.hub_search.add_requested.connect(self._add_from_hub)
+        bridge.hub_results.connect(window.hub_search.set_results)
+        bridge.hub_failed.connect(window.hub_search.set_failed)
+        bridge.suggestion_ready.connect(self._suggestion_ready)
+        bridge.load_progress.connect(window.welcome.set_progress)
+        window.welcome.start_requested.connect(self.download_and_chat)
+        self.tray.welcome_requested.connect(self.download_and_chat)
+
+    def _downloads_changed(self, records: list[DownloadRecord]) -> None:
+        self.window.downloads.set_records(records)
+        self.window.show_downloads(self.window.downloads.active_count())
+
+    def _add_from_hub(self, ref: str) -> None:
+        self.bridge.add_from_hub(ref)
+        self.window.side.setCurrentWidget(self.window.downloads)
+
+    # First run: while no model is on this machine, the chat area offers the suggested one.
+
+    def _first_run(self, rows: list[ModelView]) -> None:
+        state = self._welcome
+        if state is WelcomeState.UNKNOWN and rows:
+            if any(r.on_disk for r in rows):
+                self._welcome = WelcomeState.DONE
+                return
+            self._welcome = WelcomeState.OFFERED
+            self.window.show_welcome(True)
+            self.bridge.suggest()
+        elif state is WelcomeState.OFFERED and any(r.on_disk for r in rows):
+            self._end_welcome()  # a model arrived another way (a download, an import)
+        elif state is WelcomeState.RUNNING:
+            row = next((r for r in rows if r.name == self.window.welcome.model), None)
+            if row is None:
+                return
+            if row.status.status is Status.LOADED:
+                self._end_welcome()
+                self.window.models.select(row.name)
+                self.window.chat.composer.setFocus()
+            elif row.status.status in (Status.FAILED, Status.DOWNLOAD_FAILED, Status.CRASHED):
+                self._welcome = WelcomeState.OFFERED
+                self.window.welcome.set_failed(row.status.message or f"{row.name} did not load.")
+
+    def _suggestion_ready(self, suggestion: Suggestion | None) -> None:
+        self.window.welcome.set_suggestion(suggestion)
+        if self._welcome is WelcomeState.OFFERED:
+            self.tray.set_welcome(suggestion.model.name if suggestion else "")
+
+    def download_and_chat(self, name: str) -> None:
+        """The welcome's one button: the one-click load (download, install, load), then the chat."""
+        if self._welcome is not WelcomeState.OFFERED:
+            return
+        self._welcome = WelcomeState.RUNNING
+        self.show_window()
+        self.window.models.select(name)
+        self.bridge.selected = name
+        self.bridge.load(name)
+
+    def _end_welcome(self) -> None:
+        self._welcome = WelcomeState.DONE
+        self.window.show_welcome(False)
+        self.tray.set_welcome("")
+
     def _rows_changed(self, rows: list[ModelView]) -> None:
+        self._first_run(rows)
         self.window.set_rows(rows)
         loaded = {r.name for r in rows if r.status.status is Status.LOADED}
         pinned = frozenset(r.name for r in rows if r.status.pinned)

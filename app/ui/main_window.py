@@ -8,6 +8,7 @@ from PySide6.QtWidgets import (
     QLabel,
     QMainWindow,
     QSplitter,
+    QStackedWidget,
     QTabWidget,
     QVBoxLayout,
     QWidget,
@@ -18,14 +19,17 @@ from app.core.status import Status
 from app.supervisor.router import ModelView
 from app.ui.chat.pane import ChatPane
 from app.ui.chat.sidebar import ConversationList
+from app.ui.downloads_panel import DownloadsPanel
+from app.ui.hub_search import HubSearch
 from app.ui.logs_view import LogsView
 from app.ui.model_manager import ModelManager
 from app.ui.options_panel import OptionsPanel
 from app.ui.telemetry_view import TelemetryView
+from app.ui.welcome import Welcome
 
 WINDOW_TITLE = "Lemon Desk"
 DEFAULT_SIZE = (1280, 820)
-DEFAULT_SPLIT = [400, 580, 300]
+DEFAULT_SPLIT = [480, 500, 300]
 MB = 1024 * 1024
 
 
@@ -65,6 +69,13 @@ class MainWindow(QMainWindow):
         self.side.addTab(self.logs, "Logs")
         self.telemetry = TelemetryView(self)
         self.side.addTab(self.telemetry, "Telemetry")
+        self.downloads = DownloadsPanel(self)
+        self.side.addTab(self.downloads, "Downloads")
+        self.hub_search = HubSearch(self)
+        self.welcome = Welcome(self)
+        self.center = QStackedWidget(self)  # the chat, or the first-run welcome in its place
+        self.center.addWidget(self.chat)
+        self.center.addWidget(self.welcome)
         self.models.options_requested.connect(self.show_options)
 
         self.left = QSplitter(Qt.Orientation.Vertical, self)
@@ -73,7 +84,11 @@ class MainWindow(QMainWindow):
         models_layout = QVBoxLayout(models)
         models_layout.setContentsMargins(0, 0, 0, 0)
         models_layout.addWidget(_panel_title("Models", models))
-        models_layout.addWidget(self.models, 1)
+        self.model_tabs = QTabWidget(models)
+        self.model_tabs.setDocumentMode(True)
+        self.model_tabs.addTab(self.models, "Your models")
+        self.model_tabs.addTab(self.hub_search, "Hugging Face")
+        models_layout.addWidget(self.model_tabs, 1)
         self.left.addWidget(models)
         chats = QWidget(self)
         chats_layout = QVBoxLayout(chats)
@@ -81,12 +96,12 @@ class MainWindow(QMainWindow):
         chats_layout.addWidget(_panel_title("Chats", chats))
         chats_layout.addWidget(self.conversations, 1)
         self.left.addWidget(chats)
-        self.left.setSizes([460, 340])
+        self.left.setSizes([560, 240])
 
         self.splitter = QSplitter(Qt.Orientation.Horizontal, self)
         self.splitter.setObjectName("mainSplitter")
         self.splitter.addWidget(self.left)
-        self.splitter.addWidget(self.chat)
+        self.splitter.addWidget(self.center)
         self.splitter.addWidget(self.side)
         for panel in (self.left, self.side):  # narrow windows squeeze the panels, not the chat
             panel.setMinimumWidth(120)
@@ -143,6 +158,14 @@ class MainWindow(QMainWindow):
         selected = self.models.row(self.models.selected())
         if selected is not None:
             self.options.set_row(selected)
+
+    def show_welcome(self, shown: bool) -> None:
+        self.center.setCurrentWidget(self.welcome if shown else self.chat)
+
+    def show_downloads(self, active: int) -> None:
+        """The Downloads tab, titled with how many run."""
+        index = self.side.indexOf(self.downloads)
+        self.side.setTabText(index, f"Downloads ({active})" if active else "Downloads")
 
     def set_engine_status(self, text: str) -> None:
         self.engine_status.setText(text)

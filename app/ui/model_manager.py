@@ -1,21 +1,24 @@
-"""The Model Manager: every catalog and user model with its recipe, size, labels and state; a search
-box and filters; actions on the selected row. Fed the router's ``ModelView``s by the bridge (each with
-the one status every front end shows); it only emits intents."""
+"""The Model Manager: every catalog and user model with its recipe badge, size, state and fit mark
+(the numbers in its tooltip); a search box and filters; actions on the selected row. Fed the router's
+``ModelView``s by the bridge (each with the one status every front end shows); it only emits intents."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
 from PySide6.QtCore import QPoint, Qt, Signal
+from PySide6.QtGui import QColor
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
     QFileDialog,
     QHBoxLayout,
     QHeaderView,
+    QLabel,
     QLineEdit,
     QMenu,
     QPushButton,
+    QStyle,
     QTreeWidget,
     QTreeWidgetItem,
     QVBoxLayout,
@@ -24,11 +27,23 @@ from PySide6.QtWidgets import (
 
 from app.core.status import Status
 from app.supervisor.router import ModelView
+from app.ui.look import (
+    SPACING,
+    BadgeDelegate,
+    add_search_icon,
+    fit_colour,
+    fit_text,
+    fit_tip,
+    icon,
+    muted_colour,
+)
 
 NAME_ROLE = Qt.ItemDataRole.UserRole
 ALL = ""
 ERRORS = (Status.FAILED, Status.DOWNLOAD_FAILED, Status.CRASHED)
 BUSY = (Status.DOWNLOADING, Status.INSTALLING, Status.LOADING)  # a one-click load or a download runs
+COLUMNS = ["Model", "Recipe", "Size", "State", "Fit"]
+FIT_COLUMN = 4
 
 
 class ModelManager(QWidget):
@@ -41,12 +56,15 @@ class ModelManager(QWidget):
     pin_requested = Signal(str, bool)  # model, pinned
     options_requested = Signal(str)
     add_requested = Signal(str)  # a .gguf file or an MLX folder to import
+    fit_wanted = Signal(str)  # a selected model's fit is by size alone: read its header
+    resume_download_requested = Signal(str)
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.search = QLineEdit(self)
-        self.search.setPlaceholderText("Search models")
+        self.search.setPlaceholderText("Filter your models and the catalog")
         self.search.setClearButtonEnabled(True)
+        add_search_icon(self.search)
         self.recipe = QComboBox(self)
         self.recipe.setToolTip("Show the models of one recipe")
         self.label = QComboBox(self)
@@ -54,7 +72,8 @@ class ModelManager(QWidget):
         self.downloaded_only = QCheckBox("Downloaded", self)
         self.downloaded_only.setToolTip("Show only the models on this machine")
         self.tree = QTreeWidget(self)
-        self.tree.setHeaderLabels(["Model", "Recipe", "Size", "State"])
+        self.tree.setHeaderLabels(COLUMNS)
+        self.tree.setItemDelegateForColumn(1, BadgeDelegate(self.tree))
         self.tree.setRootIsDecorated(False)
         self.tree.setUniformRowHeights(True)
         self.tree.setAlternatingRowColors(True)
@@ -62,8 +81,12 @@ class ModelManager(QWidget):
         header = self.tree.header()
         header.setStretchLastSection(False)
         header.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
-        for column in (1, 2, 3):
+        for column in range(1, len(COLUMNS)):
             header.setSectionResizeMode(column, QHeaderView.ResizeMode.ResizeToContents)
+        self.empty = QLabel("", self)  # says what to do when no row is shown
+        self.empty.setWordWrap(True)
+        self.empty.setStyleSheet(f"color: {muted_colour()}; padding: {SPACING}px;")
+        self.empty.hide()
         self.tree.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
         self.tree.customContextMenuRequested.connect(self._context_menu)
         self.tree.currentItemChanged.connect(self._current_changed)
@@ -73,7 +96,15 @@ class ModelManager(QWidget):
         self.unload_button = QPushButton("Unload", self)
         self.download_button = QPushButton("Download", self)
         self.delete_button = QPushButton("Delete", self)
+        for button, name, fallback in (
+            (self.load_button, "media-playback-start", QStyle.StandardPixmap.SP_MediaPlay),
+            (self.unload_button, "media-playback-stop", QStyle.StandardPixmap.SP_MediaStop),
+            (self.download_button, "document-save", QStyle.StandardPixmap.SP_ArrowDown),
+            (self.delete_button, "edit-delete", QStyle.StandardPixmap.SP_TrashIcon),
+        ):
+            button.setIcon(icon(name, fallback))
         self.add_button = QPushButton("Add model…", self)
+        self.add_button.setIcon(icon("document-open", QStyle.StandardPixmap.SP_DirOpenIcon))
         self.add_button.setToolTip("Import a local .gguf file or MLX folder")
         add_menu = QMenu(self.add_button)
         add_menu.addAction("GGUF file…", self._choose_file)
@@ -88,14 +119,18 @@ class ModelManager(QWidget):
         filters.addWidget(self.recipe, 1)
         filters.addWidget(self.label, 1)
         filters.addWidget(self.downloaded_only)
+        filters.setSpacing(SPACING)
         actions = QHBoxLayout()
+        actions.setSpacing(SPACING // 2)
         for button in (self.load_button, self.unload_button, self.download_button, self.delete_button):
             actions.addWidget(button)
         layout = QVBoxLayout(self)
-        layout.setContentsMargins(8, 0, 8, 4)
+        layout.setContentsMargins(SPACING, SPACING, SPACING, SPACING // 2)
+        layout.setSpacing(SPACING)
         layout.addWidget(self.search)
         layout.addLayout(filters)
         layout.addWidget(self.tree, 1)
+        layout.addWidget(self.empty, 1)
         layout.addLayout(actions)
         layout.addWidget(self.add_button)
         self.search.textChanged.connect(self._apply_filters)
@@ -121,8 +156,9 @@ class ModelManager(QWidget):
         self.tree.clear()
         for row in rows:
             size = f"{row.size_bytes / 1e9:.2f} GB" if row.size_bytes else ""
-            item = QTreeWidgetItem([row.name, row.model.recipe, size, ""])
+            item = QTreeWidgetItem([row.name, row.model.recipe, size, "", ""])
             item.setData(0, NAME_ROLE, row.name)
+            item.setTextAlignment(2, Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
             self._fill_state(item, row)
             self.tree.addTopLevelItem(item)
         self.tree.blockSignals(False)
@@ -168,10 +204,14 @@ class ModelManager(QWidget):
             tip.append("added by you")
         if status.message:
             tip.append(status.message)
-        for column in range(4):
+        for column in range(FIT_COLUMN):
             item.setToolTip(column, "\n".join(tip))
         if status.status in ERRORS:
-            item.setForeground(3, Qt.GlobalColor.red)
+            item.setForeground(3, QColor(fit_colour(None)))
+        item.setText(FIT_COLUMN, fit_text(row.fit, row.fit_exact))
+        item.setToolTip(FIT_COLUMN, fit_tip(row.fit, row.fit_exact, row.fit_note))
+        if row.fit is not None:
+            item.setForeground(FIT_COLUMN, QColor(fit_colour(row.fit.verdict)))
 
     @staticmethod
     def _set_choices(box: QComboBox, everything: str, values: list[str]) -> None:
@@ -197,6 +237,25 @@ class ModelManager(QWidget):
                 and (not self.downloaded_only.isChecked() or row.on_disk)
             )
             item.setHidden(not shown)
+        self._show_empty()
+
+    def _show_empty(self) -> None:
+        if self.visible_names():
+            self.empty.hide()
+            self.tree.show()
+            return
+        if not self._rows:
+            text = "Finding your models…"
+        elif self.downloaded_only.isChecked() and not any(r.on_disk for r in self._rows.values()):
+            text = (
+                "No model is on this machine yet. Clear “Downloaded” to see the catalog and press Load "
+                "(it downloads first), search Hugging Face, or add a GGUF file or MLX folder you have."
+            )
+        else:
+            text = "No model matches these filters. Clear the search box or choose “All recipes”."
+        self.empty.setText(text)
+        self.tree.hide()
+        self.empty.show()
 
     def _update_buttons(self) -> None:
         row = self._rows.get(self.selected())
@@ -206,14 +265,21 @@ class ModelManager(QWidget):
         self.load_button.setText("Reload" if state is Status.LOADED else "Load")
         self.unload_button.setEnabled(state in (Status.LOADED, Status.LOADING, Status.CRASHED))
         downloading = state is Status.DOWNLOADING
-        self.download_button.setText("Cancel download" if downloading else "Download")
+        paused = state is Status.PAUSED
+        self.download_button.setText(
+            "Cancel download" if downloading else "Resume download" if paused else "Download"
+        )
         self.download_button.setEnabled(row is not None and (downloading or not row.on_disk))
         self.delete_button.setEnabled(row is not None and (row.on_disk or row.model.user) and not downloading)
 
     def _current_changed(self, current: QTreeWidgetItem | None, _previous: QTreeWidgetItem | None) -> None:
         self._update_buttons()
         if current is not None:
-            self.model_selected.emit(str(current.data(0, NAME_ROLE)))
+            name = str(current.data(0, NAME_ROLE))
+            self.model_selected.emit(name)
+            row = self._rows.get(name)
+            if row is not None and row.fit is not None and not row.fit_exact and not row.fit_note:
+                self.fit_wanted.emit(name)
 
     def _act(self, action: Callable[[str], object]) -> None:
         if name := self.selected():
@@ -223,6 +289,8 @@ class ModelManager(QWidget):
         row = self._rows.get(name)
         if row is not None and row.status.status is Status.DOWNLOADING:
             self.cancel_download_requested.emit(name)
+        elif row is not None and row.status.status is Status.PAUSED:
+            self.resume_download_requested.emit(name)
         else:
             self.download_requested.emit(name)
 

@@ -16,6 +16,7 @@ class Tray(QObject):
     unload_all_requested = Signal()
     pin_requested = Signal(str, bool)  # model, pinned
     quit_requested = Signal()
+    welcome_requested = Signal(str)  # first run: download this model, load it and open the chat
     notified = Signal(str, str)  # title, message: also shown in the window, where a tray may be missing
 
     def __init__(self, icon: QIcon, parent: QObject | None = None) -> None:
@@ -23,6 +24,10 @@ class Tray(QObject):
         self.menu = QMenu()
         self.open_action = self.menu.addAction("Open Lemon Desk")
         self.open_action.triggered.connect(self.open_requested)
+        self.welcome_action = self.menu.addAction("Download and chat")
+        self.welcome_action.setVisible(False)
+        self.welcome_action.triggered.connect(self._welcome)
+        self._welcome_model = ""
         self.load_menu = self.menu.addMenu("Load")
         self.unload_menu = self.menu.addMenu("Unload")
         self.pin_menu = self.menu.addMenu("Pin")
@@ -67,6 +72,16 @@ class Tray(QObject):
         if self.api_url:
             QGuiApplication.clipboard().setText(f"{self.api_url}/v1")
             self.notified.emit("Copied", f"{self.api_url}/v1 is on the clipboard.")
+
+    def set_welcome(self, name: str) -> None:
+        """First run: offer "Download and chat with ``name``"; an empty name takes the offer away."""
+        self._welcome_model = name
+        self.welcome_action.setText(f"Download and chat with {name}")
+        self.welcome_action.setVisible(bool(name))
+
+    def _welcome(self) -> None:
+        if self._welcome_model:
+            self.welcome_requested.emit(self._welcome_model)
 
     def set_models(self, names: list[str], loaded: set[str], pinned: frozenset[str] = frozenset()) -> None:
         """The models that can be loaded (downloaded ones), those loaded now and those pinned (checked)."""

@@ -15,6 +15,13 @@ from app.store.settings import Settings, load_settings, save_settings
 from app.ui.desktop import DesktopApp
 
 
+@pytest.fixture(autouse=True)
+def no_hub(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A window reads model headers from the Hub when a row is selected: by default no Hub answers (a
+    closed loopback port, refused at once); tests that want one start the loopback Hub over this."""
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")
+
+
 @pytest.fixture
 def qt_loop(qapp: QApplication) -> Iterator[qasync.QEventLoop]:
     loop = qasync.QEventLoop(qapp, already_running=True)

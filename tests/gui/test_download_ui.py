@@ -38,13 +38,17 @@ def test_download_shows_progress_then_the_model_is_ready_to_load(
     qtbot: QtBot, desktop: Callable[[], DesktopApp], hub: LoopbackHub
 ) -> None:
     size = len(hub.repos[REPO].files[FILE])
-    # Half the bytes and a cut; the resumed request sends a little more, then goes silent until released.
-    hub.arm(REPO, FILE, Fault(cut_after=size // 2))
-    hub.arm(REPO, FILE, Fault(hold_after=size // 8))
     app = desktop()
     models = app.window.models
     models.select(MODEL)
     assert models.row(MODEL).status.status is Status.NOT_DOWNLOADED
+    # Selecting the row reads the model's header from the Hub for its fit, before any download.
+    qtbot.waitUntil(lambda: models.row(MODEL).fit_exact, timeout=30_000)
+    assert models.tree.currentItem().text(4) == "● fits"
+    assert "KV cache" in models.tree.currentItem().toolTip(4)
+    # Half the bytes and a cut; the resumed request sends a little more, then goes silent until released.
+    hub.arm(REPO, FILE, Fault(cut_after=size // 2))
+    hub.arm(REPO, FILE, Fault(hold_after=size // 8))
     assert models.load_button.isEnabled(), "Load is one click: it downloads first"
     try:
         models.download_button.click()

@@ -11,6 +11,7 @@ from PySide6.QtWidgets import (
     QAbstractButton,
     QFileDialog,
     QHBoxLayout,
+    QLabel,
     QLineEdit,
     QListWidget,
     QListWidgetItem,
@@ -22,6 +23,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.store.history import ConversationSummary
+from app.ui.chat.markdown_view import current_theme
 
 EXPORT_FORMATS = {"markdown": ("Markdown", ".md"), "json": ("JSON", ".json")}
 ID_ROLE = Qt.ItemDataRole.UserRole
@@ -93,6 +95,12 @@ class ConversationList(QWidget):
         layout.setContentsMargins(8, 4, 8, 8)
         layout.addLayout(top)
         layout.addWidget(self.list, 1)
+        self.empty = QLabel("", self)  # in the list's place while it is empty: what to do
+        self.empty.setWordWrap(True)
+        self.empty.setAlignment(Qt.AlignmentFlag.AlignTop | Qt.AlignmentFlag.AlignLeft)
+        self.empty.setStyleSheet(f"color: {current_theme().muted}; padding: 8px 2px;")
+        layout.addWidget(self.empty, 1)
+        self._show_empty()
         self._update_actions()
         self.dialog: QMessageBox | QFileDialog | None = None  # the question open now, for tests and focus
 
@@ -115,7 +123,19 @@ class ConversationList(QWidget):
                     self.list.setCurrentItem(item)
         finally:
             self._filling = False
+        self._show_empty()
         self._update_actions()
+
+    def _show_empty(self) -> None:
+        empty = self.list.count() == 0
+        searching = bool(self.search.text().strip())
+        self.empty.setText(
+            "No chat matches the search. Clear it to see every chat."
+            if searching
+            else "No chats yet. Each conversation is kept here as you chat, and can be searched."
+        )
+        self.empty.setVisible(empty)
+        self.list.setVisible(not empty)
 
     def _current_changed(self, current: QListWidgetItem | None, _previous: QListWidgetItem | None) -> None:
         self._update_actions()

@@ -1,0 +1,47 @@
+"""The first-run welcome without a Hub to reach: it still offers the model that suits the machine and
+says why the download time is unknown; its button fails with the reason and can be tried again; a model
+that arrives another way (an import) takes the welcome away."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from pytestqt.qtbot import QtBot
+
+from app.ui.desktop import DesktopApp
+from tests.conftest import profile_path
+from tests.support.modelfiles import gguf_files
+
+
+def test_without_the_hub_the_welcome_says_why_and_its_button_can_be_tried_again(
+    qtbot: QtBot, desktop: Callable[[], DesktopApp], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("LEMON_DESK_MOCK_HARDWARE", str(profile_path("cpu_only_x86")))
+    app = desktop()
+    window, welcome = app.window, app.window.welcome
+    qtbot.waitUntil(lambda: window.center.currentWidget() is welcome)
+    qtbot.waitUntil(welcome.button.isEnabled, timeout=30_000)
+    assert welcome.model == "Qwen3-0.6B-GGUF"
+    assert "380 MB download" in welcome.facts.text() and "MB/s" not in welcome.facts.text()
+    assert "Could not reach the Hugging Face Hub" in welcome.reason.text()
+
+    welcome.button.click()
+    qtbot.waitUntil(lambda: welcome.button.text() == "Try again", timeout=30_000)
+    assert welcome.button.isEnabled() and "Could not reach the Hugging Face Hub" in welcome.line.text()
+    assert window.center.currentWidget() is welcome
+
+
+def test_a_model_imported_while_the_welcome_shows_takes_it_away(
+    qtbot: QtBot, desktop: Callable[[], DesktopApp], tmp_path: Path
+) -> None:
+    app = desktop()
+    window = app.window
+    qtbot.waitUntil(lambda: window.center.currentWidget() is window.welcome)
+    path = tmp_path / "tiny.gguf"
+    path.write_bytes(gguf_files("tiny", tensor_kib=16)["tiny.gguf"])
+    with qtbot.waitSignal(app.bridge.model_added, timeout=30_000):
+        window.models.add(str(path))
+    qtbot.waitUntil(lambda: window.center.currentWidget() is window.chat)
+    assert not app.tray.welcome_action.isVisible()
