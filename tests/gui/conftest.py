@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import dataclasses
+import json
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -11,7 +11,7 @@ import qasync
 from PySide6.QtWidgets import QApplication
 from pytestqt.qtbot import QtBot
 
-from app.store.settings import Settings, load_settings, save_settings
+from app.store.settings import settings_path
 from app.ui.desktop import DesktopApp
 
 
@@ -42,10 +42,7 @@ def desktop(qtbot: QtBot, qapp: QApplication, qt_loop: object) -> Iterator[Calla
     made: list[DesktopApp] = []
 
     def make() -> DesktopApp:
-        # The window serves the local API; tests take any free port, so that they never collide.
-        settings = load_settings().settings
-        if settings.api_port == Settings().api_port:
-            save_settings(dataclasses.replace(settings, api_port=0))
+        use_any_free_port()
         app = DesktopApp(qapp)
         app.exit_app = lambda: None  # the test process's QApplication lives on for the next test
         qtbot.addWidget(app.window)
@@ -59,6 +56,19 @@ def desktop(qtbot: QtBot, qapp: QApplication, qt_loop: object) -> Iterator[Calla
     yield make
     for app in made:
         quit_and_wait(qtbot, app)
+
+
+def use_any_free_port() -> None:
+    """The window serves the local API; tests take any free port, so that they never collide. A settings
+    file a test made unreadable on purpose is left as it is."""
+    path = settings_path()
+    try:
+        data = json.loads(path.read_text()) if path.exists() else {}
+    except ValueError:
+        return
+    if isinstance(data, dict) and "api_port" not in data:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({**data, "api_port": 0, "api_enabled": False}))
 
 
 def quit_and_wait(qtbot: QtBot, app: DesktopApp) -> None:
