@@ -367,5 +367,5 @@ class Bridge(QObject):
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, *self._stopping, return_exceptions=True)
-        await self.router.shutdown()
+        await self.router.shutdown(resume_downloads=True)  # they go on when the window opens again
         self._unsubscribe()

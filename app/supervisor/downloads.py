@@ -102,7 +102,7 @@ class DownloadManager:
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._intents: dict[str, DownloadState] = {}  # why a task is being cancelled: pause or cancel
         self._keep: set[str] = set()  # cancelled downloads whose partial files stay
-        self._closing = False  # pauses now are the app quitting: the next start resumes them
+        self._resume_later = False  # pauses now are the window quitting: its next start resumes them
         self.progress: dict[str, int] = {}  # bytes on disk of each running download, as they arrive
         self._subscribers: Listeners[DownloadEvent] = Listeners("the downloads")
         loaded = load_downloads()
@@ -200,9 +200,10 @@ class DownloadManager:
             await asyncio.wait([task])
         return self._record(rid)
 
-    async def close(self) -> None:
-        """Pause everything (the app is quitting); partial files stay, and the next start resumes them."""
-        self._closing = True
+    async def close(self, resume_later: bool = False) -> None:
+        """Pause everything (the process is ending); partial files stay. ``resume_later``: marked as
+        interrupted, for the window's next start to resume (a ``pull`` stopped with Ctrl-C stays paused)."""
+        self._resume_later = resume_later
         for rid in list(self._tasks):
             await self._stop(rid, DownloadState.PAUSED)
         if self._http is not None:
@@ -246,7 +247,7 @@ class DownloadManager:
             intent = self._intents.pop(rid, DownloadState.PAUSED)
             if intent is DownloadState.CANCELLED and rid not in self._keep:
                 RepoCache(self.cache_root, files.repo_id).remove_partials(files.files)
-            message = INTERRUPTED if intent is DownloadState.PAUSED and self._closing else ""
+            message = INTERRUPTED if intent is DownloadState.PAUSED and self._resume_later else ""
             self._set(rid, intent, message, done=self._on_disk(files))
         except LemonDeskError as err:
             self._set(rid, DownloadState.FAILED, str(err), done=self._on_disk(files))
