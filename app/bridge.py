@@ -450,5 +450,5 @@ class Bridge(QObject):
         if self._api is not None:
             await self._api.stop()
             self._api = None
-        await self.router.shutdown()
+        await self.router.shutdown(resume_downloads=True)  # they go on when the window opens again
         self._unsubscribe()

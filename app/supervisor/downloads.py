@@ -161,7 +161,7 @@ class DownloadManager:
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._intents: dict[str, DownloadState] = {}  # why a task is being cancelled: pause or cancel
         self._keep: dict[str, bool] = {}  # a cancel that keeps the partial files
-        self._closing = False  # pauses now are the app quitting: the next start resumes them
+        self._resume_later = False  # pauses now are the window quitting: its next start resumes them
         self.progress: dict[str, int] = {}  # bytes on disk of each running download, as they arrive
         self.latest: dict[str, DownloadProgress] = {}  # the last progress of each running download
         self.caps: dict[str, BandwidthCap] = {}  # the running downloads that are throttled
@@ -282,9 +282,10 @@ class DownloadManager:
             await asyncio.wait([task])
         return self._record(rid)
 
-    async def close(self) -> None:
-        """Pause everything (the app is quitting); partial files stay, and the next start resumes them."""
-        self._closing = True
+    async def close(self, resume_later: bool = False) -> None:
+        """Pause everything (the process is ending); partial files stay. ``resume_later``: marked as
+        interrupted, for the window's next start to resume (a ``pull`` stopped with Ctrl-C stays paused)."""
+        self._resume_later = resume_later
         for rid in list(self._tasks):
             await self._stop(rid, DownloadState.PAUSED)
         if self._http is not None:
@@ -326,7 +327,7 @@ class DownloadManager:
             self._set(rid, DownloadState.DONE, done=files.size)
         except asyncio.CancelledError:
             intent = self._intents.pop(rid, DownloadState.PAUSED)
-            message = INTERRUPTED if intent is DownloadState.PAUSED and self._closing else ""
+            message = INTERRUPTED if intent is DownloadState.PAUSED and self._resume_later else ""
             if intent is DownloadState.CANCELLED:
                 keep = self._keep.get(rid, False)
                 if not keep:

@@ -190,12 +190,15 @@ class HubClient:
                 self.check(response, repo_id, path)
                 skip = start if response.status_code == 200 else 0
                 body = bytearray()
-                if response.status_code == 206:
-                    # Read to the end: a stream left part way is closed later from another task, which
-                    # httpcore's connection lock refuses (under qasync it raises from the finalizer).
+                length = response.headers.get("Content-Length", "")
+                if response.status_code == 206 and length.isdigit() and int(length) <= end - start:
+                    # The range, and no more: read to its end. A stream left part way is closed later
+                    # from another task, which httpcore's connection lock refuses (under qasync it
+                    # raised from the finalizer).
                     body += await response.aread()
                 else:
-                    # A server that ignores Range sends the whole file: stop reading once past ``end``.
+                    # A server that ignores Range (or sends more than it was asked for, or will not
+                    # say how much) may send the whole file or never stop: stop reading once past ``end``.
                     async for piece in response.aiter_bytes():
                         body += piece
                         if len(body) >= skip + end - start:

@@ -1041,8 +1041,9 @@ class Router:
 
     # --- shutdown -------------------------------------------------------------------------------------
 
-    async def shutdown(self) -> None:
-        """Cancel every load, restart and background job, pause downloads, stop every engine."""
+    async def shutdown(self, resume_downloads: bool = False) -> None:
+        """Cancel every load, restart and background job, pause downloads, stop every engine.
+        ``resume_downloads``: the paused downloads go on at the next ``open_downloads`` (the window's)."""
         self._closing = True
         self._sampling = False
         self._watching = False
@@ -1053,7 +1054,7 @@ class Router:
         await asyncio.gather(*jobs, return_exceptions=True)
         await self.supervisor.shutdown()
         if self._downloads is not None:
-            await self._downloads.close()
+            await self._downloads.close(resume_later=resume_downloads)
         if self._http is not None:
             await self._http.aclose()
         for unsubscribe in self._unsubscribe:

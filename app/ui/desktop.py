@@ -223,6 +223,7 @@ class DesktopApp(QObject):
         if self._welcome is not WelcomeState.OFFERED:
             return
         self._welcome = WelcomeState.RUNNING
+        self.window.welcome.show_starting()
         self.show_window()
         self.window.models.select(name)
         self.bridge.selected = name

@@ -201,9 +201,15 @@ class Welcome(QWidget):
         self.button.setText("Try again")
         self._fit_text()
 
+    def show_starting(self) -> None:
+        """The one-click load was asked for (here or from the tray): no second click, a first line."""
+        self.button.setEnabled(False)
+        self.line.setStyleSheet("")
+        self.line.show()
+        self.line.setText("Starting…")
+        self._fit_text()
+
     def _start(self) -> None:
         if self.model:
-            self.button.setEnabled(False)
-            self.line.show()
-            self.line.setText("Starting…")
+            self.show_starting()
             self.start_requested.emit(self.model)

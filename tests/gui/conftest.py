@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 from collections.abc import Callable, Iterator
 
@@ -42,7 +43,7 @@ def desktop(qtbot: QtBot, qapp: QApplication, qt_loop: object) -> Iterator[Calla
     made: list[DesktopApp] = []
 
     def make() -> DesktopApp:
-        use_any_free_port()
+        local_api_off_unless_set()
         app = DesktopApp(qapp)
         app.exit_app = lambda: None  # the test process's QApplication lives on for the next test
         qtbot.addWidget(app.window)
@@ -56,11 +57,17 @@ def desktop(qtbot: QtBot, qapp: QApplication, qt_loop: object) -> Iterator[Calla
     yield make
     for app in made:
         quit_and_wait(qtbot, app)
+    made.clear()
+    # Collect the apps' reference cycles here, on the Qt thread: left to a later collection, that can run
+    # in any thread that allocates (a download's, a probe's), and a QObject destroyed off its thread
+    # leaves its timers registered, to fire on freed memory (a segfault in a later test).
+    gc.collect()
 
 
-def use_any_free_port() -> None:
-    """The window serves the local API; tests take any free port, so that they never collide. A settings
-    file a test made unreadable on purpose is left as it is."""
+def local_api_off_unless_set() -> None:
+    """The window serves the local API by default; in tests it is off (and on any free port, so that
+    tests never collide) unless the test's settings say otherwise. A settings file a test made
+    unreadable on purpose is left as it is."""
     path = settings_path()
     try:
         data = json.loads(path.read_text()) if path.exists() else {}

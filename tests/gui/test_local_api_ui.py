@@ -21,7 +21,8 @@ Desktop = Callable[[], DesktopApp]
 
 
 def test_the_local_api_is_on_by_default_and_the_tray_shows_its_url(qtbot: QtBot, desktop: Desktop) -> None:
-    assert Settings().api_enabled and Settings().api_port == 13305
+    assert Settings().api_enabled and Settings().api_port == 13305  # what a user gets
+    save_settings(Settings(api_port=0))  # on, on any free port: tests must not collide
     app = desktop()
     qtbot.waitUntil(lambda: app.tray.api_url != "", timeout=30_000)
     url = app.tray.api_url
@@ -62,7 +63,7 @@ def test_a_port_taken_is_said_and_the_window_runs_without_the_api(qtbot: QtBot, 
 def test_a_request_through_the_api_shows_on_the_windows_telemetry(
     qtbot: QtBot, desktop: Desktop, standin_settings: Settings, tmp_path: Path
 ) -> None:
-    save_settings(standin_settings)
+    save_settings(dataclasses.replace(standin_settings, api_port=0))
     app = desktop()
     model = app.bridge.router.library.import_path(make_standin_model(tmp_path, "api", tokens=12))
     options = dataclasses.replace(app.bridge.options(model.name), backend="system")

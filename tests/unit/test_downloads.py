@@ -230,6 +230,7 @@ def test_download_state_survives_a_restart_and_resumes(hub: LoopbackHub) -> None
 
     records, _ = run_downloads(("q8", files), script=quit_app, stall_timeout_s=60)
     assert records["q8"].state is DownloadState.PAUSED
+    assert records["q8"].message == "", "a pull stopped with Ctrl-C stays paused: no one resumes it"
     # A record a dead process left "running" comes back paused, with its bytes counted from disk.
     raw = json.loads(downloads_path().read_text())
     raw["downloads"]["q8"]["state"] = "running"
@@ -248,6 +249,18 @@ def test_download_state_survives_a_restart_and_resumes(hub: LoopbackHub) -> None
 
     assert asyncio.run(restart()).state is DownloadState.DONE
     assert hub.requests_for(BIG, "Big-Q8_0.gguf")[-1] == f"bytes={CHUNK + 5}-"
+
+
+def test_the_window_quitting_marks_its_downloads_for_its_next_start(hub: LoopbackHub) -> None:
+    files = files_for(f"{BIG}:Q8_0")
+    hub.arm(BIG, "Big-Q8_0.gguf", Fault(hold_after=CHUNK + 5))
+
+    async def quit_window(manager: DownloadManager, events: list[DownloadEvent]) -> None:
+        await until_held(files)
+        await manager.close(resume_later=True)
+
+    records, _ = run_downloads(("q8", files), script=quit_window, stall_timeout_s=60)
+    assert (records["q8"].state, records["q8"].message) == (DownloadState.PAUSED, INTERRUPTED)
 
 
 def test_a_corrupt_downloads_file_is_set_aside_and_reported(hub: LoopbackHub) -> None:
