@@ -69,8 +69,16 @@ def test_install_then_run_streams_a_coherent_reply(mirror: Mirror, smol_gguf: Pa
     assert result["model"] == smol_gguf.stem and result["backend"] == "llamacpp:cpu"
     assert "Paris" in result["reply"]
     telemetry = result["telemetry"]
-    assert set(telemetry) == {"ttft_s", "prompt_tokens", "prompt_tps", "completion_tokens", "decode_tps"}
-    assert all(value > 0 for value in telemetry.values()), telemetry
+    assert set(telemetry) == {
+        "ttft_s",
+        "prompt_tokens",
+        "prompt_tps",
+        "completion_tokens",
+        "decode_tps",
+        "cached_tokens",
+    }
+    assert telemetry["cached_tokens"] == 0, "a first request has nothing cached"
+    assert all(value > 0 for key, value in telemetry.items() if key != "cached_tokens"), telemetry
 
 
 def test_plain_run_streams_to_stdout_and_telemetry_to_stderr(mirror: Mirror, smol_gguf: Path) -> None:

@@ -142,7 +142,8 @@ def test_install_of_one_backend_is_one_task(mirror: Mirror) -> None:
             return first is second
 
     assert asyncio.run(go())
-    assert len(mirror.served.log) == 1
+    # The asset is downloaded once (beside one look at the release's metadata for its digest).
+    assert sum(1 for path, _ in mirror.served.log if "/releases/download/" in path) == 1
 
 
 def test_an_unload_cancelled_half_way_still_reaps_the_engine(mirror: Mirror, smol_gguf: Path) -> None:
