@@ -4,6 +4,7 @@ each with a progress bar and Cancel. It only emits intents; the bridge reports p
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import (
@@ -18,9 +19,11 @@ from PySide6.QtWidgets import (
 )
 
 from app.core.backends import BackendKey, BackendState
-from app.supervisor.supervisor import InstallProgress
-from app.supervisor.system_info import SystemInfo
 from app.ui.options_panel import STATE_WORDS
+
+if TYPE_CHECKING:
+    from app.supervisor.supervisor import InstallProgress
+    from app.supervisor.system_info import SystemInfo
 
 
 @dataclass

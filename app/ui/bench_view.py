@@ -9,7 +9,7 @@ backends and the saved runs, and writes the exports it asks for.
 from __future__ import annotations
 
 import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QGuiApplication, QPalette
@@ -44,8 +44,10 @@ from app.core.bench import (
     figure,
     hardware_summary,
 )
-from app.supervisor.bench import BenchProgress
 from app.ui.chat.markdown_view import current_theme
+
+if TYPE_CHECKING:
+    from app.supervisor.bench import BenchProgress
 
 PP_COLOUR, TG_COLOUR = "#2980b9", "#e67e22"
 EARLIER_ALPHA = 110  # earlier runs' bars are paler

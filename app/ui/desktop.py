@@ -12,37 +12,38 @@ import json
 import logging
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QObject, QSettings, Qt
 from PySide6.QtGui import QGuiApplication, QIcon
 from PySide6.QtWidgets import QApplication, QMessageBox
 
-from app.bridge import Bridge
 from app.core.backends import BackendState
-from app.core.bench import BenchRun
-from app.core.bench import to_markdown as bench_markdown
 from app.core.chat import ChatMessage
 from app.core.downloads import DownloadRecord
 from app.core.errors import LemonDeskError
 from app.core.status import Status
 from app.desktop_entry import ICON_NAME, PNG_SIZES, packaging_dir
 from app.store import secrets
-from app.store.bench_results import load_runs
 from app.store.files import atomic_write_bytes
 from app.store.history import History
 from app.store.model_options import ModelOptions
 from app.store.paths import home
 from app.store.settings import Settings, load_settings, save_settings
-from app.supervisor.router import EngineUsage, LoadProgress, ModelView, RequestFinished, Suggestion
-from app.supervisor.supervisor import EngineStateChanged
-from app.ui.backends_dialog import BackendsDialog
-from app.ui.bench_view import BenchView
 from app.ui.chat.keeper import HistoryKeeper
 from app.ui.main_window import MainWindow
 from app.ui.settings_dialog import SettingsDialog, TokenAction, TokenChange
 from app.ui.single_instance import SingleInstance
 from app.ui.telemetry_view import WINDOW_S
 from app.ui.tray import Tray
+
+if TYPE_CHECKING:
+    from app.bridge import Bridge
+    from app.core.bench import BenchRun
+    from app.supervisor.router import EngineUsage, LoadProgress, ModelView, RequestFinished, Suggestion
+    from app.supervisor.supervisor import EngineStateChanged
+    from app.ui.backends_dialog import BackendsDialog
+    from app.ui.bench_view import BenchView
 
 STATUS_MESSAGE_MS = 8000
 log = logging.getLogger(__name__)
@@ -96,8 +97,8 @@ class DesktopApp(QObject):
         self._quit_task: asyncio.Task[None] | None = None
         self._telemetry_loaded = False  # the Telemetry tab has the history's per-reply figures
         self._welcome = WelcomeState.UNKNOWN
-        self.bridge = Bridge(self.settings, self)
-        self._connect_bridge()
+        self.bridge: Bridge  # made by start(), once the window shows
+        self.started = False
 
         self.window.settings_requested.connect(self.open_settings)
         self.window.quit_requested.connect(self.quit)
@@ -109,13 +110,21 @@ class DesktopApp(QObject):
         if instance is not None:
             instance.activation_requested.connect(self.show_window)
         QGuiApplication.styleHints().colorSchemeChanged.connect(self._scheme_changed)
-        for warning in (loaded.warning, self.history.warning, *self.bridge.warnings):
+        for warning in (loaded.warning, self.history.warning):
             if warning:
                 self._warn(warning)
 
     def start(self) -> None:
-        """Find the models and probe the hardware and backends: called once the window is shown, so that
-        the probes (threads, subprocesses) do not hold up its first paint."""
+        """Make the router (through the bridge), find the models, probe the hardware and backends, serve
+        the local API: called once the window is shown, so that none of it (imports included) holds up
+        its first paint."""
+        from app.bridge import Bridge
+
+        self.bridge = Bridge(self.settings, self)
+        self.started = True
+        self._connect_bridge()
+        for warning in self.bridge.warnings:
+            self._warn(warning)
         self.bridge.refresh()
         self.bridge.serve(self.settings.api_enabled, self.settings.api_port)
 
@@ -346,6 +355,8 @@ class DesktopApp(QObject):
 
     def open_backends(self) -> None:
         if self.backends is None:
+            from app.ui.backends_dialog import BackendsDialog  # opened on demand: not at start-up
+
             self.backends = BackendsDialog(self.window)
             self.backends.install_requested.connect(self.bridge.install)
             self.backends.cancel_requested.connect(self.bridge.cancel_install)
@@ -360,6 +371,8 @@ class DesktopApp(QObject):
 
     def open_bench(self) -> None:
         if self.bench is None:
+            from app.ui.bench_view import BenchView  # opened on demand: not at start-up
+
             self.bench = BenchView(self.window)
             self.bench.run_requested.connect(self.bridge.run_bench)
             self.bench.cancel_requested.connect(self.bridge.cancel_bench)
@@ -367,6 +380,8 @@ class DesktopApp(QObject):
             self.bridge.bench_progress.connect(self.bench.set_progress)
             self.bridge.bench_finished.connect(self.bench.set_finished)
             self.bridge.bench_failed.connect(self.bench.set_failed)
+            from app.store.bench_results import load_runs  # the Bench window's, when it first opens
+
             loaded = load_runs()
             if loaded.warning:
                 self._warn(loaded.warning)
@@ -384,6 +399,8 @@ class DesktopApp(QObject):
         self.bench.raise_()
 
     def _export_bench(self, run: BenchRun, fmt: str, path: str) -> None:
+        from app.core.bench import to_markdown as bench_markdown
+
         data = json.dumps(run.to_json(), indent=2) + "\n" if fmt == "json" else bench_markdown(run)
         try:
             atomic_write_bytes(Path(path), data.encode())
@@ -438,12 +455,14 @@ class DesktopApp(QObject):
         self.window.hide()
         # The style hints outlive this app object (they are the process's): stop hearing from them.
         QGuiApplication.styleHints().colorSchemeChanged.disconnect(self._scheme_changed)
-        self.bridge.blockSignals(True)  # the window is going: what the engines do now is for no one
+        if self.started:
+            self.bridge.blockSignals(True)  # the window is going: what the engines do now is for no one
         self._quit_task = asyncio.ensure_future(self._finish_quit())
 
     async def _finish_quit(self) -> None:
         try:
-            await self.bridge.shutdown()
+            if self.started:
+                await self.bridge.shutdown()
         finally:
             self.history.close()
             if self.instance is not None:

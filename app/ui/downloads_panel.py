@@ -4,6 +4,8 @@ Resume and Cancel (which asks whether to keep the partial file). Fed ``DownloadR
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
     QFrame,
@@ -19,8 +21,10 @@ from PySide6.QtWidgets import (
 )
 
 from app.core.downloads import DownloadRecord, DownloadState
-from app.supervisor.downloads import DownloadProgress
 from app.ui.look import SPACING, fit_colour, human_size, icon, muted_colour
+
+if TYPE_CHECKING:
+    from app.supervisor.downloads import DownloadProgress
 
 EMPTY_TEXT = (
     "No downloads yet.\n\nPick a model in the Models list and press Download or Load, or search Hugging "

@@ -4,6 +4,8 @@ registers the chosen ``org/repo:VARIANT`` and starts its download. Fed ``HubResu
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QColor
 from PySide6.QtWidgets import (
@@ -23,7 +25,6 @@ from PySide6.QtWidgets import (
 
 from app.core.fit import DEFAULT_CONTEXT
 from app.core.refs import GGUF_RECIPE, MLX_RECIPE
-from app.supervisor.hubsearch import HubResult, HubVariant
 from app.ui.look import (
     SPACING,
     BadgeDelegate,
@@ -35,6 +36,9 @@ from app.ui.look import (
     icon,
     muted_colour,
 )
+
+if TYPE_CHECKING:
+    from app.supervisor.hubsearch import HubResult, HubVariant
 
 REF_ROLE = Qt.ItemDataRole.UserRole
 START_TEXT = (

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from PySide6.QtCore import QByteArray, QEvent, QSettings, Qt, Signal
 from PySide6.QtGui import QAction, QCloseEvent, QIcon, QKeySequence
 from PySide6.QtWidgets import (
@@ -16,7 +18,6 @@ from PySide6.QtWidgets import (
 
 from app.core.chat import ChatMessage, MessageState, format_telemetry
 from app.core.status import Status
-from app.supervisor.router import ModelView
 from app.ui.chat.pane import ChatPane
 from app.ui.chat.sidebar import ConversationList
 from app.ui.downloads_panel import DownloadsPanel
@@ -26,6 +27,9 @@ from app.ui.model_manager import ModelManager
 from app.ui.options_panel import OptionsPanel
 from app.ui.telemetry_view import TelemetryView
 from app.ui.welcome import Welcome
+
+if TYPE_CHECKING:
+    from app.supervisor.router import ModelView
 
 WINDOW_TITLE = "Lemon Desk"
 DEFAULT_SIZE = (1280, 820)

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QPoint, Qt, Signal
 from PySide6.QtGui import QColor
@@ -26,7 +27,6 @@ from PySide6.QtWidgets import (
 )
 
 from app.core.status import Status
-from app.supervisor.router import ModelView
 from app.ui.look import (
     SPACING,
     BadgeDelegate,
@@ -37,6 +37,9 @@ from app.ui.look import (
     icon,
     muted_colour,
 )
+
+if TYPE_CHECKING:
+    from app.supervisor.router import ModelView
 
 NAME_ROLE = Qt.ItemDataRole.UserRole
 ALL = ""

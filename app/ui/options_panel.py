@@ -4,6 +4,7 @@ they are typed), sampling defaults, "Save for this model" and Load/Reload. It on
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QStandardItemModel
@@ -27,10 +28,12 @@ from app.core.errors import LemonDeskError
 from app.core.launch import check_user_args, split_args
 from app.core.status import Status
 from app.store.model_options import ModelOptions
-from app.supervisor.router import ModelView
-from app.supervisor.system_info import SystemInfo
 from app.ui.chat.markdown_view import current_theme
 from app.ui.chat.pane import DEFAULT_TEMPERATURE, DEFAULT_TOP_P
+
+if TYPE_CHECKING:
+    from app.supervisor.router import ModelView
+    from app.supervisor.system_info import SystemInfo
 
 CTX_MIN_LOG2, CTX_MAX_LOG2, CTX_STEPS_PER_DOUBLING = 9, 18, 4  # 512 to 262,144 tokens
 STATE_WORDS = {

@@ -16,14 +16,16 @@ import math
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import QPoint, QRect, Qt, QTimer, Signal
 from PySide6.QtGui import QGuiApplication, QHideEvent, QPalette, QShowEvent
 from PySide6.QtWidgets import QLabel, QScrollArea, QVBoxLayout, QWidget
 
-from app.supervisor.sampler import SystemSample
 from app.ui.chat.markdown_view import current_theme
+
+if TYPE_CHECKING:
+    from app.supervisor.sampler import SystemSample
 
 WINDOW_S = 30 * 60
 POINTS = WINDOW_S  # one a second

@@ -4,6 +4,8 @@ installs its engine, loads it and opens the chat. Fed by the bridge; it only emi
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QResizeEvent
 from PySide6.QtWidgets import (
@@ -19,8 +21,10 @@ from PySide6.QtWidgets import (
 
 from app.core.fit import GB
 from app.core.status import LoadPhase
-from app.supervisor.router import LoadProgress, Suggestion
 from app.ui.look import fit_colour, human_size, muted_colour
+
+if TYPE_CHECKING:
+    from app.supervisor.router import LoadProgress, Suggestion
 
 PHASE_TEXT = {
     LoadPhase.DOWNLOADING: "Downloading the model",
