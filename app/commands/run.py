@@ -16,9 +16,9 @@ from app.commands.repl import chat_in_terminal
 from app.core.backends import BackendKey
 from app.core.errors import ConfigError
 from app.core.models import Model
+from app.core.rpc import workers_for
 from app.store.model_options import ModelOptions
 from app.supervisor.router import Router
-from app.supervisor.supervisor import LoadOptions, Supervisor
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -35,6 +35,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser.add_argument("--json", action="store_true", help="print one JSON object (with --prompt)")
     parser.add_argument("--dry-run", action="store_true", help="print the engine command; start nothing")
     parser.add_argument("--force", action="store_true", help="load even if it needs more memory than is free")
+    parser.add_argument(
+        "--rpc",
+        metavar="HOST:PORT,...",
+        help="spread a llama.cpp model over these RPC workers (`lemon-desk worker`); `local`: none",
+    )
     parser.set_defaults(handler=cmd_run)
 
 
@@ -50,7 +55,9 @@ def _options(model: Model, args: argparse.Namespace) -> ModelOptions:
             )
     if args.ctx_size is not None and args.ctx_size <= 0:
         raise ConfigError("--ctx-size must be a positive number of tokens.")
-    return ModelOptions(backend=backend or None, ctx_size=args.ctx_size, args=args.args)
+    if args.rpc:
+        workers_for(args.rpc, "", "")  # a bad list is refused before anything starts
+    return ModelOptions(backend=backend or None, ctx_size=args.ctx_size, args=args.args, rpc=args.rpc or "")
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -60,13 +67,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     model = router.library.find(args.model)
     options = _options(model, args)
     if args.dry_run:
-        return asyncio.run(_dry_run(router.supervisor, model, options, args.json))
+        return asyncio.run(_dry_run(router, model, options, args.json))
     return asyncio.run(_run(router, model, options, args))
 
 
-async def _dry_run(supervisor: Supervisor, model: Model, options: ModelOptions, as_json: bool) -> int:
-    request = LoadOptions(options.backend, options.ctx_size, options.args)
-    plan = await supervisor.dry_run(model, request, dict(os.environ))
+async def _dry_run(router: Router, model: Model, options: ModelOptions, as_json: bool) -> int:
+    plan = await router.supervisor.dry_run(model, router.load_options(model, options), dict(os.environ))
     if as_json:
         print_json({"command": list(plan.argv), "env": plan.env, "device": plan.device.value})
     else:

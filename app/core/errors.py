@@ -11,6 +11,7 @@ LemonDeskError                  what happened + what to do (``hint``)
 ├── ModelError                  a model reference, file or download is unusable
 ├── UnsafePathError             a name from outside would put a file outside its folder (refused)
 ├── EngineError                 an engine failed to start, crashed or hung
+│   └── WorkerError             an RPC worker is unreachable, busy or speaks another protocol
 ├── PolicyError                 the loading policy forbids a load (everything in the way is pinned)
 ├── FitError                    a model would not fit in the memory free now
 └── RequestError                a request to an engine failed
@@ -82,6 +83,14 @@ class EngineError(LemonDeskError):
     def __str__(self) -> str:
         base = super().__str__()
         return f"{base}\n--- engine output ---\n{self.last_output}" if self.last_output else base
+
+
+class WorkerError(EngineError):
+    """RPC workers a load needs cannot serve it; ``workers`` names them (``host:port``)."""
+
+    def __init__(self, message: str, hint: str = "", workers: tuple[str, ...] = ()) -> None:
+        super().__init__(message, hint)
+        self.workers = workers
 
 
 class PolicyError(LemonDeskError):

@@ -51,6 +51,9 @@ PASSTHROUGH = frozenset(
         "LD_LIBRARY_PATH",
     }
 )
+# On an abort llama.cpp attaches gdb to itself for a backtrace: seconds of delay, and last words that
+# are a debugger's instead of llama.cpp's own line saying what failed (a lost RPC worker, say).
+QUIET_ABORT = {"GGML_NO_BACKTRACE": "1"}
 PASSTHROUGH_PREFIXES = ("LC_", "HIP_", "ROCR_", "HSA_", "ROCM_", "CUDA_", "VK_", "GGML_", "MESA_", "RADV_")
 
 
@@ -68,6 +71,7 @@ class LaunchRequest:
     hf_hub_cache: str = ""  # the app's Hugging Face cache (``hub`` folder), for engines that resolve repo ids
     architecture: str = ""  # the GGUF's general.architecture when known: model quirks key on it
     quirks: tuple[Quirk, ...] = ()  # the quirk table (``resources/quirks.json``)
+    rpc: tuple[str, ...] = ()  # llama.cpp RPC workers (``host:port``) that hold layers and KV cache
 
     @property
     def backend_key(self) -> BackendKey:
@@ -108,14 +112,36 @@ LLAMACPP_RESERVED: dict[str, str] = {
     **dict.fromkeys(("-dev", "--device"), _REMOVE),
     **dict.fromkeys(("--host", "--port", "--api-key", "--api-key-file"), _REMOVE),
     **dict.fromkeys(("--jinja", "--no-jinja", "--metrics", "--mmproj", "-mm"), _REMOVE),
+    "--rpc": "Use the rpc option (or --rpc on the command line) instead.",
 }
+GPU_LAYERS_FLAGS = ("-ngl", "--gpu-layers", "--n-gpu-layers")
+VERBOSITY_FLAGS = ("-lv", "--verbosity", "--log-verbosity", "-v", "--verbose", "--log-verbose")
 
 
-def _linux_library_env(req: LaunchRequest, hw: Hardware, parent_env: Mapping[str, str]) -> dict[str, str]:
-    if hw.os != "linux" or not req.library_dir:
+def _given(args: Sequence[str], flags: Sequence[str]) -> bool:
+    return any(arg.split("=", 1)[0] in flags for arg in args)
+
+
+def rpc_args(workers: Sequence[str], user_args: Sequence[str]) -> tuple[str, ...]:
+    """``--rpc`` with every layer offloaded (the workers are devices like GPUs: without ``-ngl`` nothing
+    would go to them), and a log verbose enough to say where each buffer went; the user's own ``-ngl``
+    or verbosity wins."""
+    if not workers:
+        return ()
+    args = ["--rpc", ",".join(workers)]
+    if not _given(user_args, GPU_LAYERS_FLAGS):
+        args += ["-ngl", "999"]
+    if not _given(user_args, VERBOSITY_FLAGS):
+        args += ["-lv", "4"]
+    return tuple(args)
+
+
+def library_env(os_name: str, library_dir: str, parent_env: Mapping[str, str]) -> dict[str, str]:
+    """llama.cpp's libraries sit beside its programs; Linux needs to be told (macOS builds use rpath)."""
+    if os_name != "linux" or not library_dir:
         return {}
     existing = parent_env.get("LD_LIBRARY_PATH", "")
-    return {"LD_LIBRARY_PATH": f"{req.library_dir}:{existing}" if existing else req.library_dir}
+    return {"LD_LIBRARY_PATH": f"{library_dir}:{existing}" if existing else library_dir}
 
 
 def llamacpp_plan(
@@ -140,9 +166,10 @@ def llamacpp_plan(
         "--metrics",
         "--api-key-file",
         key_file,
+        *rpc_args(req.rpc, req.user_args),
         *req.user_args,
     )
-    env = _linux_library_env(req, hw, parent_env)
+    env = {**library_env(hw.os, req.library_dir, parent_env), **QUIET_ABORT}
     if req.backend == "rocm" and hw.nvidia_gpu:
         env["CUDA_VISIBLE_DEVICES"] = ""  # keep ggml from counting the NVIDIA card in its memory budget
     return LaunchPlan(argv, env, key_file)

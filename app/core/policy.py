@@ -18,6 +18,18 @@ from app.core.lemon_mlx import DeviceType
 
 DEVICE_KEYS = {d.value: d for d in DeviceType}
 
+# Recovery of a process that dies (an engine, an RPC worker): started again after these delays, until
+# it dies CRASH_LIMIT times within CRASH_WINDOW_S; a run this long restarts the backoff at its first step.
+RESTART_BACKOFF_S = (1.0, 5.0, 30.0)  # before the 1st, 2nd, 3rd+ restart in a row
+CRASH_WINDOW_S = 300.0
+CRASH_LIMIT = 3
+STABLE_S = 300.0
+
+
+def restart_delay(streak: int, steps: Sequence[float] = RESTART_BACKOFF_S) -> float:
+    """The wait before a restart, after ``streak`` restarts in a row."""
+    return steps[min(streak, len(steps) - 1)]
+
 
 @dataclass(frozen=True)
 class Caps:

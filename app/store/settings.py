@@ -12,6 +12,7 @@ from typing import Any
 
 from app.core.errors import ConfigError
 from app.core.policy import parse_caps
+from app.core.rpc import parse_workers
 from app.store.files import atomic_write_json, read_json, set_aside
 from app.store.paths import home
 
@@ -34,6 +35,11 @@ class Settings:
     hang_grace_s: float = 90.0
     api_enabled: bool = True  # the window serves the local API (OpenAI- and Lemonade-compatible)
     api_port: int = 13305  # on 127.0.0.1; 0: any free port
+    rpc_workers: str = ""  # llama.cpp RPC workers every llama.cpp load uses ("host:port,..."; empty: none)
+    worker_enabled: bool = False  # the window runs an RPC worker (``lemon-desk worker``) for other machines
+    worker_host: str = "127.0.0.1"  # another address needs worker_allow_network: the protocol is open
+    worker_port: int = 50052
+    worker_allow_network: bool = False
 
 
 @dataclass(frozen=True)
@@ -71,6 +77,8 @@ def _from_json(data: Any) -> Settings:
             if f.name == "max_loaded_models":
                 values[f.name] = parse_caps(value).to_json()
                 continue
+            if f.name == "rpc_workers" and isinstance(value, str):
+                parse_workers(value)  # a bad list is refused here, not at the next load
             # ints are accepted where floats are expected; nothing else changes type.
             if isinstance(default, float) and isinstance(value, int) and not isinstance(value, bool):
                 value = float(value)

@@ -8,9 +8,8 @@ A READY engine is watched for hangs two ways: a request in flight that gets no d
 and, when no request is in flight, a cheap ``/health`` every ``idle_probe_s``. Either way /health must
 then fail ``HANG_PROBES`` times in a row before the engine is declared hung and killed (CRASHED).
 
-No engine outlives the app: on Linux it gets SIGKILL when the app dies (PDEATHSIG), elsewhere a reaper
-process watches it (``reaper.py``), and while it runs a run record names it, so that the next start
-stops it if both failed (``orphans.py``).
+No engine outlives the app: its process is a ``ChildProcess`` (``child.py``: PDEATHSIG or a reaper, a
+run record, SIGTERM then SIGKILL, always reaped).
 """
 
 from __future__ import annotations
@@ -21,9 +20,7 @@ import logging
 import os
 import re
 import secrets
-import signal
 import time
-from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -34,13 +31,13 @@ from app.core.engine_state import EngineState, can_transition
 from app.core.errors import EngineError, LemonDeskError, RequestError
 from app.core.hardware import Hardware
 from app.core.launch import LaunchPlan, LaunchRequest, child_environment, plan_launch
+from app.core.rpc import parse_endpoint
 from app.store.files import atomic_write_bytes
 from app.store.paths import logs_dir, run_dir
-from app.store.run_records import remove_run_record
+from app.supervisor.child import LAST_WORDS, ChildProcess, OutputListener
 from app.supervisor.listeners import Listeners
-from app.supervisor.orphans import record_engine
-from app.supervisor.process import RotatingLog, describe_exit, die_with_parent, free_port, signal_group
-from app.supervisor.reaper import reaper_command
+from app.supervisor.process import describe_exit, free_port
+from app.supervisor.rpc import lost_workers
 from app.supervisor.tps import telemetry_source
 
 if TYPE_CHECKING:
@@ -57,12 +54,8 @@ HEALTH_TIMEOUT_S = 2.0
 HANG_PROBES = 3  # /health failures in a row, after the grace period, that make a hang
 IDLE_PROBE_S = 15.0  # how often an idle READY engine's /health is checked
 EXPLAIN_WAIT_S = 5.0  # how long a broken request waits to learn whether the engine died
-OUTPUT_LINES = 2000
-LAST_WORDS = 20  # output lines quoted in an error
-
 
 StateListener = Callable[[EngineState], None]
-OutputListener = Callable[[str], None]
 
 
 def _safe_name(text: str) -> str:
@@ -122,24 +115,18 @@ class Engine:
         self.name = os.path.basename(request.binary)  # e.g. "llama-server", for messages
         self.state = EngineState.STOPPED
         self.error: EngineError | None = None  # why it FAILED or CRASHED
-        self.output: deque[str] = deque(maxlen=OUTPUT_LINES)  # stdout and stderr lines, newest last
+        self.process = ChildProcess(engine_id, self.log_path)
+        self.output = self.process.output  # stdout and stderr lines, newest last
         self.port: int | None = None
-        self.pid: int | None = None
         self.api_key: str | None = None
         self.watch = _Watch(self)
         self._fixed_port = port
         self._state_listeners: Listeners[EngineState] = Listeners(f"engine {engine_id}'s state")
-        self._output_listeners: Listeners[str] = Listeners(f"engine {engine_id}'s output")
         self._changed = asyncio.Event()
-        self._proc: asyncio.subprocess.Process | None = None
-        self._reaper: asyncio.subprocess.Process | None = None  # where the OS has no PDEATHSIG
-        self._reader: asyncio.Task[None] | None = None
-        self._exited: asyncio.Task[int] | None = None
         self._watchdog: asyncio.Task[None] | None = None
         self._starting: asyncio.Task[object] | None = None
         self._http: httpx.AsyncClient | None = None  # health probes
         self._requests: httpx.AsyncClient | None = None  # requests, shared by every chat client
-        self._log: RotatingLog | None = None
         self._hang: str | None = None
         self.telemetry = telemetry_source(request)  # engine-printed speed figures, where it prints them
         if self.telemetry is not None:
@@ -155,12 +142,16 @@ class Engine:
         """Call ``listener(new_state)`` on every change; returns a function that removes it."""
         return self._state_listeners.add(listener)
 
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid
+
     def add_output_listener(self, listener: OutputListener) -> Callable[[], None]:
         """Call ``listener(line)`` for each line the engine prints; returns a function that removes it."""
-        return self._output_listeners.add(listener)
+        return self.process.add_output_listener(listener)
 
     def last_output(self, lines: int = LAST_WORDS) -> str:
-        return "\n".join(list(self.output)[-lines:])
+        return self.process.last_output(lines)
 
     async def wait_for_state(self, *states: EngineState) -> EngineState:
         while self.state not in states:
@@ -238,29 +229,12 @@ class Engine:
         if plan.api_key_file:
             self.api_key = secrets.token_urlsafe(32)
             atomic_write_bytes(Path(plan.api_key_file), f"{self.api_key}\n".encode())  # 0600 (mkstemp)
-        self.output.clear()
-        self._log = RotatingLog(self.log_path)
-        self._emit([f"=== {time.strftime('%Y-%m-%d %H:%M:%S')} starting: {' '.join(plan.argv)}"])
-        die_with_app = die_with_parent()
         try:
-            self._proc = await asyncio.create_subprocess_exec(
-                *plan.argv,
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.STDOUT,
-                env=child_environment(os.environ, plan),
-                start_new_session=True,  # Ctrl-C in a terminal reaches the app, which stops the engine
-                preexec_fn=die_with_app,
-            )
+            await self.process.spawn(plan.argv, child_environment(os.environ, plan))
         except OSError as err:
             raise EngineError(
                 f"Could not run {plan.argv[0]}: {err.strerror}.", "Reinstall the backend and try again."
             ) from None
-        self.pid = self._proc.pid
-        assert self._proc.stdout is not None
-        self._reader = asyncio.create_task(self._read_output(self._proc.stdout))
-        self._exited = asyncio.create_task(self._wait_exit(self._proc))
-        await self._guard(plan.argv[0], die_with_app is not None)
         import httpx
 
         self._http = httpx.AsyncClient(base_url=self.base_url, trust_env=False, verify=loopback_ssl())
@@ -268,21 +242,21 @@ class Engine:
     async def _wait_ready(self) -> None:
         import httpx
 
-        assert self._exited is not None and self._http is not None
+        assert self.process.exited is not None and self._http is not None
         started = time.monotonic()
         deadline = started + self.load_timeout_s
         while True:
             probe = asyncio.create_task(self._http.get("/health", timeout=HEALTH_TIMEOUT_S))
             try:
-                await asyncio.wait({probe, self._exited}, return_when=asyncio.FIRST_COMPLETED)
+                await asyncio.wait({probe, self.process.exited}, return_when=asyncio.FIRST_COMPLETED)
             finally:
                 # A load cancelled here, or an engine that exited first, must not leave the probe behind.
                 probe.cancel()  # does nothing once it is done
                 await asyncio.gather(probe, return_exceptions=True)
-            if self._exited.done():
+            if self.process.exited.done():
                 raise EngineError(
                     f"{self.name} exited while loading {self._model_name()} "
-                    f"({describe_exit(self._exited.result())}).",
+                    f"({describe_exit(self.process.exited.result())}).",
                     "Its last words are below.",
                     self.last_output(),
                 )
@@ -296,81 +270,22 @@ class Engine:
                     self.last_output(),
                 )
             fast = time.monotonic() - started < HEALTH_FAST_FOR_S
-            await asyncio.wait({self._exited}, timeout=HEALTH_POLL_FIRST_S if fast else HEALTH_POLL_S)
+            await asyncio.wait({self.process.exited}, timeout=HEALTH_POLL_FIRST_S if fast else HEALTH_POLL_S)
 
     def _model_name(self) -> str:
         return os.path.basename(self.request.model.rstrip("/")) or self.request.model
-
-    # --- output -------------------------------------------------------------------------------------
-
-    async def _read_output(self, stream: asyncio.StreamReader) -> None:
-        rest = b""
-        while chunk := await stream.read(1 << 16):
-            *lines, rest = (rest + chunk).split(b"\n")
-            if lines:
-                self._emit([line.decode("utf-8", "replace").rstrip("\r") for line in lines])
-        if rest:
-            self._emit([rest.decode("utf-8", "replace").rstrip("\r")])
-
-    def _emit(self, lines: list[str]) -> None:
-        self.output.extend(lines)
-        if self._log is not None:
-            self._log.write_lines(lines)
-        for line in lines:
-            self._output_listeners.emit(line)
-
-    async def _guard(self, binary: str, dies_with_app: bool) -> None:
-        """Leave a run record (so a later start finds the engine if the app dies unseen), and start a
-        reaper where the engine does not die with the app by itself. Neither failing stops the engine."""
-        assert self._proc is not None
-        try:
-            record_engine(self.id, binary, self._proc.pid)
-        except OSError as err:
-            log.warning("engine %s: could not write its run record: %s", self.id, err)
-        if dies_with_app:
-            return
-        try:
-            self._reaper = await asyncio.create_subprocess_exec(
-                *reaper_command(self._proc.pid),
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.DEVNULL,
-                stderr=asyncio.subprocess.DEVNULL,
-                start_new_session=True,  # a Ctrl-C meant for the app must not end it
-            )
-        except OSError as err:
-            log.warning("engine %s: could not start its reaper: %s", self.id, err)
-        if self._proc.returncode is not None:  # it ended while its reaper started: _wait_exit is past it
-            await self._end_reaper()
-
-    async def _end_reaper(self) -> None:
-        """Once the engine has been reaped: its reaper would notice within its poll; no need to wait."""
-        reaper, self._reaper = self._reaper, None
-        if reaper is not None:
-            with contextlib.suppress(ProcessLookupError):
-                reaper.terminate()
-            await reaper.wait()
-
-    async def _wait_exit(self, proc: asyncio.subprocess.Process) -> int:
-        returncode = await proc.wait()
-        remove_run_record(proc.pid)
-        await self._end_reaper()
-        if self._reader is not None:
-            # The last lines may still be in the pipe; a grandchild holding it open must not block us.
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(asyncio.shield(self._reader), 2.0)
-        return returncode
 
     # --- watchdog -----------------------------------------------------------------------------------
 
     async def _watch_ready(self) -> None:
         """Notice an engine that exits, or one that hangs: a request in flight silent past the grace, or
         an idle engine whose periodic /health fails."""
-        assert self._exited is not None
+        assert self.process.exited is not None
         tick = min(1.0, self.hang_grace_s / 4, self.idle_probe_s)
         next_idle_probe = time.monotonic() + self.idle_probe_s
-        while not self._exited.done():
-            await asyncio.wait({self._exited}, timeout=tick)
-            if self._exited.done():
+        while not self.process.exited.done():
+            await asyncio.wait({self.process.exited}, timeout=tick)
+            if self.process.exited.done():
                 break
             if self.watch.silent_for(self.hang_grace_s):
                 why = f"no reply data for {self.hang_grace_s:g} s, then /health failed {HANG_PROBES} times"
@@ -384,15 +299,21 @@ class Engine:
             next_idle_probe = time.monotonic() + self.idle_probe_s
             if hung:
                 self._hang = f"{self.name} stopped responding to /health ({why}), so it was killed."
-                self._emit([f"=== {self._hang}"])
-                assert self._proc is not None
-                signal_group(self._proc.pid, signal.SIGKILL)
-                await asyncio.shield(self._exited)
+                self.process.emit([f"=== {self._hang}"])
+                self.process.kill()
+                await asyncio.shield(self.process.exited)
         if self.state is EngineState.READY:
             message = self._hang or (
-                f"{self.name} stopped unexpectedly ({describe_exit(self._exited.result())})."
+                f"{self.name} stopped unexpectedly ({describe_exit(self.process.exited.result())})."
             )
-            self.error = EngineError(message, "Load the model again.", self.last_output())
+            hint = "Load the model again."
+            lost = (
+                await lost_workers(tuple(map(parse_endpoint, self.request.rpc))) if self.request.rpc else []
+            )
+            if lost:  # llama.cpp aborts when a worker goes: the worker is the cause to name
+                message = f"{message[:-1]}: {'; '.join(lost)}."
+                hint = "Start the worker again, or load the model without it."
+            self.error = EngineError(message, hint, self.last_output())
             await self._release()  # before CRASHED: a listener may start the engine again at once
             self._set_state(EngineState.CRASHED)
 
@@ -403,18 +324,18 @@ class Engine:
         """
         import httpx
 
-        assert self._http is not None and self._exited is not None
+        assert self._http is not None and self.process.exited is not None
         timeout = min(5.0, self.hang_grace_s)
         for attempt in range(HANG_PROBES):
             if attempt:
-                await asyncio.wait({self._exited}, timeout=HEALTH_POLL_S)
-            if self._exited.done():
+                await asyncio.wait({self.process.exited}, timeout=HEALTH_POLL_S)
+            if self.process.exited.done():
                 return False
             with contextlib.suppress(httpx.HTTPError):
                 if (await self._http.get("/health", timeout=timeout)).status_code == 200:
                     self.watch.last_activity = time.monotonic()
                     return False
-        return not self._exited.done()
+        return not self.process.exited.done()
 
     async def explain(self, error: RequestError) -> LemonDeskError:
         """Why a request broke: the engine's crash (waiting briefly to learn of it), else ``error``."""
@@ -447,29 +368,14 @@ class Engine:
         self._set_state(EngineState.STOPPED)
 
     async def _terminate(self) -> None:
-        proc, exited = self._proc, self._exited
-        if proc is not None and exited is not None:
-            if proc.returncode is None:
-                signal_group(proc.pid, signal.SIGTERM)
-                try:
-                    await asyncio.wait_for(asyncio.shield(exited), self.stop_grace_s)
-                except TimeoutError:
-                    signal_group(proc.pid, signal.SIGKILL)
-                except asyncio.CancelledError:
-                    signal_group(proc.pid, signal.SIGKILL)  # asyncio's child watcher still reaps it
-                    raise
-            await asyncio.shield(exited)
+        await self.process.terminate(self.stop_grace_s)
         await self._release()
 
     async def _release(self) -> None:
         """After the process is gone: its connection pool, its log, its key."""
-        if self._exited is not None and self._exited.done() and self._log is not None:
-            self._emit([f"=== stopped ({describe_exit(self._exited.result())})"])
+        self.process.close_log()
         for pool in (self._http, self._requests):
             if pool is not None:
                 await pool.aclose()
         self._http = self._requests = None
-        if self._log is not None:
-            self._log.close()
-            self._log = None
         self.api_key = None

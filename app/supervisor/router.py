@@ -25,6 +25,7 @@ from collections import Counter
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass
 from enum import Enum
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 import psutil
@@ -49,12 +50,23 @@ from app.core.fit import (
     memory_budget,
 )
 from app.core.gguf import HEADER_FIRST
-from app.core.launch import DEFAULT_CTX_SIZE
+from app.core.launch import DEFAULT_CTX_SIZE, LaunchRequest
 from app.core.lemon_mlx import DeviceType, device_type
 from app.core.models import Model
-from app.core.policy import LoadedModel, over_caps, parse_caps, plan_evictions
+from app.core.policy import (
+    CRASH_LIMIT,
+    CRASH_WINDOW_S,
+    RESTART_BACKOFF_S,
+    STABLE_S,
+    LoadedModel,
+    over_caps,
+    parse_caps,
+    plan_evictions,
+    restart_delay,
+)
 from app.core.quirks import effective_labels
 from app.core.refs import FileSet, parse_ref, select
+from app.core.rpc import LOCAL_ONLY, Endpoint, WorkerInfo, parse_endpoint, workers_for
 from app.core.runcard import RunCard, quant_of
 from app.core.status import LoadPhase, ModelFacts, ModelStatus, model_status
 from app.core.suggest import suggest
@@ -86,6 +98,14 @@ from app.supervisor.hub import HubClient, gated_error
 from app.supervisor.hubsearch import HubResult, search
 from app.supervisor.listeners import Listeners
 from app.supervisor.modelmeta import remote_parameter_count, remote_shape
+from app.supervisor.rpc import (
+    Worker,
+    WorkerChanged,
+    check_workers,
+    engine_protocol,
+    rpc_server_binary,
+    worker_plan,
+)
 from app.supervisor.sampler import Sampler, SystemSample
 from app.supervisor.supervisor import (
     EngineStateChanged,
@@ -100,10 +120,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-RESTART_BACKOFF_S = (1.0, 5.0, 30.0)  # before the 1st, 2nd, 3rd+ restart in a row
-CRASH_WINDOW_S = 300.0  # this many crashes within this window and the router gives up
-CRASH_LIMIT = 3
-STABLE_S = 300.0  # an engine up this long has its restart backoff start again at the first step
 IDLE_CHECK_S = 30.0
 USAGE_INTERVAL_S = 2.0
 SYSTEM_INTERVAL_S = 1.0  # the Telemetry view's charts, while it is watched
@@ -168,6 +184,7 @@ RouterEvent = (
     | BenchProgress
     | SystemSample
     | RequestFinished
+    | WorkerChanged
 )
 
 
@@ -262,6 +279,7 @@ class Router:
         self._watcher: asyncio.Task[None] | None = None
         self._watching = False
         self._closing = False
+        self.worker: Worker | None = None  # this machine's RPC worker, when it runs one
 
     async def __aenter__(self) -> Router:
         return self
@@ -617,6 +635,13 @@ class Router:
         task.add_done_callback(lambda t: self._loads.pop(name, None) if self._loads.get(name) is t else None)
         return task
 
+    def reload_without(self, name: str, workers: tuple[str, ...]) -> asyncio.Task[Engine]:
+        """Load a model again on the RPC workers of its last load less ``workers`` (lost ones); with none
+        left it loads here alone. Its saved options do not change."""
+        last = self._load_options.get(name)
+        remaining = [w for w in (last.rpc if last else ()) if w not in workers]
+        return self.load(name, dataclasses.replace(self.options(name), rpc=",".join(remaining) or LOCAL_ONLY))
+
     def cancel_load(self, name: str) -> bool:
         task = self._loads.get(name)
         return task.cancel() if task is not None else False
@@ -641,7 +666,7 @@ class Router:
                 await self.download(planned, files)
                 downloading = False
                 model = self.library.resolve(name) if name in self.library.models() else planned
-            request = LoadOptions(options.backend, options.ctx_size, options.args)
+            request = self.load_options(model, options)
             await self._install_backend(model, request)
             self._set_phase(name, LoadPhase.LOADING)
             return await self._launch(model, request, force)
@@ -656,25 +681,46 @@ class Router:
             self._phases.pop(name, None)
             self._changed(name)
 
+    def load_options(self, model: Model, options: ModelOptions) -> LoadOptions:
+        """What a load of ``model`` with its recipe ``options`` asks of the supervisor: the RPC workers
+        are the option's (``local``: none), else the Settings' list for a llama.cpp model."""
+        settings = self.settings.rpc_workers if model.recipe == "llamacpp" else ""
+        workers = workers_for(None, options.rpc, settings)
+        return LoadOptions(options.backend, options.ctx_size, options.args, tuple(map(str, workers)))
+
     async def _install_backend(self, model: Model, options: LoadOptions) -> None:
         """Install the backend the load will use when it is installable or out of date."""
+
+        def installing(key: str) -> None:
+            self._set_phase(model.name, LoadPhase.INSTALLING, detail=key)
+
+        version = await self.install_backend(model.recipe, options.backend, installing)
+        if version is not None:
+            self._versions[model.name] = version
+
+    async def install_backend(
+        self, recipe: str, backend: str | None, installing: Callable[[str], None] | None = None
+    ) -> str | None:
+        """Install a recipe's backend (None: the best one here) when it is installable or out of date,
+        calling ``installing("recipe:backend")`` first; returns its version, None for an unknown one."""
         info = await self.supervisor.info()
-        support = info.recipes.get(model.recipe)
-        backend = options.backend or (support.default_backend if support else None)
+        support = info.recipes.get(recipe)
+        backend = backend or (support.default_backend if support else None)
         status = support.backends.get(backend) if support and backend else None
-        if status is not None:
-            self._versions[model.name] = status.version
-        if status is None or info.versions.spec(model.recipe, backend or "").kind is BackendKind.SYSTEM:
-            return  # the launch says what is wrong
+        if status is None or info.versions.spec(recipe, backend or "").kind is BackendKind.SYSTEM:
+            return status.version if status else None  # the launch says what is wrong
         if status.state in (BackendState.INSTALLABLE, BackendState.UPDATE_REQUIRED):
-            self._set_phase(model.name, LoadPhase.INSTALLING, detail=f"{model.recipe}:{backend}")
-            await self.supervisor.install(model.recipe, backend or "")
+            if installing is not None:
+                installing(f"{recipe}:{backend}")
+            await self.supervisor.install(recipe, backend or "")
+        return status.version
 
     async def _launch(self, model: Model, options: LoadOptions, force: bool) -> Engine:
         request = await self.supervisor.launch_request(model, options)
         device = device_type(request.backend, self.supervisor.hardware.os)
+        workers = await self._check_workers(request) if request.rpc else []
         if not force:
-            await self._check_fit(model, options)
+            await self._check_fit(model, options, sum(w.free_bytes for w in workers))
         if self._room is None:
             self._room = asyncio.Lock()
         async with self._room:
@@ -689,6 +735,13 @@ class Router:
         self._start_idle_watch()
         return engine
 
+    async def _check_workers(self, request: LaunchRequest) -> list[WorkerInfo]:
+        """Each RPC worker of the load answers, is free and speaks the engine's protocol; else a
+        WorkerError naming those that do not."""
+        os_name = self.supervisor.hardware.os
+        expected = await engine_protocol(Path(request.binary), request.library_dir, os_name)
+        return await check_workers(tuple(map(parse_endpoint, request.rpc)), expected)
+
     def _running(self) -> list[LoadedModel]:
         live = (EngineState.STARTING, EngineState.READY)
         return [
@@ -697,8 +750,9 @@ class Router:
             if engine.state in live
         ]
 
-    async def _check_fit(self, model: Model, options: LoadOptions) -> None:
-        """Refuse, with the numbers and the ways out, a model that needs more memory than is free now."""
+    async def _check_fit(self, model: Model, options: LoadOptions, on_workers: int = 0) -> None:
+        """Refuse, with the numbers and the ways out, a model that needs more memory than is free now
+        (here, plus ``on_workers`` bytes free on its RPC workers)."""
         local = self.library.local_files(model)
         if local is None:
             return
@@ -713,6 +767,7 @@ class Router:
         free = await asyncio.to_thread(free_memory, fit.budget.kind, hardware)
         if free is None:
             return
+        free += on_workers
         others = [(n, self._rss(n)) for n in self.loaded() if n != model.name and not self.options(n).pinned]
         check_live_fit(model.name, fit, free, largest_context(local.size, shape, free, model.recipe), others)
 
@@ -891,7 +946,7 @@ class Router:
             self._errors[name] = message
             self._emit(EngineRecovery(name, message, gave_up=True))
             return
-        delay = RESTART_BACKOFF_S[min(self._streak[name], len(RESTART_BACKOFF_S) - 1)]
+        delay = restart_delay(self._streak[name], RESTART_BACKOFF_S)
         self._streak[name] += 1
         message = f"{name} crashed; restarting it in {delay:g} s.\n{why}"
         self._errors[name] = message
@@ -921,6 +976,37 @@ class Router:
             restart.cancel()
         self._crashes.pop(name, None)
         self._streak.pop(name, None)
+
+    # --- this machine's RPC worker ------------------------------------------------------------------
+
+    async def start_worker(
+        self, endpoint: Endpoint, backend: str | None = None, threads: int | None = None
+    ) -> Worker:
+        """Run an RPC worker (``ggml-rpc-server``) from this machine's llama.cpp backend, installing the
+        backend first when it is installable or out of date; kept running (``WorkerChanged`` events)
+        until ``stop_worker`` or shutdown. Binding beyond loopback is the caller's decision to check
+        (``app.core.rpc.exposure_warning``)."""
+        await self.stop_worker()
+        await self.install_backend("llamacpp", backend)
+        _, engine, library_dir = await self.supervisor.engine_binary("llamacpp", backend)
+        binary = rpc_server_binary(engine)
+        if binary is None:
+            raise EngineError(
+                f"The llama.cpp build in {engine.parent} has no ggml-rpc-server, so it cannot be a worker.",
+                "Use the llamacpp:cpu backend (llama.cpp's releases carry it), or build llama.cpp with "
+                "-DGGML_RPC=ON.",
+            )
+        plan = worker_plan(binary, library_dir, endpoint, threads, self.supervisor.hardware.os)
+        worker = Worker(plan, endpoint)
+        worker.subscribe(self._emit)
+        self.worker = worker
+        await worker.start()
+        return worker
+
+    async def stop_worker(self) -> None:
+        worker, self.worker = self.worker, None
+        if worker is not None:
+            await worker.stop()
 
     # --- idle unload and usage samples ----------------------------------------------------------------
 
@@ -1052,6 +1138,7 @@ class Router:
         for job in jobs:
             job.cancel()
         await asyncio.gather(*jobs, return_exceptions=True)
+        await self.stop_worker()
         await self.supervisor.shutdown()
         if self._downloads is not None:
             await self._downloads.close(resume_later=resume_downloads)

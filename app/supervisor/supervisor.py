@@ -111,6 +111,7 @@ class LoadOptions:
     backend: str | None = None  # a backend of the model's recipe; None: the best one installed here
     ctx_size: int | None = None  # None: the launcher's default
     args: str = ""  # extra engine arguments, as the user typed them
+    rpc: tuple[str, ...] = ()  # llama.cpp RPC workers (host:port) to spread the model over
 
 
 ModelResolver = Callable[[Model], Path]  # the GGUF or MLX folder to load; ModelError when not here
@@ -249,25 +250,26 @@ class Supervisor:
         except KeyError:
             raise EngineError(f"No model called {engine_id} is loaded.") from None
 
-    async def launch_request(
-        self, model: Model, options: LoadOptions, *, dry_run: bool = False
-    ) -> LaunchRequest:
-        """What to run for ``model``: checks the backend runs here and is installed (unless ``dry_run``)."""
+    async def engine_binary(
+        self, recipe: str, backend: str | None, *, dry_run: bool = False
+    ) -> tuple[str, Path, str]:
+        """A recipe's backend (None: the best one here), its engine program and its library folder ("" for
+        none); checks the backend runs here and is installed (unless ``dry_run``)."""
         info = await self.info()
-        support = info.recipes.get(model.recipe)
+        support = info.recipes.get(recipe)
         if support is None:
-            raise ConfigError(f"{model.name} needs the {model.recipe} recipe, unknown to this build.")
-        backend = options.backend or support.default_backend
+            raise ConfigError(f"The {recipe} recipe is unknown to this build.")
+        backend = backend or support.default_backend
         if backend is None:
-            raise UnsupportedError(f"No {model.recipe} backend can run on this machine.")
+            raise UnsupportedError(f"No {recipe} backend can run on this machine.")
         status = support.backends.get(backend)
         if status is None:
-            known = ", ".join(str(BackendKey(model.recipe, b)) for b in support.backends)
-            raise ConfigError(f"{model.recipe} has no backend called {backend!r}.", f"Known: {known}.")
-        key = BackendKey(model.recipe, backend)
+            known = ", ".join(str(BackendKey(recipe, b)) for b in support.backends)
+            raise ConfigError(f"{recipe} has no backend called {backend!r}.", f"Known: {known}.")
+        key = BackendKey(recipe, backend)
         if status.state is BackendState.UNSUPPORTED:
             raise UnsupportedError(f"{key} cannot run on this machine: {status.message}")
-        spec = info.versions.spec(model.recipe, backend)
+        spec = info.versions.spec(recipe, backend)
         if spec.kind is BackendKind.SYSTEM:
             assert info.system_binary is not None  # else the backend would be unsupported
             binary = Path(info.system_binary.path)
@@ -279,15 +281,23 @@ class Supervisor:
                 )
             if not dry_run and status.state is BackendState.UPDATE_REQUIRED:
                 raise InstallError(f"{key}: {status.message}", f"Run: lemon-desk backends install {key}")
-            found = installed_binary(model.recipe, backend)
+            found = installed_binary(recipe, backend)
             if found is None and not dry_run:
                 raise InstallError(f"{key} is installed but its engine is missing.", "Install it again.")
-            folder = install_dir(model.recipe, backend)
+            folder = install_dir(recipe, backend)
             if spec.kind is BackendKind.PIP:  # the venv's python runs the engine as a module
                 binary, library_dir = found or venv_python(folder), ""
             else:
-                binary = found or folder / ENGINE_BINARY.get(model.recipe, "server")
+                binary = found or folder / ENGINE_BINARY.get(recipe, "server")
                 library_dir = str(binary.parent)
+        return backend, binary, library_dir
+
+    async def launch_request(
+        self, model: Model, options: LoadOptions, *, dry_run: bool = False
+    ) -> LaunchRequest:
+        """What to run for ``model``: checks the backend runs here and is installed (unless ``dry_run``)."""
+        engine = await self.engine_binary(model.recipe, options.backend, dry_run=dry_run)
+        backend, binary, library_dir = engine
         hub = hub_cache_dir(self.settings.models_dir)
         model_argument = self._model_argument(model, dry_run)
         architecture = ""
@@ -307,7 +317,17 @@ class Supervisor:
             hf_hub_cache=str(hub),
             architecture=architecture,
             quirks=load_quirks(),
+            rpc=self._rpc_workers(model, options),
         )
+
+    @staticmethod
+    def _rpc_workers(model: Model, options: LoadOptions) -> tuple[str, ...]:
+        if options.rpc and model.recipe != "llamacpp":
+            raise ConfigError(
+                f"{model.name} is a {model.recipe} model: RPC workers serve llama.cpp models only.",
+                "Load it without workers (rpc: local).",
+            )
+        return options.rpc
 
     def _model_argument(self, model: Model, dry_run: bool) -> str:
         """A file or folder; for lemon-mlx the repo id whenever there is one (the engine finds it in

