@@ -58,8 +58,14 @@ class ChildProcess:
     def running(self) -> bool:
         return self.exited is not None and not self.exited.done()
 
-    async def spawn(self, argv: Sequence[str], env: Mapping[str, str]) -> None:
-        """Start ``argv`` with exactly ``env``. Raises OSError when it cannot be run."""
+    async def spawn(
+        self, argv: Sequence[str], env: Mapping[str, str], *, ignore_sigpipe: bool = False
+    ) -> None:
+        """Start ``argv`` with exactly ``env``. Raises OSError when it cannot be run.
+
+        ``ignore_sigpipe``: the child inherits Python's ignored SIGPIPE, for a server that writes to
+        sockets without guarding against a peer that left (llama.cpp's RPC worker dies of it otherwise).
+        """
         self.output.clear()
         self._log = RotatingLog(self.log_path)
         self.emit([f"=== {time.strftime('%Y-%m-%d %H:%M:%S')} starting: {' '.join(argv)}"])
@@ -72,6 +78,7 @@ class ChildProcess:
             env=dict(env),
             start_new_session=True,
             preexec_fn=die_with_app,
+            restore_signals=not ignore_sigpipe,
         )
         self.pid = self._proc.pid
         assert self._proc.stdout is not None

@@ -640,7 +640,8 @@ class Router:
         left it loads here alone. Its saved options do not change."""
         last = self._load_options.get(name)
         remaining = [w for w in (last.rpc if last else ()) if w not in workers]
-        return self.load(name, dataclasses.replace(self.options(name), rpc=",".join(remaining) or LOCAL_ONLY))
+        options = dataclasses.replace(self.options(name), rpc=",".join(remaining) or LOCAL_ONLY)
+        return self.load(self._models.get(name) or name, options)  # a local file is known by its last load
 
     def cancel_load(self, name: str) -> bool:
         task = self._loads.get(name)

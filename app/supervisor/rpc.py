@@ -73,7 +73,7 @@ async def _connect(endpoint: Endpoint, timeout_s: float) -> tuple[asyncio.Stream
     try:
         return await asyncio.wait_for(asyncio.open_connection(endpoint.host, endpoint.port), timeout_s)
     except (OSError, TimeoutError) as err:
-        why = err.strerror if isinstance(err, OSError) and err.strerror else "no answer"
+        why = os.strerror(err.errno) if isinstance(err, OSError) and err.errno else "no answer"
         raise WorkerError(
             f"The RPC worker {endpoint} is unreachable ({why.lower()}).",
             "Check that `lemon-desk worker` runs there and that its port is open, or leave it out.",
@@ -334,7 +334,9 @@ class Worker:
         self.error = None
         try:
             try:
-                await self.process.spawn(self.plan.argv, child_environment(os.environ, self.plan))
+                env = child_environment(os.environ, self.plan)
+                # A client that leaves mid-reply (an engine that crashed) must not kill the worker.
+                await self.process.spawn(self.plan.argv, env, ignore_sigpipe=True)
             except OSError as err:
                 raise EngineError(
                     f"Could not run {self.plan.argv[0]}: {err.strerror}.", "Reinstall the llama.cpp backend."
@@ -353,9 +355,7 @@ class Worker:
             self._set_state(EngineState.FAILED, err.message, final=again)
             raise
         self._ready_at = self._clock()
-        self._set_state(
-            EngineState.READY, f"the RPC worker is ready: {self.info.describe()}"
-        )
+        self._set_state(EngineState.READY, f"the RPC worker is ready: {self.info.describe()}")
         return self.info
 
     async def _wait_ready(self) -> WorkerInfo:

@@ -123,8 +123,8 @@ def llama_server_dir(say: Say) -> Path:
 
 
 def release_archive(server_dir: Path, tag: str, asset: str) -> Path:
-    """``server_dir`` packed like llama.cpp's Linux release assets (cached by asset name)."""
-    target = cache_dir() / "releases" / asset
+    """``server_dir`` packed like llama.cpp's Linux release assets (cached by build and asset name)."""
+    target = cache_dir() / "releases" / server_dir.name / asset
     if target.exists():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
