@@ -8,7 +8,13 @@ import argparse
 import asyncio
 import sys
 
-from app.commands.output import load_settings_noting_problems, print_json, table
+from app.commands.output import (
+    add_rpc_argument,
+    checked_rpc,
+    load_settings_noting_problems,
+    print_json,
+    table,
+)
 from app.core.bench import (
     DEFAULT_GEN_TOKENS,
     DEFAULT_PROMPT_TOKENS,
@@ -41,6 +47,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser.add_argument("--repetitions", type=int, default=DEFAULT_REPETITIONS, metavar="R")
     parser.add_argument("--args", default="", metavar='"..."', help='extra engine arguments (e.g. "-t 2")')
     parser.add_argument("--json", action="store_true", help="print one JSON document")
+    add_rpc_argument(parser)
     parser.set_defaults(handler=cmd_bench)
 
 
@@ -52,7 +59,13 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if not models:
         raise ConfigError("Name at least one model to benchmark (or --pair BASE).")
     spec = BenchSpec(
-        tuple(models), tuple(args.backend), args.prompt_tokens, args.gen_tokens, args.repetitions, args.args
+        tuple(models),
+        tuple(args.backend),
+        args.prompt_tokens,
+        args.gen_tokens,
+        args.repetitions,
+        args.args,
+        checked_rpc(args),
     )
     spec.check()
     run = asyncio.run(_bench(router, spec))

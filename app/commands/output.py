@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from typing import Any, TextIO
 
+from app.core.rpc import workers_for
 from app.core.status import LoadPhase
 from app.core.telemetry import Telemetry
 from app.store.settings import Settings, load_settings
@@ -14,6 +16,23 @@ from app.supervisor.router import LoadProgress
 from app.supervisor.supervisor import InstallProgress, SupervisorEvent
 
 MB = 1_000_000
+
+
+def add_rpc_argument(parser: argparse.ArgumentParser) -> None:
+    """``--rpc``, the same on ``run``, ``serve`` and ``bench`` (``checked_rpc`` reads it)."""
+    parser.add_argument(
+        "--rpc",
+        metavar="HOST:PORT,...",
+        help="spread llama.cpp models over these RPC workers (`lemon-desk worker`); `local`: none",
+    )
+
+
+def checked_rpc(args: argparse.Namespace) -> str:
+    """The ``--rpc`` value ("" when not given); a bad list is refused before anything starts."""
+    text: str = args.rpc or ""
+    if text:
+        workers_for(text, "", "")
+    return text
 
 
 def print_json(data: Any) -> None:

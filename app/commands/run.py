@@ -11,12 +11,18 @@ import sys
 from typing import Any
 
 from app.client.events import ChatDelta, ChatDone
-from app.commands.output import LoadLines, load_settings_noting_problems, print_json, telemetry_line
+from app.commands.output import (
+    LoadLines,
+    add_rpc_argument,
+    checked_rpc,
+    load_settings_noting_problems,
+    print_json,
+    telemetry_line,
+)
 from app.commands.repl import chat_in_terminal
 from app.core.backends import BackendKey
 from app.core.errors import ConfigError
 from app.core.models import Model
-from app.core.rpc import workers_for
 from app.store.model_options import ModelOptions
 from app.supervisor.router import Router
 
@@ -35,11 +41,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser.add_argument("--json", action="store_true", help="print one JSON object (with --prompt)")
     parser.add_argument("--dry-run", action="store_true", help="print the engine command; start nothing")
     parser.add_argument("--force", action="store_true", help="load even if it needs more memory than is free")
-    parser.add_argument(
-        "--rpc",
-        metavar="HOST:PORT,...",
-        help="spread a llama.cpp model over these RPC workers (`lemon-desk worker`); `local`: none",
-    )
+    add_rpc_argument(parser)
     parser.set_defaults(handler=cmd_run)
 
 
@@ -55,9 +57,9 @@ def _options(model: Model, args: argparse.Namespace) -> ModelOptions:
             )
     if args.ctx_size is not None and args.ctx_size <= 0:
         raise ConfigError("--ctx-size must be a positive number of tokens.")
-    if args.rpc:
-        workers_for(args.rpc, "", "")  # a bad list is refused before anything starts
-    return ModelOptions(backend=backend or None, ctx_size=args.ctx_size, args=args.args, rpc=args.rpc or "")
+    return ModelOptions(
+        backend=backend or None, ctx_size=args.ctx_size, args=args.args, rpc=checked_rpc(args)
+    )
 
 
 def cmd_run(args: argparse.Namespace) -> int:

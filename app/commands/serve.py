@@ -14,7 +14,7 @@ import os
 import signal
 import sys
 
-from app.commands.output import load_settings_noting_problems
+from app.commands.output import add_rpc_argument, checked_rpc, load_settings_noting_problems
 from app.core.errors import ConfigError
 from app.core.policy import parse_caps
 from app.supervisor.api import DEFAULT_HOST, DEFAULT_PORT, ApiServer, check_exposure
@@ -38,6 +38,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser.add_argument(
         "--max-loaded-models", metavar="N|JSON", help='a total, or per-device caps: \'{"gpu": 1, "cpu": 2}\''
     )
+    add_rpc_argument(parser)
     parser.set_defaults(handler=cmd_serve)
 
 
@@ -50,6 +51,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if args.max_loaded_models is not None:
         caps = parse_caps(args.max_loaded_models)
         settings = dataclasses.replace(settings, max_loaded_models=caps.to_json())
+    if args.rpc is not None:
+        settings = dataclasses.replace(settings, rpc_workers=checked_rpc(args))
     return asyncio.run(_serve(Router(settings), args.host, args.port, key))
 
 

@@ -32,6 +32,7 @@ class BenchSpec:
     gen_tokens: int = DEFAULT_GEN_TOKENS
     repetitions: int = DEFAULT_REPETITIONS
     args: str = ""  # extra engine arguments for every load (e.g. "-t 2")
+    rpc: str = ""  # llama.cpp RPC workers for every llama.cpp load ("": the Settings' list; "local": none)
 
     def check(self) -> None:
         if not self.models:

@@ -85,7 +85,10 @@ async def run_bench(router: Router, spec: BenchSpec, progress: Progress, run_id:
         say("loading", done, f"{model.recipe}:{backend}" if backend else "")
         was_loaded = model.name in router.loaded()
         options = ModelOptions(
-            backend=backend, ctx_size=spec.prompt_tokens + spec.gen_tokens + 256, args=spec.args
+            backend=backend,
+            ctx_size=spec.prompt_tokens + spec.gen_tokens + 256,
+            args=spec.args,
+            rpc=spec.rpc if model.recipe == "llamacpp" else "",
         )
         try:
             engine = await router.load(model, options, force=True)

@@ -10,19 +10,22 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import psutil
 import pytest
 
 from app.core.engine_state import EngineState
 from app.core.errors import WorkerError
 from app.core.rpc import Endpoint, memory_by_device
+from app.store.library import Library
 from app.store.settings import Settings
 from app.supervisor import router as router_module
 from app.supervisor.process import free_port
 from app.supervisor.router import EngineRecovery, Router
 from app.supervisor.rpc import probe
-from tests.integration.conftest import Mirror, lemon_desk
+from tests.integration.conftest import Mirror, engines_of, lemon_desk
 from tests.integration.test_run import ENDLESS, after_phases, engine_of, start
+from tests.support.serve import serving
 
 pytestmark = pytest.mark.integration
 
@@ -110,6 +113,38 @@ def test_two_workers_hold_the_model_and_a_lost_one_is_named(
     assert refused.returncode == 1
     assert f"The RPC worker {second} is unreachable (connection refused)" in refused.stderr
     workers.stop_all()  # SIGTERM: each exits 0 and takes its ggml-rpc-server with it
+
+
+def test_serve_and_bench_take_rpc_too(workers: Workers, smol_gguf: Path, lemon_home: Path) -> None:
+    worker = workers.start()
+    Library(Settings()).import_path(smol_gguf, name="smol")
+    with serving("--rpc", worker) as served:
+        reply = httpx.post(
+            f"{served.url}/v1/chat/completions",
+            json={"model": "smol", "messages": [{"role": "user", "content": "Say hello."}], "max_tokens": 8},
+            timeout=120,
+        )
+        assert reply.status_code == 200 and reply.json()["choices"][0]["message"]["content"].strip()
+        [engine] = [p for p in engines_of(lemon_home) if p.name() == "llama-server"]
+        assert engine.cmdline()[engine.cmdline().index("--rpc") + 1] == worker
+
+    done = lemon_desk(
+        "bench",
+        "smol",
+        "--rpc",
+        worker,
+        "--prompt-tokens",
+        "64",
+        "--gen-tokens",
+        "16",
+        "--repetitions",
+        "1",
+        "--json",
+    )
+    assert done.returncode == 0, done.stderr
+    [result] = json.loads(done.stdout)["results"]
+    assert result["pp_tps"] > 0 and result["tg_tps"] > 0
+    assert memory_by_device((lemon_home / "logs" / "engine-smol.log").read_text().splitlines())[worker] > 0
 
 
 def test_the_router_checks_workers_and_reloads_without_a_lost_one(
