@@ -39,6 +39,7 @@ from app.supervisor.router import (
     Router,
     RouterEvent,
 )
+from app.supervisor.rpc import WorkerChanged
 from app.supervisor.sampler import SystemSample
 from app.supervisor.supervisor import EngineStateChanged, InstallFinished, InstallProgress, Uninstalled
 from app.supervisor.system_info import SystemInfo
@@ -81,6 +82,7 @@ class Bridge(QObject):
     error = Signal(str)  # something the user must be told
     api_changed = Signal(str, str)  # the local API's URL ("" when off), why it is off when it should be on
     api_request = Signal(object)  # RequestFinished: a reply the local API gave another app
+    worker_changed = Signal(object)  # WorkerChanged: this machine's RPC worker started, stopped, failed
 
     def __init__(self, settings: Settings, parent: QObject | None = None) -> None:
         super().__init__(parent)
@@ -180,6 +182,8 @@ class Bridge(QObject):
             self.notify.emit(title, event.message.splitlines()[0], event.gave_up)
         elif isinstance(event, RequestFinished) and event.source is RequestSource.API:
             self.api_request.emit(event)  # the window's own replies reach the charts from the chat
+        elif isinstance(event, WorkerChanged):
+            self.worker_changed.emit(event)
 
     def _engine_changed(self, event: EngineStateChanged) -> None:
         engine = self.router.supervisor.engines.get(event.model)
@@ -346,6 +350,10 @@ class Bridge(QObject):
         except LemonDeskError as err:
             self.error.emit(str(err))
         self.spawn(self._refresh_backends())
+
+    def sync_worker(self) -> asyncio.Task[None]:
+        """Run (or stop) this machine's RPC worker as the Settings say; ``worker_changed`` tells how."""
+        return self.spawn(self.router.sync_worker())
 
     # --- the local API ----------------------------------------------------------------------------------
 

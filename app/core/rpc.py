@@ -224,6 +224,14 @@ def placements(lines: list[str]) -> list[Placement]:
     return found
 
 
+def describe_placement(by_device: dict[str, int]) -> str:
+    """ "127.0.0.1:50153 191 MiB, 127.0.0.1:50152 189 MiB, this machine 73 MiB" ("" for none)."""
+    return ", ".join(
+        f"{'this machine' if device == 'CPU' else device} {size / (1 << 20):.0f} MiB"
+        for device, size in by_device.items()
+    )
+
+
 def memory_by_device(lines: list[str]) -> dict[str, int]:
     """Bytes per device (model, KV cache and compute buffers together), largest first."""
     totals: dict[str, int] = {}

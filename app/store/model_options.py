@@ -18,11 +18,11 @@ class ModelOptions:
     backend: str | None = None  # None: Auto, the best backend installed here
     ctx_size: int | None = None  # None: the engine's default
     args: str = ""  # extra engine arguments, as typed
-    rpc: str = ""  # llama.cpp RPC workers "host:port,..."; "": the Settings' list; "local": none
     temperature: float | None = None  # sampling defaults; None: the chat pane's own
     top_p: float | None = None
     max_tokens: int | None = None
     pinned: bool = False  # never evicted to make room, never unloaded when idle
+    rpc: str = ""  # llama.cpp RPC workers "host:port,..."; "": the Settings' list; "local": none
 
 
 def _parse(name: str, raw: Any) -> ModelOptions:

@@ -66,7 +66,15 @@ from app.core.policy import (
 )
 from app.core.quirks import effective_labels
 from app.core.refs import FileSet, parse_ref, select
-from app.core.rpc import LOCAL_ONLY, Endpoint, WorkerInfo, parse_endpoint, workers_for
+from app.core.rpc import (
+    LOCAL_ONLY,
+    Endpoint,
+    WorkerInfo,
+    exposure_warning,
+    memory_by_device,
+    parse_endpoint,
+    workers_for,
+)
 from app.core.runcard import RunCard, quant_of
 from app.core.status import LoadPhase, ModelFacts, ModelStatus, model_status
 from app.core.suggest import suggest
@@ -219,6 +227,7 @@ class ModelView:
     fit: FitEstimate | None = None  # at the model's context; None until the hardware is known
     fit_exact: bool = False  # False: by size alone (the header is not read yet), a lower bound
     fit_note: str = ""  # why the header could not be read, when it could not
+    memory: dict[str, int] = dataclasses.field(default_factory=dict)  # loaded: bytes per device, from its log
 
     @property
     def name(self) -> str:
@@ -265,6 +274,7 @@ class Router:
         self._streak: Counter[str] = Counter()  # restarts in a row without a stable run
         self._ready_at: dict[str, float] = {}
         self._versions: dict[str, str] = {}  # the engine version each model was last loaded with
+        self._placement: dict[str, dict[str, int]] = {}  # where each loaded model's memory is (RPC loads)
         self._loads: dict[str, asyncio.Task[Engine]] = {}
         self._restarts: dict[str, asyncio.Task[Engine]] = {}
         self._background: set[asyncio.Task[Any]] = set()
@@ -366,7 +376,9 @@ class Router:
         size = disk.local.size if disk.local and disk.local.size else int(disk.model.size_gb * GB)
         fit, exact = self._fit(disk, size)
         note = self._shape_errors.get(disk.model.checkpoint, "")
-        return ModelView(disk.model, model_status(self._facts(disk)), on_disk, size, disk, fit, exact, note)
+        status = model_status(self._facts(disk))
+        memory = self._placement.get(disk.model.name, {})
+        return ModelView(disk.model, status, on_disk, size, disk, fit, exact, note, memory)
 
     def _fit(self, disk: DiskStatus, size: int) -> tuple[FitEstimate | None, bool]:
         """The fit at the model's context: from its header when read (on disk, or from the Hub through
@@ -928,7 +940,12 @@ class Router:
         if event.state is EngineState.READY:
             self._ready_at[name] = self._clock()
             self._touch(name)
-        elif event.state is EngineState.CRASHED and not self._closing:
+            engine = self.supervisor.engines.get(name)
+            if engine is not None:  # the load's lines are all in the output now; later ones push them out
+                self._placement[name] = memory_by_device(list(engine.output))
+        else:
+            self._placement.pop(name, None)
+        if event.state is EngineState.CRASHED and not self._closing:
             self._crashed(name, event.message)
         self._changed(name)
 
@@ -1003,6 +1020,33 @@ class Router:
         self.worker = worker
         await worker.start()
         return worker
+
+    async def sync_worker(self) -> None:
+        """Run this machine's worker as the Settings say (the window's): started, moved to another
+        address, or stopped. What stops it from running comes as a final ``WorkerChanged``."""
+        settings = self.settings
+        current = self.worker
+        try:
+            wanted = parse_endpoint(str(Endpoint(settings.worker_host, settings.worker_port)))
+            if settings.worker_enabled:
+                exposure_warning(wanted, settings.worker_allow_network)
+        except LemonDeskError as err:
+            self._emit(
+                WorkerChanged(
+                    f"{settings.worker_host}:{settings.worker_port}", EngineState.FAILED, str(err), final=True
+                )
+            )
+            return
+        if not settings.worker_enabled:
+            await self.stop_worker()
+            return
+        if current is not None and current.endpoint == wanted and current.state is not EngineState.CRASHED:
+            return
+        try:
+            await self.start_worker(wanted)
+        except LemonDeskError as err:
+            if self.worker is None or self.worker.state is not EngineState.FAILED:  # else it said so itself
+                self._emit(WorkerChanged(str(wanted), EngineState.FAILED, str(err), final=True))
 
     async def stop_worker(self) -> None:
         worker, self.worker = self.worker, None

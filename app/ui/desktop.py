@@ -21,6 +21,7 @@ from PySide6.QtWidgets import QApplication, QMessageBox
 from app.core.backends import BackendState
 from app.core.chat import ChatMessage
 from app.core.downloads import DownloadRecord
+from app.core.engine_state import EngineState
 from app.core.errors import LemonDeskError
 from app.core.status import Status
 from app.desktop_entry import ICON_NAME, PNG_SIZES, packaging_dir
@@ -41,6 +42,7 @@ if TYPE_CHECKING:
     from app.bridge import Bridge
     from app.core.bench import BenchRun
     from app.supervisor.router import EngineUsage, LoadProgress, ModelView, RequestFinished, Suggestion
+    from app.supervisor.rpc import WorkerChanged
     from app.supervisor.supervisor import EngineStateChanged
     from app.ui.backends_dialog import BackendsDialog
     from app.ui.bench_view import BenchView
@@ -127,6 +129,7 @@ class DesktopApp(QObject):
             self._warn(warning)
         self.bridge.refresh()
         self.bridge.serve(self.settings.api_enabled, self.settings.api_port)
+        self.bridge.sync_worker()
 
     def _connect_bridge(self) -> None:
         bridge, window, chat, models = self.bridge, self.window, self.window.chat, self.window.models
@@ -137,6 +140,7 @@ class DesktopApp(QObject):
         bridge.usage_changed.connect(self._usage)
         bridge.load_progress.connect(self._load_progress)
         bridge.api_changed.connect(self._api_changed)
+        bridge.worker_changed.connect(self._worker_changed)
         bridge.api_request.connect(self._api_request)
         bridge.fit_refused.connect(self._confirm_force_load)
         bridge.reply_started.connect(chat.begin_reply)
@@ -289,6 +293,20 @@ class DesktopApp(QObject):
     def _recent_telemetry(self) -> list[tuple[float, dict[str, object]]]:
         return self.history.recent_telemetry(time.time() - WINDOW_S)
 
+    def _worker_changed(self, event: WorkerChanged) -> None:
+        """This machine's RPC worker in the tray: its address and free memory, or why it is down."""
+        if event.state is EngineState.READY and event.info is not None:
+            free = event.info.free_bytes / (1 << 30)
+            self.tray.set_worker(f"RPC worker: {event.endpoint} · {free:.1f} GiB free (copy)", event.endpoint)
+        elif event.state is EngineState.STOPPED:
+            self.tray.set_worker("", "")
+        elif event.final:
+            self.tray.set_worker("RPC worker: stopped", "")
+            self._warn(event.message)
+        elif event.state is EngineState.CRASHED:
+            self.tray.set_worker("RPC worker: restarting…", "")
+            self._warn(event.message)
+
     def _api_changed(self, url: str, problem: str) -> None:
         self.tray.set_api(url)
         if problem:
@@ -434,6 +452,7 @@ class DesktopApp(QObject):
         self.settings = settings
         self.bridge.apply_settings(settings)
         self.bridge.serve(settings.api_enabled, settings.api_port)
+        self.bridge.sync_worker()
         self._apply_tray_setting()
         try:
             if token.action is TokenAction.SET:

@@ -26,6 +26,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.core.rpc import describe_placement
 from app.core.status import Status
 from app.ui.look import (
     SPACING,
@@ -207,6 +208,10 @@ class ModelManager(QWidget):
             tip.append("added by you")
         if status.message:
             tip.append(status.message)
+        workers = [device for device in row.memory if device != "CPU"]
+        if status.status is Status.LOADED and workers:
+            item.setText(3, f"{item.text(3)} · on {len(workers)} worker{'s' if len(workers) > 1 else ''}")
+            tip.append(f"memory: {describe_placement(row.memory)}")
         for column in range(FIT_COLUMN):
             item.setToolTip(column, "\n".join(tip))
         if status.status in ERRORS:

@@ -24,8 +24,9 @@ from PySide6.QtWidgets import (
 )
 
 from app.core.backends import BackendState
-from app.core.errors import LemonDeskError
+from app.core.errors import ConfigError, LemonDeskError
 from app.core.launch import check_user_args, split_args
+from app.core.rpc import workers_for
 from app.core.status import Status
 from app.store.model_options import ModelOptions
 from app.ui.chat.markdown_view import current_theme
@@ -50,6 +51,19 @@ def ctx_from_slider(position: int) -> int:
 
 def slider_from_ctx(ctx: int) -> int:
     return round((math.log2(max(ctx, 2**CTX_MIN_LOG2)) - CTX_MIN_LOG2) * CTX_STEPS_PER_DOUBLING)
+
+
+def rpc_problem(recipe: str, text: str) -> str:
+    """What is wrong with a model's RPC workers option, or ""."""
+    if not text.strip():
+        return ""
+    if recipe != "llamacpp":
+        return "RPC workers serve llama.cpp models only: leave the workers empty."
+    try:
+        workers_for(None, text, "")
+    except ConfigError as err:
+        return str(err)
+    return ""
 
 
 def args_problem(recipe: str, backend: str, text: str) -> str:
@@ -103,6 +117,13 @@ class OptionsPanel(QWidget):
         self.args = QLineEdit(self)
         self.args.setPlaceholderText("e.g. --threads 4 --flash-attn on")
         self.args.textChanged.connect(self._validate)
+        self.rpc = QLineEdit(self)
+        self.rpc.setPlaceholderText("the Settings' workers (local: none)")
+        self.rpc.setToolTip(
+            "llama.cpp RPC workers (host:port, comma separated) that hold this model's layers and KV cache; "
+            "empty: the workers in Settings; local: this machine alone"
+        )
+        self.rpc.textChanged.connect(self._validate)
         self.args_message = QLabel(self)
         self.args_message.setWordWrap(True)
         self.args_message.setStyleSheet("color: #c0392b;")
@@ -136,6 +157,7 @@ class OptionsPanel(QWidget):
         form.addRow("Backend", backend_row)
         form.addRow("Context size", ctx_row)
         form.addRow("Extra engine arguments", self.args)
+        form.addRow("RPC workers", self.rpc)
         form.addRow(self.args_message)
         sampling = QHBoxLayout()
         self.max_tokens.setToolTip("Longest reply, in tokens")
@@ -173,6 +195,8 @@ class OptionsPanel(QWidget):
         self.ctx_auto.setChecked(options.ctx_size is None)
         self.ctx_slider.setValue(slider_from_ctx(options.ctx_size or 4096))
         self.args.setText(options.args)
+        self.rpc.setText(options.rpc)
+        self.rpc.setEnabled(row.model.recipe in ("llamacpp", ""))
         self.temperature.setValue(DEFAULT_TEMPERATURE if options.temperature is None else options.temperature)
         self.top_p.setValue(DEFAULT_TOP_P if options.top_p is None else options.top_p)
         self.max_tokens.setValue(options.max_tokens or 0)
@@ -193,6 +217,7 @@ class OptionsPanel(QWidget):
             backend=self.backend.currentData() or None,
             ctx_size=None if self.ctx_auto.isChecked() else ctx_from_slider(self.ctx_slider.value()),
             args=self.args.text().strip(),
+            rpc=self.rpc.text().strip(),
             temperature=self.temperature.value(),
             top_p=self.top_p.value(),
             max_tokens=self.max_tokens.value() or None,
@@ -231,13 +256,20 @@ class OptionsPanel(QWidget):
         return (support.default_backend or "") if support else ""
 
     def _args_ok(self) -> bool:
-        return not args_problem(self.recipe, self._backend_name(), self.args.text())
+        return not self._problem()
+
+    def _problem(self) -> str:
+        return args_problem(self.recipe, self._backend_name(), self.args.text()) or rpc_problem(
+            self.recipe, self.rpc.text()
+        )
 
     def _validate(self) -> None:
-        problem = args_problem(self.recipe, self._backend_name(), self.args.text())
+        problem = self._problem()
         self.args_message.setText(problem)
         self.args_message.setVisible(bool(problem))
-        self.args.setStyleSheet("border: 1px solid #c0392b;" if problem else "")
+        args_bad = bool(args_problem(self.recipe, self._backend_name(), self.args.text()))
+        self.args.setStyleSheet("border: 1px solid #c0392b;" if args_bad else "")
+        self.rpc.setStyleSheet("" if args_bad or not problem else "border: 1px solid #c0392b;")
         self.save_button.setEnabled(not problem)
         if problem:
             self.load_button.setEnabled(False)

@@ -31,6 +31,7 @@ from PySide6.QtWidgets import (
 
 from app.core.errors import ConfigError
 from app.core.policy import parse_caps
+from app.core.rpc import DEFAULT_WORKER_PORT, Endpoint, exposure_warning, parse_endpoint, parse_workers
 from app.store.settings import (
     LOAD_TIMEOUT_RANGE_S,
     REQUEST_TIMEOUT_RANGE_S,
@@ -60,6 +61,23 @@ def mirror_problem(url: str) -> str:
     """What is wrong with a release mirror URL, or "" (empty means GitHub)."""
     if url and not url.startswith(("http://", "https://")):
         return "The release mirror must be an http:// or https:// address."
+    return ""
+
+
+def workers_problem(text: str) -> str:
+    try:
+        parse_workers(text.strip())
+    except ConfigError as err:
+        return str(err)
+    return ""
+
+
+def worker_problem(host: str, port: int, allow_network: bool) -> str:
+    """What stops this machine's worker from listening on ``host:port``, or ""."""
+    try:
+        exposure_warning(parse_endpoint(str(Endpoint(host.strip(), port))), allow_network)
+    except ConfigError as err:
+        return f"Worker: {err}"
     return ""
 
 
@@ -166,6 +184,37 @@ class SettingsDialog(QDialog):
         self.api_enabled.toggled.connect(self.api_port.setEnabled)
         self.api_port.setEnabled(settings.api_enabled)
 
+        self.rpc_workers = QLineEdit(settings.rpc_workers, self)
+        self.rpc_workers.setPlaceholderText("192.168.1.20:50052, 192.168.1.21:50052")
+        self.rpc_workers.setToolTip(
+            "llama.cpp models are spread over these RPC workers (`lemon-desk worker` on each machine): "
+            "layers and KV cache go where the memory is. A model's own rpc option overrides this list."
+        )
+        self.rpc_workers.textChanged.connect(self._validate)
+        self.worker_enabled = QCheckBox("Run an RPC worker here, for models loaded on other machines", self)
+        self.worker_enabled.setChecked(settings.worker_enabled)
+        self.worker_host = QLineEdit(settings.worker_host, self)
+        self.worker_host.setToolTip("127.0.0.1 keeps it to this machine (reach it through an SSH tunnel)")
+        self.worker_port = QSpinBox(self)
+        self.worker_port.setRange(1, 65535)
+        self.worker_port.setValue(settings.worker_port or DEFAULT_WORKER_PORT)
+        self.worker_network = QCheckBox("Allow other machines to use it (no password, no encryption)", self)
+        self.worker_network.setChecked(settings.worker_allow_network)
+        self.worker_network.setToolTip(
+            "llama.cpp's RPC protocol has no authentication: anyone who reaches the address can use it. "
+            "Only on a private network you trust."
+        )
+        for widget in (self.worker_host, self.worker_port, self.worker_network):
+            self.worker_enabled.toggled.connect(widget.setEnabled)
+            widget.setEnabled(settings.worker_enabled)
+        for signal in (self.worker_enabled.toggled, self.worker_network.toggled):
+            signal.connect(self._validate)
+        self.worker_host.textChanged.connect(self._validate)
+        self.worker_port.valueChanged.connect(self._validate)
+        worker_row = QHBoxLayout()
+        worker_row.addWidget(self.worker_host, 1)
+        worker_row.addWidget(self.worker_port)
+
         downloads, form = _form("Downloads", self)
         form.addRow("Hugging Face token", token_row)
         form.addRow("Models folder", models_row)
@@ -179,11 +228,17 @@ class SettingsDialog(QDialog):
         api, form = _form("Local API", self)
         form.addRow(self.api_enabled)
         form.addRow("Port", self.api_port)
+        cluster, form = _form("Other machines (llama.cpp RPC)", self)
+        form.addRow("Workers", self.rpc_workers)
+        form.addRow(self.worker_enabled)
+        form.addRow("Worker address", worker_row)
+        form.addRow(self.worker_network)
         boxes = (self.idle_unload, self.load_timeout, self.request_timeout, self.api_port)
         width = max(box.sizeHint().width() for box in boxes)
         for box in boxes:
             box.setMinimumWidth(width)  # one column of equal boxes
-        labels = [*downloads.findChildren(QLabel), *engines.findChildren(QLabel), *api.findChildren(QLabel)]
+        groups = (downloads, engines, api, cluster)
+        labels = [label for group in groups for label in group.findChildren(QLabel)]
         label_width = max(label.sizeHint().width() for label in labels)
         for label in labels:
             label.setMinimumWidth(label_width)  # both groups' fields start at the same x
@@ -200,6 +255,7 @@ class SettingsDialog(QDialog):
         layout.addWidget(downloads)
         layout.addWidget(engines)
         layout.addWidget(api)
+        layout.addWidget(cluster)
         layout.addWidget(self.keep_in_tray)
         layout.addWidget(self.problem)
         layout.addStretch(1)
@@ -243,11 +299,18 @@ class SettingsDialog(QDialog):
             mirror_problem(mirror)
             or llama_server_problem(self._llama_server_path())
             or caps_problem(self.max_loaded.text())
+            or workers_problem(self.rpc_workers.text())
+            or (self._worker_problem() if self.worker_enabled.isChecked() else "")
         )
         self.problem.setText(problem)
         self.problem.setVisible(bool(problem))
         self.buttons.button(QDialogButtonBox.StandardButton.Save).setEnabled(not problem)
         return not problem
+
+    def _worker_problem(self) -> str:
+        return worker_problem(
+            self.worker_host.text(), self.worker_port.value(), self.worker_network.isChecked()
+        )
 
     def _save(self) -> None:
         if not self._validate():
@@ -264,6 +327,11 @@ class SettingsDialog(QDialog):
             keep_in_tray=self.keep_in_tray.isChecked(),
             api_enabled=self.api_enabled.isChecked(),
             api_port=self.api_port.value(),
+            rpc_workers=self.rpc_workers.text().strip(),
+            worker_enabled=self.worker_enabled.isChecked(),
+            worker_host=self.worker_host.text().strip(),
+            worker_port=self.worker_port.value(),
+            worker_allow_network=self.worker_network.isChecked(),
         )
         typed = self.token.text().strip()
         if typed:

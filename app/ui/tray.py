@@ -40,6 +40,11 @@ class Tray(QObject):
         self.api_action.triggered.connect(self._copy_api_url)
         self.api_url = ""
         self.set_api("")
+        self.worker_action = self.menu.addAction("RPC worker")
+        self.worker_action.setToolTip("Click to copy the --rpc argument other machines use to reach it")
+        self.worker_action.triggered.connect(self._copy_worker)
+        self.worker_address = ""
+        self.set_worker("", "")
         self.menu.addSeparator()
         self.quit_action = self.menu.addAction("Quit")
         self.quit_action.triggered.connect(self.quit_requested)
@@ -72,6 +77,18 @@ class Tray(QObject):
         if self.api_url:
             QGuiApplication.clipboard().setText(f"{self.api_url}/v1")
             self.notified.emit("Copied", f"{self.api_url}/v1 is on the clipboard.")
+
+    def set_worker(self, text: str, address: str) -> None:
+        """This machine's RPC worker: what it is doing ("" hides it) and its address when it listens."""
+        self.worker_address = address
+        self.worker_action.setText(text)
+        self.worker_action.setVisible(bool(text))
+        self.worker_action.setEnabled(bool(address))
+
+    def _copy_worker(self) -> None:
+        if self.worker_address:
+            QGuiApplication.clipboard().setText(f"--rpc {self.worker_address}")
+            self.notified.emit("Copied", f"--rpc {self.worker_address} is on the clipboard.")
 
     def set_welcome(self, name: str) -> None:
         """First run: offer "Download and chat with ``name``"; an empty name takes the offer away."""
