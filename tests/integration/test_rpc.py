@@ -63,7 +63,8 @@ class Workers:
         server = psutil.Process(proc.pid).children()
         proc.kill()
         proc.communicate(timeout=30)
-        psutil.wait_procs(server, timeout=30)
+        _, alive = psutil.wait_procs(server, timeout=30)
+        assert server and not alive  # no orphan worker
 
     def stop_all(self) -> None:
         for proc in self.procs.values():
