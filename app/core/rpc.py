@@ -22,6 +22,7 @@ import struct
 from dataclasses import dataclass
 
 from app.core.errors import ConfigError
+from app.core.net import is_loopback
 
 DEFAULT_WORKER_PORT = 50052
 CMD_GET_DEVICE_MEMORY = 11
@@ -47,15 +48,6 @@ class Endpoint:
     @property
     def loopback(self) -> bool:
         return is_loopback(self.host)
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def parse_endpoint(text: str) -> Endpoint:

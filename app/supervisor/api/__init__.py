@@ -10,6 +10,6 @@ Modules: ``server`` (listening, key, size limit, error shape), ``openai`` (model
 passed through to the engines), ``lemonade`` (management), ``bodies`` (request checks), ``errors``.
 """
 
-from app.supervisor.api.server import DEFAULT_HOST, DEFAULT_PORT, ApiServer, check_exposure, is_loopback
+from app.supervisor.api.server import DEFAULT_HOST, DEFAULT_PORT, ApiServer, check_exposure
 
-__all__ = ["DEFAULT_HOST", "DEFAULT_PORT", "ApiServer", "check_exposure", "is_loopback"]
+__all__ = ["DEFAULT_HOST", "DEFAULT_PORT", "ApiServer", "check_exposure"]

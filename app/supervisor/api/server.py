@@ -11,7 +11,6 @@ the key (constant-time compare; the key is never logged), then the size limit.
 from __future__ import annotations
 
 import hmac
-import ipaddress
 import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
@@ -19,6 +18,7 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 
 from app.core.errors import ConfigError, LemonDeskError
+from app.core.net import is_loopback
 from app.supervisor.api.errors import AUTH, INVALID, NOT_FOUND, ApiError, from_app_error
 from app.supervisor.api.lemonade import LemonadeRoutes
 from app.supervisor.api.openai import OpenAIRoutes
@@ -35,15 +35,6 @@ PREFIXES = ("/v1", "/api/v1")
 STOP_GRACE_S = 2.0
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def check_exposure(host: str, api_key: str | None) -> None:
