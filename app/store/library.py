@@ -167,7 +167,7 @@ class Library:
         if cache is None or listing is None:
             return None
         try:
-            files = select(listing, parse_ref(model.checkpoint), model.recipe or None)
+            files = select(listing, parse_ref(model.checkpoint), model.recipe or None, model.mmproj)
         except ModelError:
             return None
         if files.recipe == GGUF_RECIPE and missing_shards(files.files):

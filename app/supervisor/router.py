@@ -25,6 +25,7 @@ from collections import Counter
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass
 from enum import Enum
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 import psutil
@@ -228,7 +229,9 @@ class Router:
     ) -> None:
         self.settings = settings
         self.library = library or Library(settings)
-        self.supervisor = Supervisor(settings, resolve_model=lambda m: self.library.location(m))
+        self.supervisor = Supervisor(
+            settings, resolve_model=lambda m: self.library.location(m), resolve_projector=self._projector
+        )
         self._unsubscribe = [self.supervisor.subscribe(self._on_supervisor)]
         loaded = load_model_options()
         self._options = loaded.items
@@ -428,6 +431,14 @@ class Router:
         architecture = gguf_architecture(local.main) if local is not None else ""
         return effective_labels(model.labels, load_quirks(), model.recipe, architecture)
 
+    def _projector(self, model: Model) -> Path | None:
+        """The projector a GGUF model loads with, as Lemonade gives llama-server ``--mmproj``: for a
+        model labelled ``vision`` or naming its projector, when the file is here."""
+        if "vision" not in model.labels and not model.mmproj:
+            return None
+        local = self.library.local_files(model)
+        return local.mmproj if local is not None else None
+
     # --- parameter counts -----------------------------------------------------------------------------
 
     def local_parameter_count(self, model: Model) -> int | None:
@@ -486,7 +497,7 @@ class Router:
         listing = await hub.listing(ref.repo_id)
         if listing.gated and not hub.token:
             raise gated_error(ref.repo_id, hub.endpoint)
-        files = select(listing, ref, recipe or model.recipe or None)
+        files = select(listing, ref, recipe or model.recipe or None, model.mmproj)
         if model.user:
             model = dataclasses.replace(model, recipe=files.recipe, size_gb=round(files.size / GB, 3))
         return model, files

@@ -3,8 +3,9 @@ llama-server (``/health``, ``/v1/models``, streamed and whole chat and text comp
 and ``usage``) and on command crashes, hangs, ignores SIGTERM or slows down. It is a fake engine, named
 as one: it runs no model. It makes the watchdog, restarts and loading policy testable in seconds.
 
-It takes llama-server's command line (``-m MODEL --port P --host H --api-key-file F --ctx-size N``;
-other flags are ignored) and ``--version``. The model file must start with the GGUF magic, as
+It takes llama-server's command line (``-m MODEL --port P --host H --api-key-file F --ctx-size N
+--alias NAME``, the alias being the ``model`` its replies name, else the file's name; other flags are
+ignored) and ``--version``. The model file must start with the GGUF magic, as
 llama-server checks. How it behaves comes from an optional sidecar ``<model path>.standin.json``:
 
     load_delay_s   seconds /health answers 503 "Loading model" before 200 (default 0.1)
@@ -67,6 +68,8 @@ def parse_args(argv: list[str]) -> dict[str, str]:
         "--api-key-file": "api_key_file",
         "-c": "ctx_size",
         "--ctx-size": "ctx_size",
+        "-a": "alias",
+        "--alias": "alias",
     }
     found: dict[str, str] = {}
     i = 0
@@ -84,9 +87,11 @@ def parse_args(argv: list[str]) -> dict[str, str]:
 class Standin:
     """What every request handler shares: the behaviour, the key, and the switches the controls flip."""
 
-    def __init__(self, model: str, behaviour: dict[str, Any], keys: set[str], ctx_size: int) -> None:
+    def __init__(
+        self, model: str, behaviour: dict[str, Any], keys: set[str], ctx_size: int, alias: str = ""
+    ) -> None:
         self.model = model
-        self.model_id = os.path.basename(model)
+        self.model_id = alias or os.path.basename(model)
         self.behaviour = behaviour
         self.keys = keys
         self.ctx_size = ctx_size
@@ -373,7 +378,7 @@ def main(argv: list[str]) -> int:
         say("main: exiting due to model loading error")
         return 1
     behaviour = read_behaviour(model)
-    standin = Standin(model, behaviour, keys, int(args.get("ctx_size", "4096")))
+    standin = Standin(model, behaviour, keys, int(args.get("ctx_size", "4096")), args.get("alias", ""))
     Handler.standin = standin
 
     def on_sigterm(signum: int, frame: object) -> None:
