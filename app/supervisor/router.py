@@ -487,6 +487,14 @@ class Router:
             self._downloads.subscribe(self._on_download)
         return self._downloads
 
+    def register(self, model: Model) -> Model:
+        """Register a user model defined from outside (Lemonade's ``models/register``), downloading
+        nothing; a name defined otherwise already is refused (``Library.define``). Returns it as kept."""
+        model = self.library.define(model)
+        self.library.register(model)
+        self._changed(model.name)
+        return model
+
     async def plan_pull(self, name_or_ref: str | Model, recipe: str | None = None) -> tuple[Model, FileSet]:
         """The model and the files a download of it needs (asks the Hub; downloads nothing)."""
         model = name_or_ref if isinstance(name_or_ref, Model) else self.library.resolve(name_or_ref)
