@@ -125,6 +125,7 @@ class Engine:
         self.output: deque[str] = deque(maxlen=OUTPUT_LINES)  # stdout and stderr lines, newest last
         self.port: int | None = None
         self.pid: int | None = None
+        self.argv: tuple[str, ...] = ()  # the command it was last started with (the key file, not the key)
         self.api_key: str | None = None
         self.watch = _Watch(self)
         self._fixed_port = port
@@ -239,6 +240,7 @@ class Engine:
             self.api_key = secrets.token_urlsafe(32)
             atomic_write_bytes(Path(plan.api_key_file), f"{self.api_key}\n".encode())  # 0600 (mkstemp)
         self.output.clear()
+        self.argv = plan.argv
         self._log = RotatingLog(self.log_path)
         self._emit([f"=== {time.strftime('%Y-%m-%d %H:%M:%S')} starting: {' '.join(plan.argv)}"])
         die_with_app = die_with_parent()

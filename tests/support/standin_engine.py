@@ -1,7 +1,9 @@
 """A stand-in for llama-server: a small stdlib HTTP server, run as a real child process, that answers like
 llama-server (``/health``, ``/v1/models``, streamed and whole chat and text completions with ``timings``
-and ``usage``) and on command crashes, hangs, ignores SIGTERM or slows down. It is a fake engine, named
-as one: it runs no model. It makes the watchdog, restarts and loading policy testable in seconds.
+and ``usage``; a prompt's words count as its tokens, and those it shares at the start with the previous
+prompt as ``cache_n``, llama-server's prefix cache) and on command crashes, hangs, ignores SIGTERM or
+slows down. It is a fake engine, named as one: it runs no model. It makes the watchdog, restarts and
+loading policy testable in seconds.
 
 It takes llama-server's command line (``-m MODEL --port P --host H --api-key-file F --ctx-size N
 --alias NAME``, the alias being the ``model`` its replies name, else the file's name; other flags are
@@ -99,6 +101,17 @@ class Standin:
         self.ready = threading.Event()
         self.hung = threading.Event()
         self.ignore_sigterm = False
+        self.last_prompt: list[str] = []  # a prefix cache, as llama-server keeps: one word, one token
+
+    def cached(self, words: list[str]) -> int:
+        """Words of ``words`` the previous prompt began with (the last one is always processed)."""
+        same = 0
+        for mine, theirs in zip(words[:-1], self.last_prompt, strict=False):
+            if mine != theirs:
+                break
+            same += 1
+        self.last_prompt = words
+        return same
 
     def pieces(self, max_tokens: int | None) -> tuple[list[str], str]:
         reply = self.behaviour["reply"]
@@ -116,8 +129,11 @@ class Standin:
             threading.Event().wait()  # forever: a hung engine answers nothing
 
 
-def _timings(prompt_n: int, prompt_ms: float, predicted_n: int, predicted_ms: float) -> dict[str, Any]:
+def _timings(
+    prompt_n: int, prompt_ms: float, predicted_n: int, predicted_ms: float, cache_n: int = 0
+) -> dict[str, Any]:
     return {
+        "cache_n": cache_n,
         "prompt_n": prompt_n,
         "prompt_ms": prompt_ms,
         "prompt_per_token_ms": prompt_ms / max(prompt_n, 1),
@@ -129,12 +145,12 @@ def _timings(prompt_n: int, prompt_ms: float, predicted_n: int, predicted_ms: fl
     }
 
 
-def _prompt_tokens(body: dict[str, Any]) -> int:
+def _prompt_words(body: dict[str, Any]) -> list[str]:
     if "messages" in body:
         text = " ".join(str(m.get("content", "")) for m in body["messages"] if isinstance(m, dict))
     else:
         text = str(body.get("prompt", ""))
-    return max(1, len(text.split()))
+    return text.split() or [""]
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -243,11 +259,13 @@ class Handler(BaseHTTPRequestHandler):
         s = self.standin
         max_tokens = body.get("max_tokens", body.get("n_predict"))
         pieces, finish = s.pieces(max_tokens if isinstance(max_tokens, int) and max_tokens >= 0 else None)
-        prompt_n = _prompt_tokens(body)
+        words = _prompt_words(body)
+        prompt_n = len(words)  # the whole prompt, as ``usage`` counts it
+        cache_n = s.cached(words)
         kind = "chat.completion" if chat else "text_completion"
         rid = f"chatcmpl-standin{time.monotonic_ns()}"
         started = time.perf_counter()
-        prompt_ms = 0.05 * prompt_n
+        prompt_ms = 0.05 * (prompt_n - cache_n)
         if not body.get("stream"):
             for _ in pieces:
                 self._pause()
@@ -271,7 +289,7 @@ class Handler(BaseHTTPRequestHandler):
                         "completion_tokens": len(pieces),
                         "total_tokens": prompt_n + len(pieces),
                     },
-                    "timings": _timings(prompt_n, prompt_ms, len(pieces), predicted_ms),
+                    "timings": _timings(prompt_n - cache_n, prompt_ms, len(pieces), predicted_ms, cache_n),
                 },
             )
             return
@@ -305,7 +323,7 @@ class Handler(BaseHTTPRequestHandler):
                 self._sse(chunk({"content": piece} if chat else piece, None))
             predicted_ms = (time.perf_counter() - started) * 1000.0
             last = chunk({} if chat else "", finish)
-            last["timings"] = _timings(prompt_n, prompt_ms, len(pieces), predicted_ms)
+            last["timings"] = _timings(prompt_n - cache_n, prompt_ms, len(pieces), predicted_ms, cache_n)
             self._sse(last)
             options = body.get("stream_options")
             if isinstance(options, dict) and options.get("include_usage"):
