@@ -74,7 +74,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 async def _dry_run(router: Router, model: Model, options: ModelOptions, as_json: bool) -> int:
-    plan = await router.supervisor.dry_run(model, router.load_options(model, options), dict(os.environ))
+    plan = await router.supervisor.dry_run(model, router.launch_options(model, options), dict(os.environ))
     if as_json:
         print_json({"command": list(plan.argv), "env": plan.env, "device": plan.device.value})
     else:

@@ -30,6 +30,8 @@ def release_asset_digest(release: Any, asset: str) -> str | None:
 
 
 RECIPES = ("llamacpp", "lemon-mlx")
+# Lemonade's recipe option keys are "<prefix>_backend" and "<prefix>_args" (with "ctx_size" for all).
+OPTION_PREFIX = {"llamacpp": "llamacpp", "lemon-mlx": "lemon_mlx"}
 
 # Preference order for the default backend, best first.
 PREFERENCE = ("metal", "cuda", "rocm", "vulkan", "cpu", "mlx-lm", "system")

@@ -70,6 +70,8 @@ class LaunchRequest:
     user_args: tuple[str, ...] = ()
     hf_hub_cache: str = ""  # the app's Hugging Face cache (``hub`` folder), for engines that resolve repo ids
     architecture: str = ""  # the GGUF's general.architecture when known: model quirks key on it
+    mmproj: str = ""  # llamacpp: the vision projector file to load beside the model ("" for none)
+    alias: str = ""  # llamacpp: the name replies give as their "model" (else the file's path)
     quirks: tuple[Quirk, ...] = ()  # the quirk table (``resources/quirks.json``)
     rpc: tuple[str, ...] = ()  # llama.cpp RPC workers (``host:port``) that hold layers and KV cache
 
@@ -111,7 +113,7 @@ LLAMACPP_RESERVED: dict[str, str] = {
     **dict.fromkeys(("-c", "--ctx-size"), "Use the context size option instead."),
     **dict.fromkeys(("-dev", "--device"), _REMOVE),
     **dict.fromkeys(("--host", "--port", "--api-key", "--api-key-file"), _REMOVE),
-    **dict.fromkeys(("--jinja", "--no-jinja", "--metrics", "--mmproj", "-mm"), _REMOVE),
+    **dict.fromkeys(("--jinja", "--no-jinja", "--metrics", "--mmproj", "-mm", "-a", "--alias"), _REMOVE),
     "--rpc": "Use the rpc option (or --rpc on the command line) instead.",
 }
 GPU_LAYERS_FLAGS = ("-ngl", "--gpu-layers", "--n-gpu-layers")
@@ -166,6 +168,9 @@ def llamacpp_plan(
         "--metrics",
         "--api-key-file",
         key_file,
+        *(("--mmproj", req.mmproj) if req.mmproj else ()),
+        # llama-server splits its aliases at commas: a name with one keeps the default.
+        *(("--alias", req.alias) if req.alias and "," not in req.alias else ()),
         *rpc_args(req.rpc, req.user_args),
         *req.user_args,
     )

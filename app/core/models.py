@@ -7,6 +7,7 @@ from typing import Any
 
 from app.core.backends import RECIPES
 from app.core.errors import ConfigError
+from app.core.names import path_problem
 
 
 @dataclass(frozen=True)
@@ -18,6 +19,7 @@ class Model:
     size_gb: float = 0.0
     suggested: bool = False
     user: bool = False  # added by the user rather than shipped in the catalog
+    mmproj: str | None = None  # GGUF: the vision projector's file in the checkpoint's repo, when named
 
     @property
     def repo_id(self) -> str | None:
@@ -41,6 +43,7 @@ class Model:
             "size_gb": self.size_gb,
             "suggested": self.suggested,
             "user": self.user,
+            **({"mmproj": self.mmproj} if self.mmproj else {}),
         }
 
 
@@ -60,6 +63,9 @@ def model_from_json(name: str, raw: Any, user: bool = False) -> Model:
     # bool is an int; inf and nan are floats: none of them is a size.
     if isinstance(size_gb, bool) or not isinstance(size_gb, int | float) or not 0 <= size_gb < 1e6:
         raise ConfigError(f"Model '{name}' has a size that is not a number of GB: {size_gb!r}.")
+    mmproj = raw.get("mmproj")
+    if mmproj is not None and path_problem(mmproj) is not None:
+        raise ConfigError(f"Model '{name}' has a projector that is not a file in its repo: {mmproj!r}.")
     return Model(
         name=name,
         recipe=recipe,
@@ -68,6 +74,7 @@ def model_from_json(name: str, raw: Any, user: bool = False) -> Model:
         size_gb=float(size_gb),
         suggested=bool(raw.get("suggested", False)),
         user=user,
+        mmproj=mmproj,
     )
 
 

@@ -6,6 +6,10 @@ proxy or a mistyped ``HF_ENDPOINT`` could otherwise write anywhere the user can.
 Hub's own, and strict: a file is a relative POSIX path of plain segments; a revision is a commit id
 (40 lowercase hex digits); a blob is named by its SHA-256 (64) or git blob id (40), lowercase as the
 Hub and ``huggingface_hub`` write them.
+
+A model's name (from a collection file, or a ``pull`` that registers a user model) keys the app's own
+records and shows in every list, so it keeps to a small alphabet too: letters, digits, ``.``, ``_``
+and ``-``, at most 128 characters after Lemonade's ``user.`` namespace.
 """
 
 from __future__ import annotations
@@ -19,6 +23,9 @@ _COMMIT = re.compile(r"[0-9a-f]{40}")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 _BLOB_ID = _COMMIT
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_MODEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+USER_PREFIX = "user."  # Lemonade's namespace for the models a user registers
+MODEL_NAME_RULE = "letters, digits, '.', '_', '-'; at most 128"
 
 
 def path_problem(path: object) -> str | None:
@@ -44,6 +51,21 @@ def file_name_problem(name: object) -> str | None:
     if isinstance(name, str) and "/" in name:
         return "is a path, not a file name"
     return path_problem(name)
+
+
+def bare_model_name(name: str) -> str:
+    """``name`` without Lemonade's ``user.`` namespace."""
+    return name[len(USER_PREFIX) :] if name.startswith(USER_PREFIX) else name
+
+
+def model_name_problem(name: object) -> str | None:
+    """Why ``name`` (with or without ``user.``) is not a model name, or None when it is one."""
+    if not isinstance(name, str):
+        return "is not a string"
+    bare = bare_model_name(name)
+    if not _MODEL_NAME.fullmatch(bare) or ".." in bare:
+        return f"{name!r} is not a model name ({MODEL_NAME_RULE})"
+    return None
 
 
 def _hex_problem(value: object, pattern: re.Pattern[str], what: str) -> str | None:

@@ -3,7 +3,8 @@
 ``org/repo:VARIANT`` for GGUF: a quant group (one file ending ``VARIANT.gguf``, a set of shards
 ``...VARIANT-00001-of-00003.gguf``, or a ``VARIANT/`` folder of shards), ``org/repo:file.gguf`` an exact
 file, a bare ``org/repo`` the first GGUF that is not a vision projector. Vision models bring their
-``mmproj`` companion. An MLX repo is taken whole: config, tokenizer, weights and their index.
+``mmproj`` companion (the one a model names, else the repo's F16 one). An MLX repo is taken whole:
+config, tokenizer, weights and their index.
 """
 
 from __future__ import annotations
@@ -150,8 +151,23 @@ def _pick_mmproj(listing: RepoListing) -> RepoFile | None:
     return next(iter(preferred or projectors), None)
 
 
-def _gguf_set(listing: RepoListing, key: str, files: tuple[RepoFile, ...]) -> FileSet:
-    mmproj = _pick_mmproj(listing)
+def _named_mmproj(listing: RepoListing, name: str) -> RepoFile:
+    wanted = name.lower()
+    found = [f for f in listing.files if is_gguf(f.path) and wanted in (f.path.lower(), f.name.lower())]
+    if len(found) != 1:
+        projectors = [f.path for f in listing.files if is_mmproj(f.path)]
+        what = "several files" if found else "no GGUF file"
+        raise ModelError(
+            f"{listing.repo_id} has {what} named {name} to use as the vision projector.",
+            f"Projectors there: {_choices(projectors)}.",
+        )
+    return found[0]
+
+
+def _gguf_set(
+    listing: RepoListing, key: str, files: tuple[RepoFile, ...], mmproj_name: str | None = None
+) -> FileSet:
+    mmproj = _named_mmproj(listing, mmproj_name) if mmproj_name else _pick_mmproj(listing)
     return FileSet(
         repo_id=listing.repo_id,
         revision=listing.revision,
@@ -163,21 +179,22 @@ def _gguf_set(listing: RepoListing, key: str, files: tuple[RepoFile, ...]) -> Fi
     )
 
 
-def select_gguf(listing: RepoListing, variant: str | None) -> FileSet:
+def select_gguf(listing: RepoListing, variant: str | None, mmproj: str | None = None) -> FileSet:
+    """The quant group ``variant`` names and its projector (``mmproj``: a file the model names)."""
     groups = quant_groups(listing)
     where = listing.repo_id
     if not groups:
         raise ModelError(f"{where} has no GGUF model files.", "Pick a GGUF repo, or use an MLX model.")
     if variant is None:
         key = next(iter(groups))
-        return _gguf_set(listing, key, groups[key])
+        return _gguf_set(listing, key, groups[key], mmproj)
     wanted = variant.lower()
     if wanted.endswith(".gguf"):
         exact = [
             k for k, files in groups.items() for f in files if wanted in (f.path.lower(), f.name.lower())
         ]
         if len(exact) == 1:
-            return _gguf_set(listing, exact[0], groups[exact[0]])
+            return _gguf_set(listing, exact[0], groups[exact[0]], mmproj)
         if len(exact) > 1:
             raise ModelError(
                 f"'{variant}' names several files in {where}.", "Give its full path inside the repo."
@@ -191,7 +208,7 @@ def select_gguf(listing: RepoListing, variant: str | None) -> FileSet:
     if len(matches) > 1 and len(exact) == 1:
         matches = exact  # ":Q4_K_M" means the plain one when a "UD-Q4_K_M" sits beside it
     if len(matches) == 1:
-        return _gguf_set(listing, matches[0], groups[matches[0]])
+        return _gguf_set(listing, matches[0], groups[matches[0]], mmproj)
     labels = list(gguf_variants(listing))
     if matches:
         raise ModelError(
@@ -221,11 +238,14 @@ def guess_recipe(listing: RepoListing) -> str:
     return GGUF_RECIPE if quant_groups(listing) else MLX_RECIPE
 
 
-def select(listing: RepoListing, ref: HubRef, recipe: str | None = None) -> FileSet:
-    """The files ``ref`` needs; ``recipe`` None means: GGUF if the repo has any, else MLX."""
+def select(
+    listing: RepoListing, ref: HubRef, recipe: str | None = None, mmproj: str | None = None
+) -> FileSet:
+    """The files ``ref`` needs; ``recipe`` None means: GGUF if the repo has any, else MLX. ``mmproj``
+    names a GGUF model's projector."""
     recipe = recipe or (GGUF_RECIPE if ref.variant else guess_recipe(listing))
     if recipe == GGUF_RECIPE:
-        return select_gguf(listing, ref.variant)
+        return select_gguf(listing, ref.variant, mmproj)
     if ref.variant:
         raise ModelError(f"MLX models take no variant ('{ref}').", f"Use {ref.repo_id} alone.")
     return select_mlx(listing)

@@ -26,6 +26,26 @@ class Telemetry:
 
 
 @dataclass(frozen=True)
+class TelemetryTotals:
+    """Running totals over the replies since the app started (Lemonade's ``*_total`` figures)."""
+
+    requests: int = 0
+    input_tokens: int = 0  # prompt tokens the engines processed (not taken from their caches)
+    output_tokens: int = 0
+    prompt_tokens: int = 0  # cached ones included
+    cache_tokens: int = 0
+
+    def add(self, t: Telemetry) -> TelemetryTotals:
+        return TelemetryTotals(
+            self.requests + 1,
+            self.input_tokens + max(t.prompt_tokens - t.cached_tokens, 0),
+            self.output_tokens + t.completion_tokens,
+            self.prompt_tokens + t.prompt_tokens,
+            self.cache_tokens + t.cached_tokens,
+        )
+
+
+@dataclass(frozen=True)
 class ClientTimes:
     """What the client saw, in seconds on one monotonic clock."""
 

@@ -23,11 +23,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from app.core.backends import RECIPES
+from app.core.backends import OPTION_PREFIX, RECIPES
 from app.core.errors import ConfigError
 from app.core.launch import check_user_args, split_args
 from app.core.models import Model
-from app.core.names import repo_id_problem
+from app.core.names import MODEL_NAME_RULE, USER_PREFIX, bare_model_name, model_name_problem, repo_id_problem
 from app.store.files import atomic_write_json
 from app.store.model_options import ModelOptions
 from app.store.paths import home
@@ -35,14 +35,11 @@ from app.store.records import Loaded, load_records, save_records
 
 KEY = "collections"
 COLLECTION_RECIPE = "collection.omni"  # Lemonade's one collection recipe that its import takes
-USER_PREFIX = "user."
-NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 LABEL = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
 BACKEND = re.compile(r"[a-z0-9][a-z0-9-]{0,31}")
 VARIANT = re.compile(r"[A-Za-z0-9._/-]{1,200}")
 MAX_MEMBERS = 64
 MAX_FILE_BYTES = 1 << 20
-OPTION_PREFIX = {"llamacpp": "llamacpp", "lemon-mlx": "lemon_mlx"}  # Lemonade's recipe option keys
 EXTRA_KEYS = ("temperature", "top_p", "max_tokens", "pinned")  # ours, in the ``lemon_desk`` object
 
 
@@ -122,12 +119,10 @@ def _obj(value: Any, where: str) -> dict[str, Any]:
 
 
 def _name(value: Any, where: str, *, strip_user: bool = False) -> str:
-    if not isinstance(value, str):
-        raise _fail(where, "is not a string")
-    bare = value[len(USER_PREFIX) :] if value.startswith(USER_PREFIX) else value
-    if not NAME.fullmatch(bare) or ".." in bare:
-        raise _fail(where, f"{value!r} is not a model name (letters, digits, '.', '_', '-'; at most 128)")
-    return bare if strip_user else value
+    if why := model_name_problem(value):
+        raise _fail(where, why)
+    assert isinstance(value, str)
+    return bare_model_name(value) if strip_user else value
 
 
 def _checkpoint(value: Any, where: str) -> str:
@@ -281,9 +276,6 @@ def save_collections(collections: dict[str, Collection], path: Path | None = Non
 
 def check_collection_name(name: str) -> str:
     """A name the user typed for a collection (``user.`` is dropped, as Lemonade adds it)."""
-    bare = name[len(USER_PREFIX) :] if name.startswith(USER_PREFIX) else name
-    if not NAME.fullmatch(bare) or ".." in bare:
-        raise ConfigError(
-            f"{name!r} cannot name a collection.", "Use letters, digits, '.', '_' and '-' (at most 128)."
-        )
-    return bare
+    if model_name_problem(name):
+        raise ConfigError(f"{name!r} cannot name a collection.", f"Use {MODEL_NAME_RULE}.")
+    return bare_model_name(name)

@@ -16,6 +16,7 @@ from typing import Any
 from app.core.downloads import INTERRUPTED, DownloadRecord, DownloadState
 from app.core.errors import ModelError
 from app.core.models import Model, catalog_from_json
+from app.core.names import USER_PREFIX
 from app.core.refs import (
     GGUF_RECIPE,
     MLX_RECIPE,
@@ -34,7 +35,6 @@ from app.store.settings import Settings
 from app.store.usermodels import load_user_models, save_user_models
 
 GB = 1e9
-USER_PREFIX = "user."
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "tiktoken.model")
 
 
@@ -145,6 +145,33 @@ class Library:
             f"Download it first: lemon-desk pull {model.name}",
         )
 
+    def define(self, model: Model) -> Model:
+        """The model to register for a definition from outside (a Lemonade ``pull``): ``model`` itself
+        when its name is new or names a user model with the same files (its labels then change); the
+        catalog's entry when it repeats one. A name already defined with other files is refused:
+        replacing it would orphan the files downloaded for it."""
+        existing = self.models().get(model.name)
+        if existing is None:
+            return model
+        differs = [
+            f"{what} (here {ours!r}, asked {theirs!r})"
+            for what, ours, theirs in (
+                ("checkpoint", existing.checkpoint, model.checkpoint),
+                ("recipe", existing.recipe, model.recipe),
+                ("mmproj", existing.mmproj, model.mmproj),
+            )
+            # A recipe "" is known once downloaded; a projector not asked for keeps the one here.
+            if ours != theirs and theirs is not None and not (what == "recipe" and not ours)
+        ]
+        if differs:
+            raise ModelError(
+                f"{model.name} is already registered with other files: {'; '.join(differs)}.",
+                "Choose another name for this checkpoint, or delete the model first.",
+            )
+        if not existing.user:
+            return existing
+        return dataclasses.replace(existing, recipe=model.recipe or existing.recipe, labels=model.labels)
+
     def register(self, model: Model) -> None:
         if model.name in self.catalog:
             return
@@ -167,7 +194,7 @@ class Library:
         if cache is None or listing is None:
             return None
         try:
-            files = select(listing, parse_ref(model.checkpoint), model.recipe or None)
+            files = select(listing, parse_ref(model.checkpoint), model.recipe or None, model.mmproj)
         except ModelError:
             return None
         if files.recipe == GGUF_RECIPE and missing_shards(files.files):

@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from app.core.errors import ConfigError, LemonDeskError, ModelError
+from app.core.names import USER_PREFIX
 from app.store.collections import (
-    USER_PREFIX,
     Collection,
     Member,
     check_collection_name,

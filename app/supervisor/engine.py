@@ -118,6 +118,7 @@ class Engine:
         self.process = ChildProcess(engine_id, self.log_path)
         self.output = self.process.output  # stdout and stderr lines, newest last
         self.port: int | None = None
+        self.argv: tuple[str, ...] = ()  # the command it was last started with (the key file, not the key)
         self.api_key: str | None = None
         self.watch = _Watch(self)
         self._fixed_port = port
@@ -229,6 +230,7 @@ class Engine:
         if plan.api_key_file:
             self.api_key = secrets.token_urlsafe(32)
             atomic_write_bytes(Path(plan.api_key_file), f"{self.api_key}\n".encode())  # 0600 (mkstemp)
+        self.argv = plan.argv
         try:
             await self.process.spawn(plan.argv, child_environment(os.environ, plan))
         except OSError as err:

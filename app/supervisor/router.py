@@ -22,7 +22,7 @@ import logging
 import shlex
 import time
 from collections import Counter
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Coroutine, Iterator
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
@@ -78,7 +78,7 @@ from app.core.rpc import (
 from app.core.runcard import RunCard, quant_of
 from app.core.status import LoadPhase, ModelFacts, ModelStatus, model_status
 from app.core.suggest import suggest
-from app.core.telemetry import Telemetry
+from app.core.telemetry import Telemetry, TelemetryTotals
 from app.platform import detect_hardware, free_memory
 from app.store.bench_results import save_run
 from app.store.downloads import load_downloads
@@ -227,6 +227,7 @@ class ModelView:
     fit: FitEstimate | None = None  # at the model's context; None until the hardware is known
     fit_exact: bool = False  # False: by size alone (the header is not read yet), a lower bound
     fit_note: str = ""  # why the header could not be read, when it could not
+    context_window: int | None = None  # the context the model was trained for, once its header is read
     memory: dict[str, int] = dataclasses.field(default_factory=dict)  # loaded: bytes per device, from its log
 
     @property
@@ -254,7 +255,9 @@ class Router:
     ) -> None:
         self.settings = settings
         self.library = library or Library(settings)
-        self.supervisor = Supervisor(settings, resolve_model=lambda m: self.library.location(m))
+        self.supervisor = Supervisor(
+            settings, resolve_model=lambda m: self.library.location(m), resolve_projector=self._projector
+        )
         self._unsubscribe = [self.supervisor.subscribe(self._on_supervisor)]
         loaded = load_model_options()
         self._options = loaded.items
@@ -265,7 +268,9 @@ class Router:
         self._load_options: dict[str, LoadOptions] = {}
         self._used: dict[str, float] = {}  # last load or request
         self._busy: Counter[str] = Counter()  # requests in flight
+        self._streaming: Counter[str] = Counter()  # replies streaming to their readers (first token sent)
         self.last_request: RequestFinished | None = None
+        self.totals = TelemetryTotals()  # over every reply since the router started
         self._phases: dict[str, LoadProgress] = {}
         self._shapes: dict[str, ModelShape] = {}  # by checkpoint, read from the Hub before a download
         self._shape_errors: dict[str, str] = {}
@@ -339,6 +344,32 @@ class Router:
             ) from None
         self._changed(name)
 
+    def last_used(self, name: str) -> float | None:
+        """When a loaded model was last loaded or asked, as a Unix time; None when it is not loaded."""
+        used = self._used.get(name)
+        return None if used is None else time.time() - (self._clock() - used)
+
+    def busy(self, name: str) -> bool:
+        """Whether requests to the model are in flight."""
+        return self._busy[name] > 0
+
+    def streaming(self, name: str) -> bool:
+        """Whether a reply of the model is streaming to its reader (its first token went out)."""
+        return self._streaming[name] > 0
+
+    @contextlib.contextmanager
+    def reply_streaming(self, name: str) -> Iterator[None]:
+        """Mark a reply of ``name`` as streaming for as long as the block runs."""
+        self._streaming[name] += 1
+        try:
+            yield
+        finally:
+            self._streaming[name] -= 1
+
+    def load_options(self, name: str) -> LoadOptions | None:
+        """The options a running model was loaded with (None when it is not loaded)."""
+        return self._load_options.get(name) if name in self.supervisor.engines else None
+
     def engine_state(self, name: str) -> EngineState | None:
         engine = self.supervisor.engines.get(name)
         return engine.state if engine is not None else None
@@ -374,23 +405,28 @@ class Router:
     def _view(self, disk: DiskStatus) -> ModelView:
         on_disk = disk.state in (ModelState.DOWNLOADED, ModelState.LOCAL)
         size = disk.local.size if disk.local and disk.local.size else int(disk.model.size_gb * GB)
-        fit, exact = self._fit(disk, size)
+        shape = self._shape(disk)
+        fit, exact = self._fit(disk, size, shape)
         note = self._shape_errors.get(disk.model.checkpoint, "")
-        status = model_status(self._facts(disk))
+        window = (shape.context_train or None) if shape is not None else None
+        facts = model_status(self._facts(disk))
         memory = self._placement.get(disk.model.name, {})
-        return ModelView(disk.model, status, on_disk, size, disk, fit, exact, note, memory)
+        return ModelView(disk.model, facts, on_disk, size, disk, fit, exact, note, window, memory)
 
-    def _fit(self, disk: DiskStatus, size: int) -> tuple[FitEstimate | None, bool]:
-        """The fit at the model's context: from its header when read (on disk, or from the Hub through
-        ``measure_fit``), else by size alone."""
+    def _shape(self, disk: DiskStatus) -> ModelShape | None:
+        """The model's shape from its header when read: on disk, or from the Hub (``measure_fit``)."""
+        shape = self._shapes.get(disk.model.checkpoint)
+        if shape is None and disk.local is not None:
+            with contextlib.suppress(ModelError, OSError):
+                shape = local_shape(disk.model.recipe, disk.local.main)
+        return shape
+
+    def _fit(self, disk: DiskStatus, size: int, shape: ModelShape | None) -> tuple[FitEstimate | None, bool]:
+        """The fit at the model's context: from its header when read, else by size alone."""
         model = disk.model
         hardware = self.supervisor.known_hardware
         if hardware is None or (not size and disk.local is None):
             return None, False
-        shape = self._shapes.get(model.checkpoint)
-        if shape is None and disk.local is not None:
-            with contextlib.suppress(ModelError, OSError):
-                shape = local_shape(model.recipe, disk.local.main)
         context = self.options(model.name).ctx_size or DEFAULT_CONTEXT
         recipe = model.recipe or "llamacpp"
         return estimate(size, shape or SIZE_ONLY, hardware, recipe, context), shape is not None
@@ -458,6 +494,14 @@ class Router:
         architecture = gguf_architecture(local.main) if local is not None else ""
         return effective_labels(model.labels, load_quirks(), model.recipe, architecture)
 
+    def _projector(self, model: Model) -> Path | None:
+        """The projector a GGUF model loads with, as Lemonade gives llama-server ``--mmproj``: for a
+        model labelled ``vision`` or naming its projector, when the file is here."""
+        if "vision" not in model.labels and not model.mmproj:
+            return None
+        local = self.library.local_files(model)
+        return local.mmproj if local is not None else None
+
     # --- parameter counts -----------------------------------------------------------------------------
 
     def local_parameter_count(self, model: Model) -> int | None:
@@ -506,6 +550,14 @@ class Router:
             self._downloads.subscribe(self._on_download)
         return self._downloads
 
+    def register(self, model: Model) -> Model:
+        """Register a user model defined from outside (Lemonade's ``models/register``), downloading
+        nothing; a name defined otherwise already is refused (``Library.define``). Returns it as kept."""
+        model = self.library.define(model)
+        self.library.register(model)
+        self._changed(model.name)
+        return model
+
     async def plan_pull(self, name_or_ref: str | Model, recipe: str | None = None) -> tuple[Model, FileSet]:
         """The model and the files a download of it needs (asks the Hub; downloads nothing)."""
         model = name_or_ref if isinstance(name_or_ref, Model) else self.library.resolve(name_or_ref)
@@ -516,7 +568,7 @@ class Router:
         listing = await hub.listing(ref.repo_id)
         if listing.gated and not hub.token:
             raise gated_error(ref.repo_id, hub.endpoint)
-        files = select(listing, ref, recipe or model.recipe or None)
+        files = select(listing, ref, recipe or model.recipe or None, model.mmproj)
         if model.user:
             model = dataclasses.replace(model, recipe=files.recipe, size_gb=round(files.size / GB, 3))
         return model, files
@@ -679,7 +731,7 @@ class Router:
                 await self.download(planned, files)
                 downloading = False
                 model = self.library.resolve(name) if name in self.library.models() else planned
-            request = self.load_options(model, options)
+            request = self.launch_options(model, options)
             await self._install_backend(model, request)
             self._set_phase(name, LoadPhase.LOADING)
             return await self._launch(model, request, force)
@@ -694,7 +746,7 @@ class Router:
             self._phases.pop(name, None)
             self._changed(name)
 
-    def load_options(self, model: Model, options: ModelOptions) -> LoadOptions:
+    def launch_options(self, model: Model, options: ModelOptions) -> LoadOptions:
         """What a load of ``model`` with its recipe ``options`` asks of the supervisor: the RPC workers
         are the option's (``local``: none), else the Settings' list for a llama.cpp model."""
         settings = self.settings.rpc_workers if model.recipe == "llamacpp" else ""
@@ -854,6 +906,7 @@ class Router:
     def request_finished(self, name: str, telemetry: Telemetry, source: RequestSource) -> None:
         """Note a finished reply's figures (the last one is kept) and tell the front ends."""
         self.last_request = RequestFinished(name, source, telemetry)
+        self.totals = self.totals.add(telemetry)
         self._emit(self.last_request)
 
     async def stream_chat(self, name: str, messages: Messages, **params: Any) -> AsyncIterator[ChatEvent]:
@@ -863,10 +916,15 @@ class Router:
             # Closing the generator closes the HTTP stream, which stops the engine generating.
             stream = cast(AsyncGenerator[ChatEvent, None], client.stream_chat(messages, **params))
             async with contextlib.aclosing(stream):
-                async for event in stream:
-                    if isinstance(event, ChatDone):
-                        self.request_finished(name, event.telemetry, RequestSource.CHAT)
-                    yield event
+                with contextlib.ExitStack() as marks:
+                    marked = False
+                    async for event in stream:
+                        if not marked:  # streaming from its first event on
+                            marks.enter_context(self.reply_streaming(name))
+                            marked = True
+                        if isinstance(event, ChatDone):
+                            self.request_finished(name, event.telemetry, RequestSource.CHAT)
+                        yield event
 
     async def chat(self, name: str, messages: Messages, **params: Any) -> ChatReply:
         """A whole reply. One broken by an engine crash is sent once more after the restart."""

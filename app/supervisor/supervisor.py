@@ -115,6 +115,11 @@ class LoadOptions:
 
 
 ModelResolver = Callable[[Model], Path]  # the GGUF or MLX folder to load; ModelError when not here
+ProjectorResolver = Callable[[Model], Path | None]  # a vision model's projector file, when it loads one
+
+
+def _no_projector(model: Model) -> Path | None:
+    return None
 
 
 class Supervisor:
@@ -124,10 +129,12 @@ class Supervisor:
         *,
         hardware: Hardware | None = None,
         resolve_model: ModelResolver,
+        resolve_projector: ProjectorResolver = _no_projector,
     ) -> None:
         self.settings = settings
         self._hardware = hardware
         self._resolve_model = resolve_model
+        self._resolve_projector = resolve_projector
         self._listeners: Listeners[SupervisorEvent] = Listeners("the supervisor")
         self._tasks: dict[str, asyncio.Task[Any]] = {}
         self._engines: dict[str, Engine] = {}
@@ -306,6 +313,7 @@ class Supervisor:
         # A model labelled for embeddings or reranking is served in that mode (llama-server's flags).
         mode = [f"--{label}" for label in ("embeddings", "reranking") if label in model.labels]
         mode = mode if model.recipe == "llamacpp" else []
+        projector = self._resolve_projector(model) if model.recipe == "llamacpp" else None
         return LaunchRequest(
             recipe=model.recipe,
             backend=backend,
@@ -317,6 +325,8 @@ class Supervisor:
             hf_hub_cache=str(hub),
             architecture=architecture,
             quirks=load_quirks(),
+            mmproj=str(projector) if projector else "",
+            alias=model.name if model.recipe == "llamacpp" else "",
             rpc=self._rpc_workers(model, options),
         )
 

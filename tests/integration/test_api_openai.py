@@ -18,12 +18,15 @@ from app.store.model_options import ModelOptions, save_model_options
 from app.store.settings import Settings, save_settings
 from tests.conftest import profile_path
 from tests.integration.conftest import engines_of, lemon_desk
+from tests.support.hubserver import HubRepo, LoopbackHub
 from tests.support.serve import Serving, serving
 
 pytestmark = pytest.mark.integration
 
 MODEL = "smol"
 KEY = "test-key-0123456789"
+REPO = "HuggingFaceTB/SmolLM2-135M-Instruct-GGUF"
+GGUF_FILE = "SmolLM2-135M-Instruct-Q4_1.gguf"
 HELLO = [{"role": "user", "content": "What is the capital of France? Answer in one word."}]
 
 
@@ -55,6 +58,7 @@ def test_list_chat_stream_completions_stop_and_unknown_model(served: Serving) ->
 
     reply = api.chat.completions.create(model=MODEL, messages=HELLO, temperature=0, max_tokens=16, seed=1)
     assert "Paris" in (reply.choices[0].message.content or "")
+    assert reply.model == MODEL  # llama-server answers under the model's name, not its file's path
     usage = reply.usage
     assert usage is not None and usage.prompt_tokens > 0 and usage.completion_tokens > 0
     assert usage.prompt_tokens + usage.completion_tokens == usage.total_tokens
@@ -88,6 +92,25 @@ def test_list_chat_stream_completions_stop_and_unknown_model(served: Serving) ->
 
     stats = httpx.get(f"{served.url}/api/v1/stats", trust_env=False).json()
     assert stats["source"] == "api" and stats["output_tokens"] > 0 and stats["time_to_first_token"] > 0
+    assert stats["request_count_total"] == 4 and stats["output_tokens_total"] >= stats["output_tokens"]
+
+
+def test_stats_count_what_llama_servers_prompt_cache_served(served: Serving) -> None:
+    api = client(served)
+    question = [{"role": "user", "content": "Name the largest planet of the solar system in one word."}]
+    first = api.chat.completions.create(model=MODEL, messages=question, max_tokens=4, temperature=0)
+    follow_up = [
+        *question,
+        {"role": "assistant", "content": first.choices[0].message.content or ""},
+        {"role": "user", "content": "And the smallest?"},
+    ]
+    api.chat.completions.create(model=MODEL, messages=follow_up, max_tokens=4, temperature=0)
+    stats = httpx.get(f"{served.url}/api/v1/stats", trust_env=False).json()
+    # The second prompt starts as the first did: llama-server took that part from its cache.
+    assert stats["cache_tokens"] > 0
+    assert stats["input_tokens"] + stats["cache_tokens"] == stats["prompt_tokens"]
+    assert stats["request_count_total"] == 2 and stats["cache_tokens_total"] == stats["cache_tokens"]
+    assert stats["prompt_tokens_total"] > stats["prompt_tokens"]
 
 
 def test_five_concurrent_requests_are_all_answered(served: Serving) -> None:
@@ -129,3 +152,44 @@ def test_a_key_set_and_missing_is_an_authentication_error(smol_home: None) -> No
 def test_serve_refuses_a_public_host_without_a_key(smol_home: None) -> None:
     result = lemon_desk("serve", "--host", "0.0.0.0", "--port", "0", timeout=60)
     assert result.returncode == 1 and "API key" in result.stderr and "Traceback" not in result.stderr
+
+
+@pytest.fixture
+def hub(smol_gguf: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[LoopbackHub]:
+    """A loopback Hub serving SmolLM2 as a GGUF repo, for ``serve`` (a child) through HF_ENDPOINT."""
+    hub = LoopbackHub()
+    hub.add(HubRepo(REPO, {GGUF_FILE: smol_gguf.read_bytes()}, tags=("gguf",)))
+    with hub.running() as base:
+        monkeypatch.setenv("HF_ENDPOINT", base)
+        monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf-cache"))
+        for var in ("HF_HOME", "HF_TOKEN"):
+            monkeypatch.delenv(var, raising=False)
+        yield hub
+
+
+def test_pull_registers_a_user_model_that_the_real_engine_then_serves(
+    smol_home: None, hub: LoopbackHub, lemon_home: Path
+) -> None:
+    definition = {"model_name": "user.Smol", "checkpoint": f"{REPO}:Q4_1", "recipe": "llamacpp"}
+    with serving() as served:
+        api = httpx.Client(base_url=f"{served.url}/api/v1", trust_env=False, timeout=120)
+        with api:
+            refused = api.post("/pull", json={**definition, "recipe": "sd-cpp"})
+            pulled = api.post("/pull", json={**definition, "reasoning": True})
+            loaded = api.post(
+                "/load",
+                json={"model_name": "user.Smol", "llamacpp_backend": "system", "ctx_size": 2048},
+            )
+            listed = {m["id"]: m for m in api.get("/models").json()["data"]}
+            reply = client(served).chat.completions.create(model="user.Smol", messages=HELLO, max_tokens=8)
+            health = api.get("/health").json()
+    assert refused.status_code == 400 and refused.json()["error"]["type"] == "invalid_request_error"
+    assert pulled.json() == {"status": "success", "message": "Installed model: user.Smol"}
+    assert loaded.status_code == 200, loaded.text
+    smol = listed["user.Smol"]
+    assert smol["labels"] == ["reasoning"] and smol["downloaded"] is True
+    assert smol["max_context_window"] == 8192 and smol["context_length"] == 2048  # SmolLM2's, the engine's
+    assert reply.model == "user.Smol" and reply.choices[0].message.content
+    (model,) = health["all_models_loaded"]
+    assert model["model_name"] == "user.Smol" and model["recipe_options"]["ctx_size"] == 2048
+    assert engines_of(lemon_home) == []

@@ -1,10 +1,13 @@
 """A stand-in for llama-server: a small stdlib HTTP server, run as a real child process, that answers like
 llama-server (``/health``, ``/v1/models``, streamed and whole chat and text completions with ``timings``
-and ``usage``) and on command crashes, hangs, ignores SIGTERM or slows down. It is a fake engine, named
-as one: it runs no model. It makes the watchdog, restarts and loading policy testable in seconds.
+and ``usage``; a prompt's words count as its tokens, and those it shares at the start with the previous
+prompt as ``cache_n``, llama-server's prefix cache) and on command crashes, hangs, ignores SIGTERM or
+slows down. It is a fake engine, named as one: it runs no model. It makes the watchdog, restarts and
+loading policy testable in seconds.
 
-It takes llama-server's command line (``-m MODEL --port P --host H --api-key-file F --ctx-size N``;
-other flags are ignored) and ``--version``. The model file must start with the GGUF magic, as
+It takes llama-server's command line (``-m MODEL --port P --host H --api-key-file F --ctx-size N
+--alias NAME``, the alias being the ``model`` its replies name, else the file's name; other flags are
+ignored) and ``--version``. The model file must start with the GGUF magic, as
 llama-server checks. How it behaves comes from an optional sidecar ``<model path>.standin.json``:
 
     load_delay_s   seconds /health answers 503 "Loading model" before 200 (default 0.1)
@@ -67,6 +70,8 @@ def parse_args(argv: list[str]) -> dict[str, str]:
         "--api-key-file": "api_key_file",
         "-c": "ctx_size",
         "--ctx-size": "ctx_size",
+        "-a": "alias",
+        "--alias": "alias",
     }
     found: dict[str, str] = {}
     i = 0
@@ -84,9 +89,11 @@ def parse_args(argv: list[str]) -> dict[str, str]:
 class Standin:
     """What every request handler shares: the behaviour, the key, and the switches the controls flip."""
 
-    def __init__(self, model: str, behaviour: dict[str, Any], keys: set[str], ctx_size: int) -> None:
+    def __init__(
+        self, model: str, behaviour: dict[str, Any], keys: set[str], ctx_size: int, alias: str = ""
+    ) -> None:
         self.model = model
-        self.model_id = os.path.basename(model)
+        self.model_id = alias or os.path.basename(model)
         self.behaviour = behaviour
         self.keys = keys
         self.ctx_size = ctx_size
@@ -94,6 +101,17 @@ class Standin:
         self.ready = threading.Event()
         self.hung = threading.Event()
         self.ignore_sigterm = False
+        self.last_prompt: list[str] = []  # a prefix cache, as llama-server keeps: one word, one token
+
+    def cached(self, words: list[str]) -> int:
+        """Words of ``words`` the previous prompt began with (the last one is always processed)."""
+        same = 0
+        for mine, theirs in zip(words[:-1], self.last_prompt, strict=False):
+            if mine != theirs:
+                break
+            same += 1
+        self.last_prompt = words
+        return same
 
     def pieces(self, max_tokens: int | None) -> tuple[list[str], str]:
         reply = self.behaviour["reply"]
@@ -111,8 +129,11 @@ class Standin:
             threading.Event().wait()  # forever: a hung engine answers nothing
 
 
-def _timings(prompt_n: int, prompt_ms: float, predicted_n: int, predicted_ms: float) -> dict[str, Any]:
+def _timings(
+    prompt_n: int, prompt_ms: float, predicted_n: int, predicted_ms: float, cache_n: int = 0
+) -> dict[str, Any]:
     return {
+        "cache_n": cache_n,
         "prompt_n": prompt_n,
         "prompt_ms": prompt_ms,
         "prompt_per_token_ms": prompt_ms / max(prompt_n, 1),
@@ -124,12 +145,12 @@ def _timings(prompt_n: int, prompt_ms: float, predicted_n: int, predicted_ms: fl
     }
 
 
-def _prompt_tokens(body: dict[str, Any]) -> int:
+def _prompt_words(body: dict[str, Any]) -> list[str]:
     if "messages" in body:
         text = " ".join(str(m.get("content", "")) for m in body["messages"] if isinstance(m, dict))
     else:
         text = str(body.get("prompt", ""))
-    return max(1, len(text.split()))
+    return text.split() or [""]
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -238,11 +259,13 @@ class Handler(BaseHTTPRequestHandler):
         s = self.standin
         max_tokens = body.get("max_tokens", body.get("n_predict"))
         pieces, finish = s.pieces(max_tokens if isinstance(max_tokens, int) and max_tokens >= 0 else None)
-        prompt_n = _prompt_tokens(body)
+        words = _prompt_words(body)
+        prompt_n = len(words)  # the whole prompt, as ``usage`` counts it
+        cache_n = s.cached(words)
         kind = "chat.completion" if chat else "text_completion"
         rid = f"chatcmpl-standin{time.monotonic_ns()}"
         started = time.perf_counter()
-        prompt_ms = 0.05 * prompt_n
+        prompt_ms = 0.05 * (prompt_n - cache_n)
         if not body.get("stream"):
             for _ in pieces:
                 self._pause()
@@ -266,7 +289,7 @@ class Handler(BaseHTTPRequestHandler):
                         "completion_tokens": len(pieces),
                         "total_tokens": prompt_n + len(pieces),
                     },
-                    "timings": _timings(prompt_n, prompt_ms, len(pieces), predicted_ms),
+                    "timings": _timings(prompt_n - cache_n, prompt_ms, len(pieces), predicted_ms, cache_n),
                 },
             )
             return
@@ -300,7 +323,7 @@ class Handler(BaseHTTPRequestHandler):
                 self._sse(chunk({"content": piece} if chat else piece, None))
             predicted_ms = (time.perf_counter() - started) * 1000.0
             last = chunk({} if chat else "", finish)
-            last["timings"] = _timings(prompt_n, prompt_ms, len(pieces), predicted_ms)
+            last["timings"] = _timings(prompt_n - cache_n, prompt_ms, len(pieces), predicted_ms, cache_n)
             self._sse(last)
             options = body.get("stream_options")
             if isinstance(options, dict) and options.get("include_usage"):
@@ -373,7 +396,7 @@ def main(argv: list[str]) -> int:
         say("main: exiting due to model loading error")
         return 1
     behaviour = read_behaviour(model)
-    standin = Standin(model, behaviour, keys, int(args.get("ctx_size", "4096")))
+    standin = Standin(model, behaviour, keys, int(args.get("ctx_size", "4096")), args.get("alias", ""))
     Handler.standin = standin
 
     def on_sigterm(signum: int, frame: object) -> None:

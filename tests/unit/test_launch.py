@@ -72,6 +72,21 @@ def test_default_context_size_and_vulkan_cap() -> None:
     assert rocm.argv[rocm.argv.index("--ctx-size") + 1] == "131072"
 
 
+def test_the_model_name_and_projector_come_before_the_user_args() -> None:
+    req = request(mmproj="/models/mmproj-f16.gguf", alias="user.Vision-GGUF", user_args=("-t", "2"))
+    argv = plan_launch(req, hw("cpu_only_x86"), "1", "k", {}).argv
+    assert argv[argv.index("--api-key-file") + 2 :] == (
+        "--mmproj",
+        "/models/mmproj-f16.gguf",
+        "--alias",
+        "user.Vision-GGUF",
+        "-t",
+        "2",
+    )
+    # llama-server reads commas as several aliases: such a name keeps llama-server's default.
+    assert "--alias" not in plan_launch(request(alias="a,b"), hw("cpu_only_x86"), "1", "k", {}).argv
+
+
 @pytest.mark.parametrize(
     ("user_args", "flag"),
     [
@@ -87,6 +102,7 @@ def test_default_context_size_and_vulkan_cap() -> None:
         (("-hf", "org/repo"), "-hf"),
         (("-dev", "Vulkan0"), "-dev"),
         (("--mmproj", "x.gguf"), "--mmproj"),
+        (("--alias", "other"), "--alias"),
         (("--metrics",), "--metrics"),
     ],
 )

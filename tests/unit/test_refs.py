@@ -123,6 +123,15 @@ def test_vision_models_bring_one_projector_preferring_f16() -> None:
     assert select(VISION, parse_ref("org/repo")).main == "gemma-3-4b-it-Q4_K_M.gguf"
 
 
+def test_a_model_that_names_its_projector_gets_that_one() -> None:
+    files = select(VISION, parse_ref("org/repo:Q4_K_M"), mmproj="mmproj-BF16.gguf")
+    assert files.mmproj == "mmproj-BF16.gguf"
+    assert [f.path for f in files.files] == ["gemma-3-4b-it-Q4_K_M.gguf", "mmproj-BF16.gguf"]
+    with pytest.raises(ModelError, match=r"no GGUF file named mmproj-x\.gguf") as err:
+        select(VISION, parse_ref("org/repo:Q4_K_M"), mmproj="mmproj-x.gguf")
+    assert "mmproj-model-f16.gguf" in err.value.hint
+
+
 def test_mlx_repo_is_taken_whole_but_only_what_the_engine_reads() -> None:
     files = select(MLX, parse_ref("org/repo"))
     assert files.recipe == "lemon-mlx"

@@ -64,6 +64,8 @@ def test_dry_run_on_a_hybrid_host_with_rocm(
             "--metrics",
             "--api-key-file",
             "<private key file, random per launch>",
+            "--alias",
+            gguf.stem,
             "-ngl",
             "99",
         ],
@@ -107,7 +109,7 @@ def test_dry_run_as_text_is_a_shell_line(
     lines = out.splitlines()
     assert code == 0 and lines[0] == f"LD_LIBRARY_PATH={install_dir('llamacpp', 'cpu')}"
     assert lines[1] == "GGML_NO_BACKTRACE=1"
-    assert lines[2].endswith("--api-key-file '<private key file, random per launch>'")
+    assert lines[2].endswith("--api-key-file '<private key file, random per launch>' --alias tiny")
 
 
 @pytest.mark.parametrize(

@@ -1,5 +1,6 @@
-"""The local API: OpenAI-compatible under ``/v1/`` and Lemonade-compatible under ``/api/v1/`` (both
-prefixes serve every route), a front end over the router like the window and the CLI.
+"""The local API: OpenAI-compatible under ``/v1/`` and Lemonade-compatible under ``/api/v1/`` (these
+and Lemonade's ``/v0/`` and ``/api/v0/`` serve every route; ``/live`` is unprefixed), a front end over
+the router like the window and the CLI.
 
     server = ApiServer(router, "127.0.0.1", 13305, api_key=None)
     await server.start()     # on the running loop: `lemon-desk serve`'s, or the window's
@@ -7,7 +8,8 @@ prefixes serve every route), a front end over the router like the window and the
     await server.stop()
 
 Modules: ``server`` (listening, key, size limit, error shape), ``openai`` (models and generation,
-passed through to the engines), ``lemonade`` (management), ``bodies`` (request checks), ``errors``.
+passed through to the engines), ``lemonade`` (management), ``options`` (recipe options in Lemonade's
+names), ``system`` (``system-info`` in Lemonade's shape), ``bodies`` (request checks), ``errors``.
 """
 
 from app.supervisor.api.server import DEFAULT_HOST, DEFAULT_PORT, ApiServer, check_exposure

@@ -83,11 +83,37 @@ _GENERATION_FIELDS = {
     "stream_options": "object",
     "tools": "list",
     "response_format": "object",
+    "repeat_penalty": "number",  # llama.cpp's, which Lemonade documents
+    "max_output_tokens": "count",  # the Responses API's max_tokens
+    "echo": "bool",
 }
 
 
+def _check_inputs(body: dict[str, Any], route: str) -> None:
+    """An embeddings body's ``input``; a reranking body's ``query`` and ``documents``."""
+    if route == "embeddings":
+        value = body.get("input")
+        if value is None:
+            raise bad_request("'input' is required.", "missing_field")
+        ok = isinstance(value, str) or (isinstance(value, list) and bool(value))
+        _expect(body, "input", ok, "a string or a non-empty list")
+        optional(body, "encoding_format", "str")
+        return
+    required_str(body, "query")
+    documents = body.get("documents")
+    if documents is None:
+        raise bad_request("'documents' is required.", "missing_field")
+    ok = isinstance(documents, list) and bool(documents) and all(isinstance(d, str) for d in documents)
+    _expect(body, "documents", ok, "a non-empty list of strings")
+    optional(body, "top_n", "count")
+
+
 def check_generation(body: dict[str, Any], route: str) -> None:
-    """Check a chat/completions, completions or responses body; raises a 400 naming the bad field."""
+    """Check a request body before the engine sees it (``route``: chat, completions, responses,
+    embeddings or reranking); raises a 400 naming the bad field."""
+    if route in ("embeddings", "reranking"):
+        _check_inputs(body, route)
+        return
     for field, kind in _GENERATION_FIELDS.items():
         optional(body, field, kind)
     options = body.get("stream_options")

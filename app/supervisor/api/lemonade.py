@@ -1,7 +1,8 @@
-"""Lemonade's management routes: load, unload, pull (with SSE progress), delete, health, stats,
-system-info, and a model's saved options. Field names follow Lemonade Server's API (``model_name``,
-``ctx_size``, ``llamacpp_backend``, ``llamacpp_args``, ``pinned``, ``save_options``); each call is one
-router call, so the window, the CLI and the API stay one truth.
+"""Lemonade's management routes: load, unload, pull (with SSE progress; a ``user.`` model defined by
+Lemonade's registration fields is registered first), models/register, delete, health, stats,
+system-info, system-stats, and a model's saved options. Field names follow Lemonade Server's API
+(``model_name``, ``ctx_size``, ``llamacpp_backend`` / ``lemon_mlx_backend``, ``*_args``, ``pinned``,
+``save_options``); each call is one router call, so the window, the CLI and the API stay one truth.
 """
 
 from __future__ import annotations
@@ -17,50 +18,43 @@ from app import __version__
 from app.core.engine_state import EngineState
 from app.core.errors import LemonDeskError
 from app.core.models import Model
+from app.core.names import USER_PREFIX
 from app.core.policy import parse_caps
 from app.core.refs import FileSet
+from app.core.registration import defines_model, user_model_from_request
+from app.store.hfcache import hub_cache_dir
 from app.store.model_options import ModelOptions
 from app.supervisor.api.bodies import optional, parse_object, required_str
 from app.supervisor.api.errors import ApiError, bad_request, from_app_error, model_not_found
-from app.supervisor.api.openai import SSE_HEADERS, find_model
+from app.supervisor.api.openai import SSE_HEADERS, find_model, launched_ctx_size, model_json
+from app.supervisor.api.options import (
+    options_json,
+    requested,
+    resolved_ctx_size,
+    saved_json,
+)
+from app.supervisor.api.system import model_storage, system_info_json
 
 if TYPE_CHECKING:
+    from app.supervisor.engine import Engine
     from app.supervisor.router import Router, RouterEvent
 
-# Lemonade's option names and ours. ctx_size -1 (Lemonade's "automatic") is our None.
-OPTION_FIELDS = {"ctx_size": "ctx_size", "llamacpp_backend": "backend", "llamacpp_args": "args"}
+OPTIONS_FIELDS = frozenset({"model_name", "dry_run"})
+MODEL_TYPES = ("llm", "embedding", "reranking")
 
 
 def _success(message: str, **extra: Any) -> web.Response:
     return web.json_response({"status": "success", "message": message, **extra})
 
 
-def _option_value(body: dict[str, Any], field: str) -> Any:
-    if field == "ctx_size":
-        size = optional(body, field, "int")
-        if size is not None and size != -1 and size <= 0:
-            raise bad_request("'ctx_size' must be a positive number of tokens, or -1 for automatic.")
-        return None if size == -1 else size
-    value = optional(body, field, "str")
-    return value or (None if field == "llamacpp_backend" else "")
-
-
-def _apply(options: ModelOptions, body: dict[str, Any]) -> ModelOptions:
-    """``options`` with the recipe options ``body`` names (a null one goes back to its default)."""
-    changes = {ours: _option_value(body, theirs) for theirs, ours in OPTION_FIELDS.items() if theirs in body}
-    return dataclasses.replace(options, **changes)
-
-
-def _options_json(options: ModelOptions) -> dict[str, Any]:
-    return {
-        "ctx_size": options.ctx_size if options.ctx_size is not None else -1,
-        "llamacpp_backend": options.backend or "",
-        "llamacpp_args": options.args,
-    }
-
-
 def _sse(event: str, data: dict[str, Any]) -> bytes:
     return f"event: {event}\ndata: {json.dumps(data)}\n\n".encode()
+
+
+def model_type(model: Model | None) -> str:
+    """Lemonade's ``type`` of a loaded model: ``llm``, ``embedding`` or ``reranking``."""
+    labels = set(model.labels) if model else set()
+    return "embedding" if "embeddings" in labels else "reranking" if "reranking" in labels else "llm"
 
 
 class LemonadeRoutes:
@@ -71,10 +65,12 @@ class LemonadeRoutes:
         app.router.add_post(f"{prefix}/load", self.load)
         app.router.add_post(f"{prefix}/unload", self.unload)
         app.router.add_post(f"{prefix}/pull", self.pull)
+        app.router.add_post(f"{prefix}/models/register", self.register)
         app.router.add_post(f"{prefix}/delete", self.delete)
         app.router.add_get(f"{prefix}/health", self.health)
         app.router.add_get(f"{prefix}/stats", self.stats)
         app.router.add_get(f"{prefix}/system-info", self.system_info)
+        app.router.add_get(f"{prefix}/system-stats", self.system_stats)
         app.router.add_get(f"{prefix}/models/{{id}}/options", self.get_options)
         app.router.add_post(f"{prefix}/models/{{id}}/options", self.save_options)
         app.router.add_delete(f"{prefix}/models/{{id}}/options", self.reset_options)
@@ -87,16 +83,18 @@ class LemonadeRoutes:
     async def load(self, request: web.Request) -> web.Response:
         body = await self._body(request)
         name = required_str(body, "model_name")
-        find_model(self.router, name)
+        model = find_model(self.router, name)
         pinned = optional(body, "pinned", "bool")
         save = optional(body, "save_options", "bool")
-        options = _apply(self.router.options(name), body)
+        optional(body, "merge_args", "bool")  # no inherited arguments here: either way the same
+        saved = self.router.options(name)
+        asked = requested(model.recipe, body, saved)
         if save:
-            self.router.save_options(name, options)
+            self.router.save_options(name, asked.keep(saved))
         if pinned is not None:
             self.router.set_pinned(name, pinned)
         # Shielded: a client that gives up waiting does not cancel the load for everyone else.
-        await asyncio.shield(self.router.load(name, options))
+        await asyncio.shield(self.router.load(name, asked.apply(saved)))
         return _success(f"Loaded model: {name}")
 
     async def unload(self, request: web.Request) -> web.Response:
@@ -111,19 +109,38 @@ class LemonadeRoutes:
         await self.router.unload(name)
         return _success(f"Model unloaded: {name}")
 
-    # --- pull and delete ------------------------------------------------------------------------------
+    # --- pull, register and delete --------------------------------------------------------------------
 
     async def pull(self, request: web.Request) -> web.StreamResponse:
         body = await self._body(request)
         name = required_str(body, "model_name")
         stream = optional(body, "stream", "bool")
-        if name not in self.router.library.models() and "/" not in name:
-            raise model_not_found(name)
+        if stream and optional(body, "subscribe", "bool") is False:
+            raise bad_request(
+                "Server-owned download jobs ('subscribe': false) are not kept here. Pull with 'stream': "
+                "true to follow the download; it goes on if the connection drops (`lemon-desk downloads`).",
+                "unsupported",
+            )
+        model, files = await self.router.plan_pull(self._to_pull(body, name))
         if not stream:
-            await self.router.pull(name)
-            return _success(f"Installed model: {name}")
-        model, files = await self.router.plan_pull(name)
+            await self.router.download(model, files)
+            return _success(f"Installed model: {model.name}")
         return await self._pull_streamed(request, model.name, model, files)
+
+    def _to_pull(self, body: dict[str, Any], name: str) -> Model:
+        """The model a pull names, or the user model its registration fields define (registered when
+        its download starts, so a definition the Hub refuses leaves nothing behind)."""
+        library = self.router.library
+        if defines_model(body):
+            return library.define(user_model_from_request(body, known=name in library.models()))
+        if name in library.models() or "/" in name:
+            return library.resolve(name)
+        if name.startswith(USER_PREFIX):
+            raise bad_request(
+                f"There is no model {name} yet: give its 'checkpoint' and 'recipe' to register it.",
+                "missing_field",
+            )
+        raise model_not_found(name)
 
     async def _pull_streamed(
         self, request: web.Request, name: str, model: Model, files: FileSet
@@ -177,6 +194,20 @@ class LemonadeRoutes:
         await response.write_eof()
         return response
 
+    async def register(self, request: web.Request) -> web.Response:
+        body = await self._body(request)
+        required_str(body, "model_name")
+        model = self.router.register(user_model_from_request(body))
+        view = await asyncio.to_thread(self.router.status, model.name)
+        return web.json_response(
+            {
+                "status": "success",
+                "model_name": model.name,
+                "canonical_model_name": model.name,
+                "model": model_json(self.router, view),
+            }
+        )
+
     async def delete(self, request: web.Request) -> web.Response:
         body = await self._body(request)
         name = required_str(body, "model_name")
@@ -189,103 +220,139 @@ class LemonadeRoutes:
     async def health(self, request: web.Request) -> web.Response:
         router = self.router
         loaded = router.loaded()  # least recently used first
-        models = []
-        for name in loaded:
-            engine = router.supervisor.engines[name]
-            model = router.library.models().get(name)
-            labels = set(model.labels) if model else set()
-            kind = "embedding" if "embeddings" in labels else "reranking" if "reranking" in labels else "llm"
-            models.append(
-                {
-                    "model_name": name,
-                    "checkpoint": model.checkpoint if model else engine.request.model,
-                    "recipe": engine.request.recipe,
-                    "backend": engine.request.backend,
-                    "device": _device(engine),
-                    "type": kind,
-                    "pinned": router.options(name).pinned,
-                    "pid": engine.pid,
-                    "recipe_options": _options_json(router.options(name)),
-                }
-            )
+        models = [self._loaded_json(name, router.supervisor.engines[name]) for name in loaded]
+        pinned = dict.fromkeys(MODEL_TYPES, 0)
+        for entry in models:
+            pinned[entry["type"]] += entry["pinned"]
         return web.json_response(
             {
                 "status": "ok",
                 "version": __version__,
                 "model_loaded": loaded[-1] if loaded else None,
                 "all_models_loaded": models,
+                "pinned_models": pinned,
                 "max_models": parse_caps(router.settings.max_loaded_models).to_json(),
             }
         )
 
+    def _loaded_json(self, name: str, engine: Engine) -> dict[str, Any]:
+        router = self.router
+        model = router.library.models().get(name)
+        recipe = engine.request.recipe
+        loaded_with = router.load_options(name)
+        args = loaded_with.args if loaded_with is not None else ""
+        used = ModelOptions(backend=engine.request.backend, ctx_size=launched_ctx_size(engine), args=args)
+        return {
+            "model_name": name,
+            "checkpoint": model.checkpoint if model else engine.request.model,
+            "recipe": recipe,
+            "backend": engine.request.backend,
+            "device": _device(engine),
+            "type": model_type(model),
+            "pinned": router.options(name).pinned,
+            "last_use": router.last_used(name),
+            "is_busy": router.busy(name),
+            "is_streaming": router.streaming(name),
+            "pid": engine.pid,
+            "backend_url": f"{engine.base_url}/v1",
+            "launch_command": list(engine.argv),
+            "recipe_options": options_json(recipe, used),
+        }
+
     async def stats(self, request: web.Request) -> web.Response:
+        totals = self.router.totals
+        data: dict[str, Any] = {
+            "time_to_first_token": None,
+            "tokens_per_second": None,
+            "input_tokens": None,
+            "output_tokens": None,
+            "prompt_tokens": None,
+            "cache_tokens": None,
+            "prompt_tokens_per_second": None,
+            "model_name": None,
+            "source": None,
+        }
         last = self.router.last_request
-        if last is None:
-            keys = (
-                "time_to_first_token",
-                "tokens_per_second",
-                "input_tokens",
-                "output_tokens",
-                "prompt_tokens",
+        if last is not None:
+            t = last.telemetry
+            data.update(
+                time_to_first_token=t.ttft_s,
+                tokens_per_second=t.decode_tps,
+                input_tokens=max(t.prompt_tokens - t.cached_tokens, 0),  # processed, not from the cache
+                output_tokens=t.completion_tokens,
+                prompt_tokens=t.prompt_tokens,
+                cache_tokens=t.cached_tokens,
+                prompt_tokens_per_second=t.prompt_tps,
+                model_name=last.model,
+                source=last.source.value,
             )
-            return web.json_response(dict.fromkeys(keys))
-        t = last.telemetry
-        return web.json_response(
-            {
-                "time_to_first_token": t.ttft_s,
-                "tokens_per_second": t.decode_tps,
-                "input_tokens": t.prompt_tokens,
-                "output_tokens": t.completion_tokens,
-                "prompt_tokens": t.prompt_tokens,
-                "prompt_tokens_per_second": t.prompt_tps,
-                "model_name": last.model,
-                "source": last.source.value,
-            }
+        data.update(
+            request_count_total=totals.requests,
+            input_tokens_total=totals.input_tokens,
+            output_tokens_total=totals.output_tokens,
+            prompt_tokens_total=totals.prompt_tokens,
+            cache_tokens_total=totals.cache_tokens,
         )
+        return web.json_response(data)
 
     async def system_info(self, request: web.Request) -> web.Response:
         info = await self.router.supervisor.info()
-        return web.json_response(info.to_json())
+        path = hub_cache_dir(self.router.settings.models_dir)
+        storage = await asyncio.to_thread(model_storage, path)
+        return web.json_response(system_info_json(info, storage))
+
+    async def system_stats(self, request: web.Request) -> web.Response:
+        return web.json_response(await self.router.system_stats())
 
     # --- a model's options ----------------------------------------------------------------------------
 
-    def _options_reply(self, name: str) -> web.Response:
+    async def _options_reply(self, name: str, options: ModelOptions | None = None) -> web.Response:
+        """Saved (on disk), effective (``options``, else the saved ones, with Auto's backend resolved)
+        and default options, each effective and default one a whole ``load`` body."""
         model = find_model(self.router, name)
-        options = self.router.options(name)
-        defaults = {"model_name": name, **_options_json(ModelOptions())}
-        effective = {"model_name": name, **_options_json(options)}
-        saved = {k: v for k, v in _options_json(options).items() if v != defaults[k]}
+        saved = self.router.options(name)
+        options = options or saved
+        info = await self.router.supervisor.info()
+        support = info.recipes.get(model.recipe)
+        auto = support.default_backend if support else None
+
+        def resolved(o: ModelOptions) -> dict[str, Any]:
+            with_backend = dataclasses.replace(o, backend=o.backend or auto)
+            return {"model_name": name, **options_json(model.recipe, with_backend)}
+
         return web.json_response(
             {
                 "model_name": name,
                 "recipe": model.recipe,
-                "saved": saved,
-                "effective": effective,
-                "defaults": defaults,
+                "saved": saved_json(model.recipe, saved),
+                "effective": resolved(options),
+                "defaults": resolved(ModelOptions()),
+                "resolved_ctx_size": resolved_ctx_size(model.recipe, options),
             }
         )
 
     async def get_options(self, request: web.Request) -> web.Response:
-        return self._options_reply(request.match_info["id"])
+        return await self._options_reply(request.match_info["id"])
 
     async def save_options(self, request: web.Request) -> web.Response:
         name = request.match_info["id"]
-        find_model(self.router, name)
+        model = find_model(self.router, name)
         body = await self._body(request)
-        unknown = set(body) - set(OPTION_FIELDS) - {"model_name"}
-        if unknown:
-            raise bad_request(f"Unknown option(s): {', '.join(sorted(unknown))}.", "unknown_option")
-        self.router.save_options(name, _apply(self.router.options(name), body))
-        return self._options_reply(name)
+        dry_run = optional(body, "dry_run", "bool")
+        saved = self.router.options(name)
+        options = requested(model.recipe, body, saved, OPTIONS_FIELDS).apply(saved)
+        if not dry_run:
+            self.router.save_options(name, options)
+        return await self._options_reply(name, options)
 
     async def reset_options(self, request: web.Request) -> web.Response:
         name = request.match_info["id"]
         find_model(self.router, name)
         self.router.save_options(name, ModelOptions())
-        return self._options_reply(name)
+        return await self._options_reply(name)
 
 
-def _device(engine: Any) -> str:
+def _device(engine: Engine) -> str:
     from app.supervisor.router import device_of
 
     return str(device_of(engine).value) if engine.state is EngineState.READY else ""

@@ -9,6 +9,7 @@ which closes the stream to the engine, which stops generating.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import time
@@ -18,13 +19,16 @@ from typing import TYPE_CHECKING, Any, cast
 from aiohttp import web
 
 from app.client.adapters import Route
+from app.core.engine_state import EngineState
 from app.core.errors import LemonDeskError, RequestError
 from app.core.models import Model
 from app.core.telemetry import ClientTimes, Telemetry, telemetry_from
 from app.supervisor.api.bodies import check_generation, parse_object, required_str
 from app.supervisor.api.errors import ApiError, bad_request, from_app_error, model_not_found, sse_error_event
+from app.supervisor.api.options import resolved_ctx_size, saved_json
 
 if TYPE_CHECKING:
+    from app.supervisor.engine import Engine
     from app.supervisor.router import ModelView, Router
 
 CREATED = 1_700_000_000  # OpenAI's "created": models here have no creation date worth telling
@@ -43,21 +47,47 @@ def find_model(router: Router, name: str) -> Model:
     return model
 
 
-def model_json(view: ModelView) -> dict[str, Any]:
+def launched_ctx_size(engine: Engine) -> int | None:
+    """The context size an engine was started with, from its command line (None: the engine's own)."""
+    argv = list(engine.argv)
+    if "--ctx-size" in argv[:-1]:
+        value = argv[argv.index("--ctx-size") + 1]
+        return int(value) if value.isdigit() else None
+    return engine.request.ctx_size
+
+
+def context_length(router: Router, model: Model) -> int | None:
+    """Tokens one request can hold: the running engine's context, else the one a load would use."""
+    engine = router.supervisor.engines.get(model.name)
+    if engine is not None and engine.state is EngineState.READY:
+        return launched_ctx_size(engine)
+    return resolved_ctx_size(model.recipe, router.options(model.name))
+
+
+def model_json(router: Router, view: ModelView) -> dict[str, Any]:
+    """A model as OpenAI lists it, with Lemonade's fields; a figure not known here is left out."""
     model = view.model
-    return {
+    data: dict[str, Any] = {
         "id": model.name,
         "object": "model",
         "created": CREATED,
-        "owned_by": "lemon-desk",
+        "owned_by": "lemonade",  # what Lemonade Server's clients read here
         "checkpoint": model.checkpoint,
         "recipe": model.recipe,
-        "size": round(view.size_bytes / 1e9, 3),
-        "downloaded": view.on_disk,
-        "suggested": model.suggested,
-        "labels": list(model.labels),
-        "status": view.status.status.value,
     }
+    if view.size_bytes:
+        data["size"] = round(view.size_bytes / 1e9, 3)
+    if view.context_window:
+        data["max_context_window"] = view.context_window
+    if (context := context_length(router, model)) is not None:
+        data["context_length"] = context
+    data.update(
+        downloaded=view.on_disk,
+        suggested=model.suggested,
+        labels=list(model.labels),
+        status=view.status.status.value,
+    )
+    return data
 
 
 class _Watch:
@@ -127,26 +157,26 @@ class OpenAIRoutes:
         app.router.add_post(f"{prefix}/completions", self.completions)
         app.router.add_post(f"{prefix}/responses", self.responses)
         app.router.add_post(f"{prefix}/embeddings", self.embeddings)
-        app.router.add_post(f"{prefix}/reranking", self.reranking)
-        app.router.add_post(f"{prefix}/rerank", self.reranking)
+        for path in ("rerank", "reranking", "reranker"):  # Lemonade's route and its two aliases
+            app.router.add_post(f"{prefix}/{path}", self.reranking)
 
     # --- models ---------------------------------------------------------------------------------------
 
     async def list_models(self, request: web.Request) -> web.Response:
         show_all = request.query.get("show_all", "").lower() in ("1", "true", "yes")
         views = await self._views()
-        data = [model_json(v) for v in views if show_all or v.on_disk]
+        data = [model_json(self.router, v) for v in views if show_all or v.on_disk]
         return web.json_response({"object": "list", "data": data})
 
     async def get_model(self, request: web.Request) -> web.Response:
         name = request.match_info["id"]
-        find_model(self.router, name)
-        view = next(v for v in await self._views() if v.name == name)
-        return web.json_response(model_json(view))
+        model = find_model(self.router, name)
+        view = await asyncio.to_thread(self.router.status, name)
+        data = model_json(self.router, view)
+        data["recipe_options"] = saved_json(model.recipe, self.router.options(name))
+        return web.json_response(data)
 
     async def _views(self) -> list[ModelView]:
-        import asyncio
-
         return await asyncio.to_thread(self.router.statuses)  # reads the cache: not on the loop
 
     # --- generation -----------------------------------------------------------------------------------
@@ -170,8 +200,7 @@ class OpenAIRoutes:
         body = parse_object(await request.read())
         name = required_str(body, "model")
         model = find_model(self.router, name)
-        if kind in ("chat", "completions", "responses"):
-            check_generation(body, kind)
+        check_generation(body, kind)
         self._check_labels(model, kind)
         # The engine serves one model; mlx-lm would take a "model" as one to go and load.
         body.pop("model")
@@ -218,11 +247,12 @@ class OpenAIRoutes:
         response = web.StreamResponse(headers=SSE_HEADERS)
         await response.prepare(request)
         try:
-            watch.feed(first)
-            await response.write(first)
-            async for chunk in stream:
-                watch.feed(chunk)
-                await response.write(chunk)
+            with self.router.reply_streaming(name):
+                watch.feed(first)
+                await response.write(first)
+                async for chunk in stream:
+                    watch.feed(chunk)
+                    await response.write(chunk)
             if ends_with_done and not watch.done:
                 await response.write(sse_error_event(from_app_error(await self._cut_short(name))))
         except LemonDeskError as err:

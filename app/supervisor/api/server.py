@@ -31,7 +31,7 @@ log = logging.getLogger(__name__)
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 13305
 MAX_BODY_BYTES = 32 * 1024 * 1024  # a long conversation with a few images in it, and then some
-PREFIXES = ("/v1", "/api/v1")
+PREFIXES = ("/v1", "/api/v1", "/v0", "/api/v0")  # Lemonade serves every route under all four
 STOP_GRACE_S = 2.0
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -76,6 +76,10 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
         return _json_error(ApiError(500, "The server failed on this request; see its log.", "server_error"))
 
 
+async def _live(request: web.Request) -> web.Response:
+    return web.json_response({"status": "ok"})
+
+
 def too_large() -> ApiError:
     return ApiError(
         413, f"The request body is larger than {MAX_BODY_BYTES // (1024 * 1024)} MiB.", INVALID, "too_large"
@@ -110,6 +114,7 @@ class ApiServer:
         for prefix in PREFIXES:
             openai.add_to(app, prefix)
             lemonade.add_to(app, prefix)
+        app.router.add_get("/live", _live)  # and HEAD: a liveness probe that does no work
         return app
 
     @web.middleware
