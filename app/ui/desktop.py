@@ -2,6 +2,10 @@
 
 This is the composition root of the UI: it owns the objects and does the little file and keychain I/O
 the UI needs (settings, window state, token), so that the widgets themselves do none.
+
+Start-up comes in two parts: the constructor makes what the first paint needs (settings, window, tray);
+``start()``, called once the window shows, makes the rest (the chat history's database, the bridge) and
+imports their modules then, so that none of it delays the window.
 """
 
 from __future__ import annotations
@@ -26,24 +30,24 @@ from app.core.status import Status
 from app.desktop_entry import ICON_NAME, PNG_SIZES, packaging_dir
 from app.store import secrets
 from app.store.files import atomic_write_bytes
-from app.store.history import History
 from app.store.model_options import ModelOptions
 from app.store.paths import home
 from app.store.settings import Settings, load_settings, save_settings
-from app.ui.chat.keeper import HistoryKeeper
 from app.ui.main_window import MainWindow
 from app.ui.settings_dialog import SettingsDialog, TokenAction, TokenChange
-from app.ui.single_instance import SingleInstance
 from app.ui.telemetry_view import WINDOW_S
 from app.ui.tray import Tray
 
 if TYPE_CHECKING:
     from app.bridge import Bridge
     from app.core.bench import BenchRun
+    from app.store.history import History
     from app.supervisor.router import EngineUsage, LoadProgress, ModelView, RequestFinished, Suggestion
     from app.supervisor.supervisor import EngineStateChanged
     from app.ui.backends_dialog import BackendsDialog
     from app.ui.bench_view import BenchView
+    from app.ui.chat.keeper import HistoryKeeper
+    from app.ui.single_instance import SingleInstance
 
 STATUS_MESSAGE_MS = 8000
 log = logging.getLogger(__name__)
@@ -79,11 +83,9 @@ class DesktopApp(QObject):
         qapp.setQuitOnLastWindowClosed(False)  # the tray keeps the app; quitting is explicit
         loaded = load_settings()
         self.settings: Settings = loaded.settings
-        self.history = History()
         icon = app_icon()
         qapp.setWindowIcon(icon)
         self.window = MainWindow(icon)
-        self.keeper = HistoryKeeper(self.history, self.window.chat, self.window.conversations)
         self.tray = Tray(icon, self)
         self.tray.show()
         self._apply_tray_setting()
@@ -97,7 +99,9 @@ class DesktopApp(QObject):
         self._quit_task: asyncio.Task[None] | None = None
         self._telemetry_loaded = False  # the Telemetry tab has the history's per-reply figures
         self._welcome = WelcomeState.UNKNOWN
-        self.bridge: Bridge  # made by start(), once the window shows
+        self.history: History  # these three are made by start(), once the window shows
+        self.keeper: HistoryKeeper
+        self.bridge: Bridge
         self.started = False
 
         self.window.settings_requested.connect(self.open_settings)
@@ -106,20 +110,25 @@ class DesktopApp(QObject):
         self.tray.open_requested.connect(self.show_window)
         self.tray.quit_requested.connect(self.quit)
         self.tray.notified.connect(self._show_notification)
-        self.keeper.error.connect(self._warn)
         if instance is not None:
             instance.activation_requested.connect(self.show_window)
         QGuiApplication.styleHints().colorSchemeChanged.connect(self._scheme_changed)
-        for warning in (loaded.warning, self.history.warning):
-            if warning:
-                self._warn(warning)
+        if loaded.warning:
+            self._warn(loaded.warning)
 
     def start(self) -> None:
-        """Make the router (through the bridge), find the models, probe the hardware and backends, serve
-        the local API: called once the window is shown, so that none of it (imports included) holds up
-        its first paint."""
+        """Open the chat history, make the router (through the bridge), find the models, probe the
+        hardware and backends, serve the local API: called once the window is shown, so that none of it
+        (imports included) holds up its first paint."""
         from app.bridge import Bridge
+        from app.store.history import History
+        from app.ui.chat.keeper import HistoryKeeper
 
+        self.history = History()
+        self.keeper = HistoryKeeper(self.history, self.window.chat, self.window.conversations)
+        self.keeper.error.connect(self._warn)
+        if self.history.warning:
+            self._warn(self.history.warning)
         self.bridge = Bridge(self.settings, self)
         self.started = True
         self._connect_bridge()
@@ -464,7 +473,8 @@ class DesktopApp(QObject):
             if self.started:
                 await self.bridge.shutdown()
         finally:
-            self.history.close()
+            if self.started:
+                self.history.close()
             if self.instance is not None:
                 self.instance.close()
             self.finished = True
