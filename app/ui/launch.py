@@ -16,6 +16,8 @@ from PySide6.QtWidgets import QApplication
 from app.ui.desktop import DesktopApp
 from app.ui.single_instance import SingleInstance
 
+NO_SINGLE_INSTANCE = "another launch will open a second window"
+
 
 def _quit_on_signals(app: QApplication, quit_app: Callable[[], None]) -> QSocketNotifier:
     """SIGTERM / SIGINT quit the app cleanly; the wakeup fd makes Qt notice them with no polling."""
@@ -41,13 +43,20 @@ def run_window() -> int:
         if not instance.claim():
             return 0  # the running instance was asked to show its window
     except OSError as err:
-        print(f"warning: {err}; another launch will open a second window.", file=sys.stderr)
+        print(f"warning: {err}; {NO_SINGLE_INSTANCE}.", file=sys.stderr)
     loop = qasync.QEventLoop(app)
     asyncio.set_event_loop(loop)
     with loop:
         # The app runs on the loop from the start: its bridge starts tasks as it is built.
         code: int = loop.run_until_complete(_run(app, instance))
     return code
+
+
+def _listen(instance: SingleInstance) -> None:
+    try:
+        instance.listen()
+    except OSError as err:
+        print(f"warning: {err}; {NO_SINGLE_INSTANCE}.", file=sys.stderr)
 
 
 async def _run(app: QApplication, instance: SingleInstance) -> int:
@@ -59,7 +68,8 @@ async def _run(app: QApplication, instance: SingleInstance) -> int:
     if os.environ.get("LEMON_DESK_PRINT_READY"):  # for tests and the launch benchmark
         loop.call_soon(lambda: print(f"window shown: {window.windowTitle()}", flush=True))
         instance.activation_requested.connect(lambda: print("asked to show the window", flush=True))
-    loop.call_soon(desktop.start)  # after the window's first turn of the loop
+    loop.call_soon(_listen, instance)  # after the window's first turn of the loop: the lock waits for it
+    loop.call_soon(desktop.start)
     closed = asyncio.Event()
     app.aboutToQuit.connect(closed.set)
     await closed.wait()
