@@ -10,7 +10,6 @@ imports their modules then, so that none of it delays the window.
 
 from __future__ import annotations
 
-import asyncio
 import enum
 import json
 import logging
@@ -39,6 +38,8 @@ from app.ui.telemetry_view import WINDOW_S
 from app.ui.tray import Tray
 
 if TYPE_CHECKING:
+    import asyncio
+
     from app.bridge import Bridge
     from app.core.bench import BenchRun
     from app.store.history import History
@@ -74,7 +75,8 @@ class WelcomeState(enum.Enum):
 
 
 class DesktopApp(QObject):
-    """Needs a running asyncio loop (qasync) on the Qt thread: the bridge starts tasks on it."""
+    """``start()`` and ``quit()`` need a running asyncio loop (qasync) on the Qt thread: the bridge starts
+    tasks on it. Making the app and showing its window do not."""
 
     def __init__(self, qapp: QApplication, instance: SingleInstance | None = None) -> None:
         super().__init__()
@@ -466,6 +468,8 @@ class DesktopApp(QObject):
         QGuiApplication.styleHints().colorSchemeChanged.disconnect(self._scheme_changed)
         if self.started:
             self.bridge.blockSignals(True)  # the window is going: what the engines do now is for no one
+        import asyncio  # loaded by the event loop, which runs by the time anything quits
+
         self._quit_task = asyncio.ensure_future(self._finish_quit())
 
     async def _finish_quit(self) -> None:
