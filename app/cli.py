@@ -15,7 +15,6 @@ from collections.abc import Callable, Sequence
 from app import __version__
 from app.core.errors import ConfigError, LemonDeskError
 from app.store.settings import load_settings
-from app.supervisor.system_info import gather
 
 EXIT_ERROR = 1
 EXIT_INTERRUPTED = 130
@@ -23,6 +22,7 @@ EXIT_INTERRUPTED = 130
 
 def cmd_system_info(args: argparse.Namespace) -> int:
     from app.commands.output import print_json, table
+    from app.supervisor.system_info import gather
 
     loaded = load_settings()
     if loaded.warning:

@@ -2,11 +2,14 @@
 
 This is the composition root of the UI: it owns the objects and does the little file and keychain I/O
 the UI needs (settings, window state, token), so that the widgets themselves do none.
+
+Start-up comes in two parts: the constructor makes what the first paint needs (settings, window, tray);
+``start()``, called once the window shows, makes the rest (the chat history's database, the bridge) and
+imports their modules then, so that none of it delays the window.
 """
 
 from __future__ import annotations
 
-import asyncio
 import enum
 import json
 import logging
@@ -27,25 +30,27 @@ from app.core.status import Status
 from app.desktop_entry import ICON_NAME, PNG_SIZES, packaging_dir
 from app.store import secrets
 from app.store.files import atomic_write_bytes
-from app.store.history import History
 from app.store.model_options import ModelOptions
 from app.store.paths import home
 from app.store.settings import Settings, load_settings, save_settings
-from app.ui.chat.keeper import HistoryKeeper
 from app.ui.main_window import MainWindow
 from app.ui.settings_dialog import SettingsDialog, TokenAction, TokenChange
-from app.ui.single_instance import SingleInstance
 from app.ui.telemetry_view import WINDOW_S
 from app.ui.tray import Tray
 
 if TYPE_CHECKING:
+    import asyncio
+
     from app.bridge import Bridge
     from app.core.bench import BenchRun
+    from app.store.history import History
     from app.supervisor.router import EngineUsage, LoadProgress, ModelView, RequestFinished, Suggestion
     from app.supervisor.rpc import WorkerChanged
     from app.supervisor.supervisor import EngineStateChanged
     from app.ui.backends_dialog import BackendsDialog
     from app.ui.bench_view import BenchView
+    from app.ui.chat.keeper import HistoryKeeper
+    from app.ui.single_instance import SingleInstance
 
 STATUS_MESSAGE_MS = 8000
 log = logging.getLogger(__name__)
@@ -72,7 +77,8 @@ class WelcomeState(enum.Enum):
 
 
 class DesktopApp(QObject):
-    """Needs a running asyncio loop (qasync) on the Qt thread: the bridge starts tasks on it."""
+    """``start()`` and ``quit()`` need a running asyncio loop (qasync) on the Qt thread: the bridge starts
+    tasks on it. Making the app and showing its window do not."""
 
     def __init__(self, qapp: QApplication, instance: SingleInstance | None = None) -> None:
         super().__init__()
@@ -81,11 +87,9 @@ class DesktopApp(QObject):
         qapp.setQuitOnLastWindowClosed(False)  # the tray keeps the app; quitting is explicit
         loaded = load_settings()
         self.settings: Settings = loaded.settings
-        self.history = History()
         icon = app_icon()
         qapp.setWindowIcon(icon)
         self.window = MainWindow(icon)
-        self.keeper = HistoryKeeper(self.history, self.window.chat, self.window.conversations)
         self.tray = Tray(icon, self)
         self.tray.show()
         self._apply_tray_setting()
@@ -99,7 +103,9 @@ class DesktopApp(QObject):
         self._quit_task: asyncio.Task[None] | None = None
         self._telemetry_loaded = False  # the Telemetry tab has the history's per-reply figures
         self._welcome = WelcomeState.UNKNOWN
-        self.bridge: Bridge  # made by start(), once the window shows
+        self.history: History  # these three are made by start(), once the window shows
+        self.keeper: HistoryKeeper
+        self.bridge: Bridge
         self.started = False
 
         self.window.settings_requested.connect(self.open_settings)
@@ -108,20 +114,25 @@ class DesktopApp(QObject):
         self.tray.open_requested.connect(self.show_window)
         self.tray.quit_requested.connect(self.quit)
         self.tray.notified.connect(self._show_notification)
-        self.keeper.error.connect(self._warn)
         if instance is not None:
             instance.activation_requested.connect(self.show_window)
         QGuiApplication.styleHints().colorSchemeChanged.connect(self._scheme_changed)
-        for warning in (loaded.warning, self.history.warning):
-            if warning:
-                self._warn(warning)
+        if loaded.warning:
+            self._warn(loaded.warning)
 
     def start(self) -> None:
-        """Make the router (through the bridge), find the models, probe the hardware and backends, serve
-        the local API: called once the window is shown, so that none of it (imports included) holds up
-        its first paint."""
+        """Open the chat history, make the router (through the bridge), find the models, probe the
+        hardware and backends, serve the local API: called once the window is shown, so that none of it
+        (imports included) holds up its first paint."""
         from app.bridge import Bridge
+        from app.store.history import History
+        from app.ui.chat.keeper import HistoryKeeper
 
+        self.history = History()
+        self.keeper = HistoryKeeper(self.history, self.window.chat, self.window.conversations)
+        self.keeper.error.connect(self._warn)
+        if self.history.warning:
+            self._warn(self.history.warning)
         self.bridge = Bridge(self.settings, self)
         self.started = True
         self._connect_bridge()
@@ -476,6 +487,8 @@ class DesktopApp(QObject):
         QGuiApplication.styleHints().colorSchemeChanged.disconnect(self._scheme_changed)
         if self.started:
             self.bridge.blockSignals(True)  # the window is going: what the engines do now is for no one
+        import asyncio  # loaded by the event loop, which runs by the time anything quits
+
         self._quit_task = asyncio.ensure_future(self._finish_quit())
 
     async def _finish_quit(self) -> None:
@@ -483,7 +496,8 @@ class DesktopApp(QObject):
             if self.started:
                 await self.bridge.shutdown()
         finally:
-            self.history.close()
+            if self.started:
+                self.history.close()
             if self.instance is not None:
                 self.instance.close()
             self.finished = True

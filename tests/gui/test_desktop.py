@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 import signal
 import subprocess
@@ -28,6 +29,7 @@ from app.ui.chat.render import DARK, LIGHT
 from app.ui.desktop import DesktopApp
 from app.ui.main_window import WINDOW_TITLE
 from app.ui.settings_dialog import SettingsDialog
+from app.ui.single_instance import SingleInstance
 from app.ui.tray import Tray
 from tests.support.keychain import private_keychain
 
@@ -252,6 +254,28 @@ def test_a_second_launch_raises_the_first_window_and_exits(lemon_home: Path) -> 
         assert first.returncode == 0, stderr
     # The window state was saved on the way out.
     assert (lemon_home / "window.ini").is_file()
+
+
+def _lock_is_held(instance: SingleInstance) -> bool:
+    with instance.path.with_suffix(".lock").open("a") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        return False
+
+
+def test_a_launch_during_the_first_ones_start_up_waits_then_hands_over(qtbot: QtBot) -> None:
+    """The first instance listens only once its window shows; until then it holds the lock, which a
+    second launch waits for before it looks for the socket."""
+    first = SingleInstance()
+    assert first.claim()
+    assert _lock_is_held(first)  # from the check until listening: another launch waits here
+    first.listen()
+    assert not _lock_is_held(first)
+    with qtbot.waitSignal(first.activation_requested):
+        assert not SingleInstance().claim()  # it found the first listening and asked it to show
+    first.close()
 
 
 def test_an_instance_that_died_does_not_block_the_next_launch(lemon_home: Path) -> None:

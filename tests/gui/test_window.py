@@ -1,4 +1,4 @@
-"""The window opens; the app's event loop survives a long run of callbacks."""
+"""The window opens; the app's event loop survives a long run of callbacks; signals quit it."""
 
 from __future__ import annotations
 
@@ -9,9 +9,11 @@ import subprocess
 import sys
 
 import qasync
+from PySide6.QtCore import QObject
 from PySide6.QtWidgets import QApplication
 from pytestqt.qtbot import QtBot
 
+from app.ui.launch import QuitOnSignals
 from app.ui.main_window import WINDOW_TITLE, MainWindow
 
 SOAK_CALLBACKS = 60_000
@@ -58,3 +60,19 @@ def test_lemon_desk_without_arguments_opens_the_window() -> None:
             _, stderr = proc.communicate(timeout=20)
     assert proc.returncode == 0, stderr
     assert "Warning" not in stderr, stderr
+
+
+def test_a_signal_before_the_event_loop_runs_quits_once_it_does(qapp: QApplication) -> None:
+    """The window shows before the app's loop runs; SIGTERM in between is not lost, nor acted on early."""
+    quits: list[int] = []
+    owner = QObject()
+    signals = QuitOnSignals(owner, lambda: quits.append(len(quits)))
+    try:
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert quits == []  # handled (the process lives), waiting for the loop
+        signals.loop_runs()
+        assert quits == [0]
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert quits == [0, 1]  # once the loop runs, at once
+    finally:
+        signals.close()

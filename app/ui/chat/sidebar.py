@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QPoint, Qt, Signal
 from PySide6.QtGui import QAction, QKeySequence
@@ -22,8 +23,10 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.store.history import ConversationSummary
 from app.ui.chat.markdown_view import current_theme
+
+if TYPE_CHECKING:
+    from app.store.history import ConversationSummary  # the history (and SQLite) loads after the window
 
 EXPORT_FORMATS = {"markdown": ("Markdown", ".md"), "json": ("JSON", ".json")}
 ID_ROLE = Qt.ItemDataRole.UserRole
