@@ -107,6 +107,7 @@ class DesktopApp(QObject):
         self.keeper: HistoryKeeper
         self.bridge: Bridge
         self.started = False
+        self.start_failure: QMessageBox | None = None  # why start() failed, on screen until dismissed
 
         self.window.settings_requested.connect(self.open_settings)
         self.window.quit_requested.connect(self.quit)
@@ -141,6 +142,26 @@ class DesktopApp(QObject):
         self.bridge.refresh()
         self.bridge.serve(self.settings.api_enabled, self.settings.api_port)
         self.bridge.sync_worker()
+
+    def start_or_explain(self) -> None:
+        """``start``; when it fails (a home folder that cannot be written, say), say why and quit, rather
+        than leave a window that can do nothing."""
+        try:
+            self.start()
+        except Exception as err:  # the top of the app's start: whatever stops it, the user is told
+            log.exception("Lemon Desk could not start")
+            why = str(err) if isinstance(err, LemonDeskError) else f"{err}. Check that {home()} is writable."
+            box = QMessageBox(
+                QMessageBox.Icon.Critical,
+                "Lemon Desk could not start",
+                f"{why}\n\nLemon Desk will close; start it again once this is fixed.",
+                QMessageBox.StandardButton.Ok,
+                self.window,
+            )
+            box.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+            box.finished.connect(self.quit)
+            self.start_failure = box
+            box.open()
 
     def _connect_bridge(self) -> None:
         bridge, window, chat, models = self.bridge, self.window, self.window.chat, self.window.models

@@ -113,6 +113,6 @@ async def _run(
     if not desktop.quitting:
         loop = asyncio.get_running_loop()
         loop.call_soon(_listen, instance)  # the lock holds back another launch until this listens
-        loop.call_soon(desktop.start)
+        loop.call_soon(desktop.start_or_explain)
     await closed.wait()
     return 0

@@ -362,3 +362,25 @@ def test_colours_follow_the_system_scheme(
         assert [m.content for m in chat.messages()] == ["x", "```py\nx = 1\n```"]
     finally:
         qapp.setPalette(light)
+
+
+def test_a_start_that_fails_is_explained_and_the_app_quits(
+    qtbot: QtBot, qapp: QApplication, qt_loop: object, monkeypatch: pytest.MonkeyPatch, lemon_home: Path
+) -> None:
+    """A history that cannot be opened (a fake failure: root writes anywhere, so no real unwritable home)
+    must not leave a window that can do nothing."""
+
+    def unwritable(*_: object, **__: object) -> None:
+        raise PermissionError(13, "Permission denied", str(lemon_home / "history.sqlite3"))
+
+    monkeypatch.setattr("app.store.history.History.__init__", unwritable)
+    app = DesktopApp(qapp)
+    app.exit_app = lambda: None
+    qtbot.addWidget(app.window)
+    app.window.show()
+    app.start_or_explain()
+    box = app.start_failure
+    assert box is not None and box.isVisible() and not app.started
+    assert "Permission denied" in box.text() and f"Check that {lemon_home} is writable" in box.text()
+    box.accept()
+    qtbot.waitUntil(lambda: app.finished, timeout=10_000)
