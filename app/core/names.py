@@ -19,6 +19,7 @@ _COMMIT = re.compile(r"[0-9a-f]{40}")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 _BLOB_ID = _COMMIT
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_PLAIN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
 
 def path_problem(path: object) -> str | None:
@@ -36,6 +37,18 @@ def path_problem(path: object) -> str | None:
         return "has an empty segment"
     if ".." in segments or "." in segments:
         return "has a '..' or '.' segment"
+    return None
+
+
+def plain_name_problem(name: object, max_length: int) -> str | None:
+    """Why ``name`` is not a plain name the user gives (a remote's): letters, digits, ``.``, ``_`` and
+    ``-``, starting with a letter or digit, no ``..``, at most ``max_length`` characters; else None."""
+    if not isinstance(name, str) or not name:
+        return "is empty"
+    if len(name) > max_length:
+        return f"is longer than {max_length} characters"
+    if not _PLAIN_NAME.fullmatch(name) or ".." in name:
+        return "holds characters other than letters, digits, '.', '_' and '-' (or '..')"
     return None
 
 
