@@ -349,7 +349,8 @@ class Bridge(QObject):
         self.router.cancel_load(name)
 
     def unload(self, name: str) -> asyncio.Task[None]:
-        return self.spawn(self.router.unload(name), stops_engines=True)
+        # A remote's unload is a request to another machine: quitting does not wait for it.
+        return self.spawn(self.router.unload(name), stops_engines=not is_remote_model(name))
 
     def unload_all(self) -> asyncio.Task[None]:
         return self.spawn(self.router.unload_all(), stops_engines=True)

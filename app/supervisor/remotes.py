@@ -353,7 +353,12 @@ class Remotes:
         """Look at a remote once; looks asked for while one is under way wait for that one."""
         if remote.looking is None or remote.looking.done():
             remote.looking = asyncio.ensure_future(self._probe(remote))
-        await asyncio.shield(remote.looking)
+        try:
+            await asyncio.shield(remote.looking)
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if current is not None and current.cancelling():
+                raise  # this caller was cancelled; a look stopped by a removal or close is not that
 
     async def _probe(self, remote: _Remote) -> None:
         try:

@@ -366,3 +366,22 @@ def test_an_unreachable_remote_is_shown_as_such_by_list_and_models(
     code, _, err = run(capsys, "run", "@gone/smol", "--prompt", "hi")
     assert code == 1 and "Traceback" not in err
     assert err.splitlines()[-1].startswith("error: The remote gone cannot be reached at http://127.0.0.1:9")
+
+
+def test_bench_measures_a_remote_model_through_its_replies(
+    lemon_home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    standin = StandinRemote()
+    with standin.in_thread():
+        assert run(capsys, "remote", "add", "box", standin.url)[0] == 0
+        argv = ("bench", "@box/smol", "--prompt-tokens", "16", "--gen-tokens", "4", "--repetitions", "2")
+        code, out, err = run(capsys, *argv, "--json")
+        assert code == 0, err
+        (result,) = json.loads(out)["results"]
+        assert (result["model"], result["recipe"], result["backend"]) == ("@box/smol", "remote", "box")
+        assert result["repetitions"] == 2 and result["engine_version"] == "Lemon Desk 9.9.9"
+        measured = [s.body for s in standin.requests("/v1/chat/completions")][1:]  # after the warm-up
+        assert all(b and b["ignore_eos"] is True and b["max_tokens"] == 4 for b in measured), measured
+        # It was not loaded there before the bench: loaded for it, unloaded after.
+        assert standin.requests("/api/v1/load") and standin.requests("/api/v1/unload")
+        assert not standin.loaded
