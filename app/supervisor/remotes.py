@@ -465,8 +465,11 @@ class Remotes:
         return await remote_http.stats(self._pool(remote), await self._key(remote))
 
     def model(self, name: str) -> RemoteModelView | None:
-        """The view of ``@NAME/MODEL`` when its remote listed it."""
-        ref = parse_remote_model(name)
+        """The view of ``@NAME/MODEL`` when its remote listed it (None for any other name)."""
+        try:
+            ref = parse_remote_model(name)
+        except ConfigError:
+            return None
         remote = self._remotes.get(ref.remote)
         if remote is None:
             return None

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from PySide6.QtCore import Signal
+from PySide6.QtCore import QEvent, QObject, Qt, Signal
+from PySide6.QtGui import QKeyEvent
 from PySide6.QtWidgets import (
     QHBoxLayout,
     QHeaderView,
@@ -60,7 +61,7 @@ class RemotesEditor(QWidget):
         for field in (self.name, self.url):
             field.textChanged.connect(self._update)
         for field in (self.name, self.url, self.key):
-            field.returnPressed.connect(self._add)
+            field.installEventFilter(self)  # Enter adds here; it must not also Save the dialog
         self.problem = QLabel(self)
         self.problem.setStyleSheet(PROBLEM_STYLE)
         self.problem.setWordWrap(True)
@@ -116,6 +117,13 @@ class RemotesEditor(QWidget):
         self.add_button.setEnabled(True)
 
     # Inside
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:
+        enter = (Qt.Key.Key_Return, Qt.Key.Key_Enter)
+        if event.type() == QEvent.Type.KeyPress and isinstance(event, QKeyEvent) and event.key() in enter:
+            self._add()
+            return True
+        return super().eventFilter(watched, event)
 
     def selected(self) -> str:
         item = self.list.currentItem()

@@ -7,11 +7,15 @@ what the app's hops cost, not a network's).
 - two hops: A's local API (another `serve`, with B added as the remote ``b``) naming ``@b/smol``: A's
   router hands the request to its remote client, which sends it to B, which sends it to its engine.
 
+On a machine with few cores the hops' own work competes with the engine for the CPU (on two machines
+it would not): ``--threads 1`` leaves the engine one core and the hops the other, which shows what the
+hops add to the reply's timing rather than what they take from the engine.
+
 Each round sends the same prompt down each path in turn (the order alternating, so the machine's load
 hits all three), timed the same way on the client as tests/bench/serve_overhead.py times it. The
 figures are the median of the paired ratios (and differences, for TTFT) against direct.
 
-    .venv/bin/python tests/bench/remote_overhead.py [--rounds N] [--tokens N]
+    .venv/bin/python tests/bench/remote_overhead.py [--rounds N] [--tokens N] [--threads N]
 """
 
 from __future__ import annotations
@@ -44,16 +48,15 @@ from tests.support.serve import serving
 
 MODEL = "smol"
 CTX = 4096
-ARGS = ("--parallel", "1")
 
 
-def setup_home(home: Path, server_dir: Path, model: Path | None) -> None:
+def setup_home(home: Path, server_dir: Path, model: Path | None, args: tuple[str, ...]) -> None:
     os.environ["LEMON_DESK_HOME"] = str(home)
     settings = Settings(llama_server_path=str(server_dir / "llama-server"))
     save_settings(settings)
     if model is not None:
         Library(settings).import_path(model, name=MODEL)
-        save_model_options({MODEL: ModelOptions(backend="system", ctx_size=CTX, args=" ".join(ARGS))})
+        save_model_options({MODEL: ModelOptions(backend="system", ctx_size=CTX, args=" ".join(args))})
 
 
 def add_remote(home_a: Path, url: str) -> None:
@@ -90,7 +93,10 @@ async def bench(args: argparse.Namespace, engine: Engine, via_b: str, via_a: str
             for results, path in order if i % 2 == 0 else reversed(order):
                 results.append(await stream(client, path, prompt, args.tokens))
 
-    print(f"llama-server, SmolLM2-135M, loopback; {args.rounds} rounds x {args.tokens} tokens per path")
+    print(
+        f"llama-server, SmolLM2-135M, loopback, engine args {' '.join(engine_args(args))!r}; "
+        f"{args.rounds} rounds x {args.tokens} tokens per path"
+    )
     base = runs["direct"]
     for label, timings in runs.items():
         decode = statistics.median(t.decode_tps for t in timings)
@@ -106,7 +112,13 @@ async def bench(args: argparse.Namespace, engine: Engine, via_b: str, via_a: str
 async def run(args: argparse.Namespace, server_dir: Path, model: Path, via_b: str, via_a: str) -> None:
     hardware = hardware_from_json(json.loads(profile_path("cpu_only_x86").read_text()))
     request = LaunchRequest(
-        "llamacpp", "cpu", str(server_dir / "llama-server"), str(server_dir), str(model), CTX, ARGS
+        "llamacpp",
+        "cpu",
+        str(server_dir / "llama-server"),
+        str(server_dir),
+        str(model),
+        CTX,
+        engine_args(args),
     )
     engine = Engine("bench-direct", request, hardware)
     await engine.start()
@@ -116,19 +128,24 @@ async def run(args: argparse.Namespace, server_dir: Path, model: Path, via_b: st
         await engine.stop()
 
 
+def engine_args(args: argparse.Namespace) -> tuple[str, ...]:
+    return ("--parallel", "1", *(("-t", str(args.threads)) if args.threads else ()))
+
+
 def main() -> None:
     formatter = argparse.RawDescriptionHelpFormatter
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=formatter)
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--tokens", type=int, default=200)
+    parser.add_argument("--threads", type=int, default=0, help="engine threads (default: llama-server's)")
     args = parser.parse_args()
     server_dir, model = llama_server_dir(print), smollm_gguf(print)
     os.environ["LEMON_DESK_MOCK_HARDWARE"] = str(profile_path("cpu_only_x86"))
     os.environ["LD_LIBRARY_PATH"] = str(server_dir)
     with tempfile.TemporaryDirectory(prefix="lemon-desk-remote-bench-") as tmp:
         home_a, home_b = Path(tmp) / "a", Path(tmp) / "b"  # each serve's own throwaway app folder
-        setup_home(home_b, server_dir, model)
-        setup_home(home_a, server_dir, None)
+        setup_home(home_b, server_dir, model, engine_args(args))
+        setup_home(home_a, server_dir, None, ())
         with serving(env={"LEMON_DESK_HOME": str(home_b)}) as b:
             add_remote(home_a, b.url)
             with serving(env={"LEMON_DESK_HOME": str(home_a)}) as a:

@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from PySide6.QtCore import Qt
 from pytestqt.qtbot import QtBot
 
 from app.core.chat import MessageState
@@ -54,8 +55,9 @@ def add_in_settings(qtbot: QtBot, app: DesktopApp, name: str, url: str, key: str
     if key:
         qtbot.keyClicks(editor.key, key)
     with qtbot.waitSignal(app.bridge.remote_added, timeout=30_000):
-        editor.add_button.click()
+        qtbot.keyClick(editor.url, Qt.Key.Key_Return)  # Enter adds (as the Add button does)...
     qtbot.waitUntil(lambda: name in editor.names())
+    assert dialog.isVisible()  # ... and does not also Save and close the dialog
     assert editor.name.text() == editor.key.text() == ""  # ready for the next one
     return dialog
 
