@@ -4,11 +4,13 @@ load, unload and its own stats; and the adapter that names the remote's model in
 Replies go through the app's one ``ChatClient``, pointed at the remote's root with its key and
 ``RemoteAdapter``. Every call here is short and bounded (a probe gives up after ``PROBE_TIMEOUT_S``);
 a load waits as long as the settings' load timeout, since the remote may download the model first.
-Nothing here keeps state: ``app.supervisor.remotes`` decides what a probe means over time.
+What a remote sends is read up to ``MAX_ANSWER_BYTES``: a model list without end is refused, not
+held in memory. Nothing here keeps state: ``app.supervisor.remotes`` decides what a probe means over time.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -26,6 +28,11 @@ CONNECT_TIMEOUT_S = 3.0
 # below it: a connection it closed is met by one retry, below).
 KEEPALIVE_S = 30.0
 SERVER_LEMON_DESK = "lemon-desk"  # what Lemon Desk's GET /api/v1/health says in its "server" field
+MAX_ANSWER_BYTES = 8 * 1024 * 1024  # a model list of thousands of models is well under this
+
+
+class TooLarge(ValueError):
+    """A remote's answer went on past ``MAX_ANSWER_BYTES``."""
 
 
 @dataclass(frozen=True)
@@ -91,6 +98,36 @@ async def _request(
         return await http.request(method, path, headers=auth(key), **kwargs)
 
 
+async def _get_json(http: httpx.AsyncClient, path: str, key: str | None) -> tuple[int, Any]:
+    """GET ``path``: its status and its JSON body (None when it is not JSON), read up to the cap."""
+    import httpx
+
+    for attempt in range(2):
+        try:
+            async with http.stream("GET", path, headers=auth(key)) as response:
+                body = bytearray()
+                async for chunk in response.aiter_bytes():
+                    body += chunk
+                    if len(body) > MAX_ANSWER_BYTES:
+                        raise TooLarge(f"its answer to GET {path} went on past {MAX_ANSWER_BYTES >> 20} MiB")
+                status = response.status_code
+            break
+        except httpx.RemoteProtocolError:
+            if attempt:  # a pooled connection the server had closed meanwhile is met by one retry
+                raise
+    try:
+        return status, json.loads(body) if body else None
+    except (ValueError, RecursionError):
+        return status, None
+
+
+def _said(payload: Any) -> str:
+    """``: <the server's error message>`` from an OpenAI-shaped error body, or nothing."""
+    err = payload.get("error") if isinstance(payload, dict) else None
+    message = err.get("message") if isinstance(err, dict) else None
+    return f": {message[:300]}" if isinstance(message, str) else ""
+
+
 def _detail(response: httpx.Response) -> str:
     try:
         payload = response.json()
@@ -107,30 +144,31 @@ async def probe(http: httpx.AsyncClient, key: str | None) -> Probe:
     import httpx
 
     try:
-        response = await _request(http, "GET", "/v1/models", key)
+        status, listing = await _get_json(http, "/v1/models", key)
     except httpx.TransportError as err:
         return Probe(RemoteState.UNREACHABLE, f"no answer ({_why(err)})")
-    if response.status_code in (401, 403):
+    except TooLarge as err:
+        return Probe(RemoteState.UNREACHABLE, str(err))
+    if status in (401, 403):
         said = "refused the key it was given" if key else "asks for an API key and none was given"
-        return Probe(RemoteState.REFUSED, f"it {said} (HTTP {response.status_code}: {_detail(response)})")
-    if response.status_code != 200:
+        return Probe(RemoteState.REFUSED, f"it {said} (HTTP {status}{_said(listing)})")
+    if status != 200:
         return Probe(
             RemoteState.UNREACHABLE,
-            f"it answered HTTP {response.status_code} to GET /v1/models: no OpenAI-compatible server "
-            "answers at this address",
+            f"it answered HTTP {status} to GET /v1/models: no OpenAI-compatible server answers here",
         )
     kind, version, loaded = RemoteKind.OPENAI, "", frozenset[str]()
     try:
-        health = await _request(http, "GET", "/api/v1/health", key)
-        data = health.json() if health.status_code == 200 else None
-    except (httpx.TransportError, ValueError):
+        health_status, data = await _get_json(http, "/api/v1/health", key)
+        data = data if health_status == 200 else None
+    except (httpx.TransportError, TooLarge):
         data = None
     if isinstance(data, dict) and isinstance(data.get("all_models_loaded"), list):
         kind = RemoteKind.LEMON_DESK if data.get("server") == SERVER_LEMON_DESK else RemoteKind.LEMONADE
         version = data["version"][:40] if isinstance(data.get("version"), str) else ""
         loaded = loaded_models(data)
     try:
-        models = parse_model_list(response.json(), loaded)
+        models = parse_model_list(listing, loaded)
     except ValueError:
         return Probe(
             RemoteState.UNREACHABLE, "it answered GET /v1/models with something that is not a model list"
@@ -176,8 +214,7 @@ async def stats(http: httpx.AsyncClient, key: str | None) -> dict[str, Any] | No
     import httpx
 
     try:
-        response = await _request(http, "GET", "/api/v1/stats", key)
-        data = response.json() if response.status_code == 200 else None
-    except (httpx.TransportError, ValueError):
+        status, data = await _get_json(http, "/api/v1/stats", key)
+    except (httpx.TransportError, TooLarge):
         return None
-    return data if isinstance(data, dict) else None
+    return data if status == 200 and isinstance(data, dict) else None

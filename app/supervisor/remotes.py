@@ -53,6 +53,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 POLL_S = 15.0  # between looks at a remote that answers
+LOOK_DEADLINE_S = 15.0  # a look that takes longer (an answer dripping in) finds the remote unreachable
 BACKOFF_S = (2.0, 5.0, 10.0, 30.0)  # after the 1st, 2nd, 3rd, 4th+ look in a row that found it down
 
 
@@ -235,12 +236,14 @@ class Remotes:
         timeouts: Callable[[], tuple[float, float]] = lambda: (600.0, 300.0),
         poll_s: float = POLL_S,
         backoff_s: tuple[float, ...] = BACKOFF_S,
+        look_deadline_s: float = LOOK_DEADLINE_S,
     ) -> None:
         """``timeouts``: the settings' load and request timeouts, read at each use."""
         self._emit = emit
         self._timeouts = timeouts
         self.poll_s = poll_s
         self.backoff_s = backoff_s
+        self.look_deadline_s = look_deadline_s
         loaded = load_remotes()
         self.warnings = [loaded.warning] if loaded.warning else []
         self._remotes = {name: _Remote(record) for name, record in loaded.items.items()}
@@ -362,7 +365,10 @@ class Remotes:
 
     async def _probe(self, remote: _Remote) -> None:
         try:
-            found = await remote_http.probe(self._pool(remote), await self._key(remote))
+            key = await self._key(remote)
+            found = await asyncio.wait_for(remote_http.probe(self._pool(remote), key), self.look_deadline_s)
+        except TimeoutError:
+            found = Probe(RemoteState.UNREACHABLE, f"it did not answer within {self.look_deadline_s:g} s")
         except Exception as err:  # a look must never end the watcher: say so once, as a state
             log.exception("looking at the remote %s failed", remote.record.name)
             found = Probe(RemoteState.UNREACHABLE, f"looking at it failed ({type(err).__name__})")

@@ -15,6 +15,7 @@ tests/integration/test_remote.py.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import threading
 from collections.abc import Iterator
@@ -40,6 +41,7 @@ class StandinRemote:
     models: tuple[str, ...] = ("smol",)
     key: str | None = None
     kind: str = "lemon-desk"  # "lemon-desk", "lemonade", or "openai" (no /api/v1 routes)
+    listing: str = "ok"  # "endless": a model list without end; "drip": one byte each 0.2 s
     loaded: set[str] = field(default_factory=set)
     seen: list[Seen] = field(default_factory=list)
     port: int = 0
@@ -111,13 +113,28 @@ class StandinRemote:
             return web.json_response(error, status=401)
         return await handler(request)
 
-    async def _models(self, request: web.Request) -> web.Response:
+    async def _models(self, request: web.Request) -> web.StreamResponse:
+        if self.listing != "ok":
+            return await self._hostile_listing(request)
         owner = "lemon-desk" if self.kind == "lemon-desk" else self.kind
         data = [
             {"id": m, "object": "model", "owned_by": owner, "recipe": "llamacpp", "size": 0.1, "labels": []}
             for m in self.models
         ]
         return web.json_response({"object": "list", "data": data})
+
+    async def _hostile_listing(self, request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "application/json"})
+        await response.prepare(request)
+        await response.write(b'{"data": [')
+        with contextlib.suppress(ConnectionError):
+            while True:
+                if self.listing == "drip":
+                    await asyncio.sleep(0.2)
+                    await response.write(b" ")
+                else:
+                    await response.write(b'{"id": "x"},' * 4096)
+        return response
 
     async def _health(self, request: web.Request) -> web.Response:
         loaded = [{"model_name": m} for m in sorted(self.loaded)]

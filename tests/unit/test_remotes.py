@@ -385,3 +385,25 @@ def test_bench_measures_a_remote_model_through_its_replies(
         # It was not loaded there before the bench: loaded for it, unloaded after.
         assert standin.requests("/api/v1/load") and standin.requests("/api/v1/unload")
         assert not standin.loaded
+
+
+@pytest.mark.parametrize(
+    "listing,said", [("endless", "went on past 8 MiB"), ("drip", "did not answer within 1 s")]
+)
+def test_a_remote_whose_answer_never_ends_is_unreachable_not_a_hang(
+    lemon_home: Path, listing: str, said: str
+) -> None:
+    async def go() -> None:
+        standin = StandinRemote(listing=listing)
+        await standin.start()
+        remotes = Remotes(lambda _e: None, look_deadline_s=1.0)
+        try:
+            started = time.monotonic()
+            found = await remotes.add("box", standin.url, None)
+            assert found.state is RemoteState.UNREACHABLE and said in found.message, found.message
+            assert time.monotonic() - started < 10
+        finally:
+            await remotes.close()
+            await standin.stop()
+
+    asyncio.run(go())
