@@ -23,11 +23,13 @@ from app.core.backends import BackendKey
 from app.core.bench import BenchSpec
 from app.core.engine_state import EngineState
 from app.core.errors import FitError, LemonDeskError
+from app.core.remotes import RemoteModelStatus, RemoteState, is_remote_model
 from app.core.status import Status
 from app.store.model_options import ModelOptions
 from app.store.settings import Settings
 from app.supervisor.bench import BenchProgress
 from app.supervisor.downloads import DownloadChanged, DownloadProgress
+from app.supervisor.remotes import RemoteChanged, RemoteSnapshot
 from app.supervisor.router import (
     EngineRecovery,
     EngineUsage,
@@ -83,6 +85,9 @@ class Bridge(QObject):
     api_changed = Signal(str, str)  # the local API's URL ("" when off), why it is off when it should be on
     api_request = Signal(object)  # RequestFinished: a reply the local API gave another app
     worker_changed = Signal(object)  # WorkerChanged: this machine's RPC worker started, stopped, failed
+    remotes_changed = Signal(list)  # [RemoteSnapshot]: a remote moved between states, or its models changed
+    remote_added = Signal(str)  # a remote's name, once kept (its key in the keychain)
+    remote_failed = Signal(str)  # why a remote could not be added or removed
 
     def __init__(self, settings: Settings, parent: QObject | None = None) -> None:
         super().__init__(parent)
@@ -121,10 +126,16 @@ class Bridge(QObject):
         engine = self.router.supervisor.engines.get(name)
         return (list(engine.output), engine.log_path) if engine else ([], None)
 
+    def remotes(self) -> list[RemoteSnapshot]:
+        return self.router.remotes.snapshots()
+
     def chat_target(self) -> str:
-        """The model a message goes to: the selected one (loaded on demand), else the last one used."""
+        """The model a message goes to: the selected one (loaded on demand; a remote's, on its remote),
+        else the last one used."""
         view = self._views.get(self.selected)
         if view is not None and (view.on_disk or view.status.status is Status.LOADED):
+            return self.selected
+        if is_remote_model(self.selected) and self.router.remotes.model(self.selected) is not None:
             return self.selected
         loaded = self.router.loaded()
         return loaded[-1] if loaded else ""
@@ -184,6 +195,19 @@ class Bridge(QObject):
             self.api_request.emit(event)  # the window's own replies reach the charts from the chat
         elif isinstance(event, WorkerChanged):
             self.worker_changed.emit(event)
+        elif isinstance(event, RemoteChanged):
+            self._remote_changed(event)
+
+    def _remote_changed(self, event: RemoteChanged) -> None:
+        self.remotes_changed.emit(self.router.remotes.snapshots())
+        # Told once per move, not per look: a remote that stays down is one notice.
+        if event.removed or not event.moved or event.state is RemoteState.UNKNOWN:
+            return
+        if event.state is RemoteState.REACHABLE:
+            if event.old is not RemoteState.UNKNOWN:
+                self.notify.emit(f"{event.name} is back", f"The remote {event.name} answers again.", False)
+        else:
+            self.notify.emit(f"{event.name} is {event.state.value}", event.message, True)
 
     def _engine_changed(self, event: EngineStateChanged) -> None:
         engine = self.router.supervisor.engines.get(event.model)
@@ -202,6 +226,8 @@ class Bridge(QObject):
         if not self.shut_down:
             self.models_changed.emit(self.rows())
         if self.info is None:
+            self.router.remotes.watch()
+            self.remotes_changed.emit(self.router.remotes.snapshots())
             await self._refresh_backends()
             await self.router.open_downloads()  # downloads the last run left unfinished go on
             self.downloads_changed.emit(self.router.download_records())
@@ -296,6 +322,9 @@ class Bridge(QObject):
         return self.spawn(self._load(name, options, force))
 
     async def _load(self, name: str, options: ModelOptions | None, force: bool) -> None:
+        if is_remote_model(name):
+            await self._load_remote(name)
+            return
         task = self.router.load(name, options, force=force)
         await asyncio.wait([task])
         if task.cancelled():
@@ -308,11 +337,24 @@ class Bridge(QObject):
         else:
             self.notify.emit(f"{name} did not load", str(err), True)
 
+    async def _load_remote(self, name: str) -> None:
+        try:
+            await self.router.remotes.load(name)
+        except LemonDeskError as err:
+            self.notify.emit(f"{name} did not load", str(err), True)
+            return
+        view = self.router.remotes.model(name)
+        if view is not None and view.status is RemoteModelStatus.LOADED:
+            self.notify.emit("Model loaded", f"{name} is ready on its remote.", False)
+        else:
+            self.notify.emit("Model ready", f"{name} loads on its remote with the first message.", False)
+
     def cancel_load(self, name: str) -> None:
         self.router.cancel_load(name)
 
     def unload(self, name: str) -> asyncio.Task[None]:
-        return self.spawn(self.router.unload(name), stops_engines=True)
+        # A remote's unload is a request to another machine: quitting does not wait for it.
+        return self.spawn(self.router.unload(name), stops_engines=not is_remote_model(name))
 
     def unload_all(self) -> asyncio.Task[None]:
         return self.spawn(self.router.unload_all(), stops_engines=True)
@@ -354,6 +396,29 @@ class Bridge(QObject):
     def sync_worker(self) -> asyncio.Task[None]:
         """Run (or stop) this machine's RPC worker as the Settings say; ``worker_changed`` tells how."""
         return self.spawn(self.router.sync_worker())
+
+    # --- remotes --------------------------------------------------------------------------------------
+
+    def add_remote(self, name: str, url: str, key: str) -> asyncio.Task[None]:
+        """Keep a remote (its key, if any, in the keychain); ``remote_added`` or ``remote_failed``."""
+        return self.spawn(self._add_remote(name, url, key or None))
+
+    async def _add_remote(self, name: str, url: str, key: str | None) -> None:
+        try:
+            await self.router.remotes.add(name, url, key)
+        except LemonDeskError as err:
+            self.remote_failed.emit(str(err))
+            return
+        self.remote_added.emit(name)
+
+    def remove_remote(self, name: str) -> asyncio.Task[None]:
+        return self.spawn(self._remove_remote(name))
+
+    async def _remove_remote(self, name: str) -> None:
+        try:
+            await self.router.remotes.remove(name)
+        except LemonDeskError as err:
+            self.remote_failed.emit(str(err))
 
     # --- the local API ----------------------------------------------------------------------------------
 

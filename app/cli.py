@@ -71,7 +71,7 @@ def cmd_install_desktop_entry(_args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from app.commands import backends, bench, collections, downloads, models, run, serve, worker
+    from app.commands import backends, bench, collections, downloads, models, remote, run, serve, worker
 
     parser = argparse.ArgumentParser(prog="lemon-desk", description="Run large language models locally.")
     parser.add_argument("--version", action="version", version=f"lemon-desk {__version__}")
@@ -95,6 +95,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.register(sub)
     serve.register(sub)
     worker.register(sub)
+    remote.register(sub)
     return parser
 
 

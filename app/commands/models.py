@@ -15,6 +15,7 @@ from app.core.errors import ModelError
 from app.core.fit import DEFAULT_CONTEXT, FitEstimate
 from app.core.params import format_params
 from app.core.refs import GGUF_RECIPE, MLX_RECIPE, FileSet
+from app.core.remotes import RemoteState
 from app.platform import detect_hardware
 from app.store.hfcache import RepoCache
 from app.store.library import Library
@@ -22,6 +23,7 @@ from app.supervisor.downloads import DownloadProgress
 from app.supervisor.hub import HubClient
 from app.supervisor.hubsearch import fit_of
 from app.supervisor.modelmeta import remote_parameter_count
+from app.supervisor.remotes import RemoteSnapshot
 from app.supervisor.router import Router
 
 GB = 1e9
@@ -249,9 +251,17 @@ def cmd_pull(args: argparse.Namespace) -> int:
 # -- models, rm, import
 
 
+async def _look_at_remotes(router: Router) -> list[RemoteSnapshot]:
+    async with router:
+        return await router.remotes.refresh()
+
+
 def cmd_models(args: argparse.Namespace) -> int:
     router = Router(load_settings_noting_problems())
     views = router.statuses()
+    # Each remote is asked for its models now (together; a remote that does not answer is said to be so).
+    remotes = asyncio.run(_look_at_remotes(router)) if router.remotes.names() else []
+    remote_views = [view for snapshot in remotes for view in snapshot.views()]
     # The router's own (model options set aside, say) as well as the library's.
     for warning in dict.fromkeys([*router.warnings, *router.library.warnings]):
         print(f"warning: {warning}", file=sys.stderr)
@@ -262,7 +272,8 @@ def cmd_models(args: argparse.Namespace) -> int:
         shown = [
             {**v.to_json(), "params": params[v.name], "labels": list(router.labels(v.model))} for v in views
         ]
-        print_json({"models": shown})
+        shown += [{**v.to_json(), "params": None} for v in remote_views]
+        print_json({"models": shown, "remotes": [s.to_json() for s in remotes]})
         return 0
     rows = [["name", "recipe", "size", "params", "state", "checkpoint"]]
     for v in views:
@@ -271,7 +282,13 @@ def cmd_models(args: argparse.Namespace) -> int:
         rows.append(
             [model.name, model.recipe, size, format_params(params[v.name]), v.status.text, model.checkpoint]
         )
+    for r in remote_views:
+        size = f"{r.info.size_bytes / GB:.2f} GB" if r.info.size_bytes else ""
+        rows.append([r.name, r.info.recipe, size, "", r.status.value, f"on {r.remote.name} ({r.remote.url})"])
     print(table(rows))
+    for snapshot in remotes:
+        if snapshot.state is not RemoteState.REACHABLE:
+            print(f"remote {snapshot.name} ({snapshot.url}) is {snapshot.state.value}: {snapshot.message}")
     return 0
 
 

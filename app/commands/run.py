@@ -23,6 +23,7 @@ from app.commands.repl import chat_in_terminal
 from app.core.backends import BackendKey
 from app.core.errors import ConfigError
 from app.core.models import Model
+from app.core.remotes import is_remote_model
 from app.store.model_options import ModelOptions
 from app.supervisor.router import Router
 
@@ -31,7 +32,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = sub.add_parser(
         "run",
         help="load a model and answer a prompt, or chat in the terminal",
-        description="MODEL is a catalog name, a local .gguf file or a local MLX folder.",
+        description="MODEL is a catalog name, a local .gguf file, a local MLX folder, or @REMOTE/MODEL "
+        "(a model of a remote server: see `lemon-desk remote`).",
     )
     parser.add_argument("model", metavar="MODEL")
     parser.add_argument("--backend", metavar="RECIPE:BACKEND", help="default: the best one installed here")
@@ -66,6 +68,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.json and args.prompt is None and not args.dry_run:
         raise ConfigError("--json needs --prompt or --dry-run; the terminal chat is for people.")
     router = Router(load_settings_noting_problems())
+    if is_remote_model(args.model):
+        return asyncio.run(_run_remote(router, args))
     model = router.library.find(args.model)
     options = _options(model, args)
     if args.dry_run:
@@ -98,6 +102,38 @@ async def _run(router: Router, model: Model, options: ModelOptions, args: argpar
         if reasoning:
             result["reasoning"] = reasoning
         result["telemetry"] = done.telemetry.to_json()
+        print_json(result)
+    else:
+        print(telemetry_line(done.telemetry), file=sys.stderr)
+    return 0
+
+
+async def _run_remote(router: Router, args: argparse.Namespace) -> int:
+    """A remote model: its remote loads it (Lemon Desk and Lemonade) and answers; the figures are
+    measured here, and the remote's own ``stats`` are added when it has them."""
+    local_only = [args.backend, args.ctx_size, args.args, args.dry_run, args.force]
+    if any(local_only):
+        raise ConfigError(
+            "--backend, --ctx-size, --args, --dry-run and --force set how a model runs on this machine; "
+            f"{args.model} runs as its remote runs it.",
+            "Set its options on the remote.",
+        )
+    if args.prompt is None:
+        raise ConfigError(
+            "The terminal chat runs models of this machine.",
+            f"Give --prompt to ask {args.model} one question, or chat with it in the window.",
+        )
+    async with router:
+        print(f"{args.model}: loading on its remote", file=sys.stderr, flush=True)
+        await router.remotes.load(args.model)
+        reply, reasoning, done = await _answer(router, args.model, args.prompt, echo=not args.json)
+        stats = await router.remotes.stats(args.model)
+    if args.json:
+        result: dict[str, Any] = {"model": args.model, "backend": "remote", "reply": reply}
+        if reasoning:
+            result["reasoning"] = reasoning
+        result["telemetry"] = done.telemetry.to_json()
+        result["remote_stats"] = stats
         print_json(result)
     else:
         print(telemetry_line(done.telemetry), file=sys.stderr)

@@ -65,6 +65,7 @@ async def _serve(router: Router, host: str, port: int, key: str | None) -> int:
         async with router:
             server = ApiServer(router, host, port, key)
             await server.start()
+            router.remotes.watch()  # their models are listed and served as @NAME/MODEL
             try:
                 print(
                     f"Lemon Desk API listening on {server.url}/v1/ (Lemonade: {server.url}/api/v1/)",

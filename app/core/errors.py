@@ -15,7 +15,8 @@ LemonDeskError                  what happened + what to do (``hint``)
 ├── PolicyError                 the loading policy forbids a load (everything in the way is pinned)
 ├── FitError                    a model would not fit in the memory free now
 └── RequestError                a request to an engine failed
-    └── UnsupportedRequestError the engine cannot answer this kind of request
+    ├── UnsupportedRequestError the engine cannot answer this kind of request
+    └── RemoteError             a remote server does not answer, or refused the key
 """
 
 from __future__ import annotations
@@ -115,3 +116,11 @@ class RequestError(LemonDeskError):
 
 class UnsupportedRequestError(RequestError):
     """The engine has no such route or cannot answer the request in that form (e.g. streamed)."""
+
+
+class RemoteError(RequestError):
+    """A remote server (``@NAME/MODEL``) does not answer, or refused the key; ``remote`` names it."""
+
+    def __init__(self, message: str, hint: str = "", remote: str = "", status: int | None = None) -> None:
+        super().__init__(message, hint, status)
+        self.remote = remote

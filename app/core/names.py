@@ -26,6 +26,7 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _MODEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 USER_PREFIX = "user."  # Lemonade's namespace for the models a user registers
 MODEL_NAME_RULE = "letters, digits, '.', '_', '-'; at most 128"
+_PLAIN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
 
 def path_problem(path: object) -> str | None:
@@ -43,6 +44,18 @@ def path_problem(path: object) -> str | None:
         return "has an empty segment"
     if ".." in segments or "." in segments:
         return "has a '..' or '.' segment"
+    return None
+
+
+def plain_name_problem(name: object, max_length: int) -> str | None:
+    """Why ``name`` is not a plain name the user gives (a remote's): letters, digits, ``.``, ``_`` and
+    ``-``, starting with a letter or digit, no ``..``, at most ``max_length`` characters; else None."""
+    if not isinstance(name, str) or not name:
+        return "is empty"
+    if len(name) > max_length:
+        return f"is longer than {max_length} characters"
+    if not _PLAIN_NAME.fullmatch(name) or ".." in name:
+        return "holds characters other than letters, digits, '.', '_' and '-' (or '..')"
     return None
 
 

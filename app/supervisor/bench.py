@@ -5,7 +5,9 @@ warmed up once, then measured ``repetitions`` times as llama-bench measures (``a
 model the bench loaded is unloaded again when its measurement ends, cancelled or not; one that was
 loaded before is left as it was. On engines without llama-server's native routes (lemon-mlx, mlx-lm) a
 chat reply of ``gen_tokens`` tokens to a prompt of about ``prompt_tokens`` tokens stands in, read
-through the reply's telemetry; the result then carries the token counts the engine reported.
+through the reply's telemetry; the result then carries the token counts the engine reported. A remote
+model (``@NAME/MODEL``) is measured the same way through its remote (recipe ``remote``, backend the
+remote's name), loaded there first and unloaded after when the bench loaded it.
 """
 
 from __future__ import annotations
@@ -16,13 +18,14 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from app.client.bench import FILLER, BenchClient
 from app.core.backends import BackendKey
 from app.core.bench import BenchResult, BenchRun, BenchSpec, Sample, known_version, summarize
 from app.core.errors import ConfigError
 from app.core.models import Model
+from app.core.remotes import RemoteKind, is_remote_model, parse_remote_model
 from app.store.model_options import ModelOptions
 
 if TYPE_CHECKING:
@@ -31,6 +34,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+REMOTE = "remote"  # the recipe a remote model's results carry
 WARMUP_PROMPT = 16
 WARMUP_GEN = 4
 
@@ -57,6 +61,10 @@ def plan(router: Router, spec: BenchSpec) -> list[tuple[Model, str | None]]:
     keys = [BackendKey.parse(b) for b in spec.backends]
     pairs: list[tuple[Model, str | None]] = []
     for name in spec.models:
+        if is_remote_model(name):
+            parse_remote_model(name)  # the shape is checked before anything runs
+            pairs.append((Model(name, REMOTE, name), None))
+            continue
         model = router.library.find(name)
         backends = [k.backend for k in keys if k.recipe == model.recipe]
         if keys and not backends:
@@ -83,6 +91,11 @@ async def run_bench(router: Router, spec: BenchSpec, progress: Progress, run_id:
             progress(BenchProgress(run_id, n, total, name, key, detail, result))
 
         say("loading", done, f"{model.recipe}:{backend}" if backend else "")
+        if model.recipe == REMOTE:
+            result = await _bench_remote(router, model.name, spec, done, say)
+            results.append(result)
+            say("done", done + spec.repetitions, f"{result.recipe}:{result.backend}", result)
+            continue
         was_loaded = model.name in router.loaded()
         options = ModelOptions(
             backend=backend,
@@ -131,18 +144,54 @@ async def _bench_chat(
     done: int,
     say: Callable[..., None],
 ) -> BenchResult:
+    samples, prompt_tokens, gen_tokens = await _chat_samples(router, engine.id, spec, key, done, say)
+    recipe, backend = engine.request.recipe, engine.request.backend
+    return summarize(engine.id, recipe, backend, version, prompt_tokens, gen_tokens, samples)
+
+
+async def _chat_samples(
+    router: Router,
+    name: str,
+    spec: BenchSpec,
+    key: str,
+    done: int,
+    say: Callable[..., None],
+    **extra: Any,
+) -> tuple[list[Sample], int, int]:
+    """Chat replies of ``gen_tokens`` to a prompt of about ``prompt_tokens``, through the router."""
     words = FILLER.split()
     text = " ".join(words[i % len(words)] for i in range(int(spec.prompt_tokens * 0.75)))
-    params = {"max_tokens": spec.gen_tokens, "temperature": 0.0, "seed": 42}
+    params = {"max_tokens": spec.gen_tokens, "temperature": 0.0, "seed": 42, **extra}
     say("warming up", done, key)
-    await router.chat(engine.id, [{"role": "user", "content": "Hi"}], max_tokens=WARMUP_GEN)
+    await router.chat(name, [{"role": "user", "content": "Hi"}], max_tokens=WARMUP_GEN)
     samples, prompt_tokens, gen_tokens = [], spec.prompt_tokens, spec.gen_tokens
     for rep in range(spec.repetitions):
         say(f"repetition {rep + 1} of {spec.repetitions}", done + rep, key)
         # A different first word each time: no engine-side prompt cache can serve a repetition.
-        reply = await router.chat(engine.id, [{"role": "user", "content": f"{rep} {text}"}], **params)
+        reply = await router.chat(name, [{"role": "user", "content": f"{rep} {text}"}], **params)
         t = reply.telemetry
         samples.append(Sample(t.prompt_tps, t.decode_tps, t.ttft_s))
         prompt_tokens, gen_tokens = t.prompt_tokens, t.completion_tokens
-    recipe, backend = engine.request.recipe, engine.request.backend
-    return summarize(engine.id, recipe, backend, version, prompt_tokens, gen_tokens, samples)
+    return samples, prompt_tokens, gen_tokens
+
+
+async def _bench_remote(
+    router: Router, name: str, spec: BenchSpec, done: int, say: Callable[..., None]
+) -> BenchResult:
+    remote = parse_remote_model(name).remote
+    key = f"{REMOTE}:{remote}"
+    await router.remotes.refresh([remote])
+    before = router.remotes.model(name)
+    was_loaded = before is not None and before.info.loaded
+    await router.remotes.load(name)
+    snapshot = router.remotes.snapshot(remote)
+    # Lemon Desk and Lemonade pass llama.cpp's own fields on: exactly gen_tokens, no prompt cache.
+    lemonade = snapshot.kind in (RemoteKind.LEMON_DESK, RemoteKind.LEMONADE)
+    extra: dict[str, Any] = {"ignore_eos": True, "cache_prompt": False} if lemonade else {}
+    try:
+        samples, prompt_tokens, gen_tokens = await _chat_samples(router, name, spec, key, done, say, **extra)
+    finally:
+        if not was_loaded:
+            await asyncio.shield(router.remotes.unload(name))
+    version = f"{snapshot.kind.value} {snapshot.version}".strip() if snapshot.kind else ""
+    return summarize(name, REMOTE, remote, version, prompt_tokens, gen_tokens, samples)

@@ -66,6 +66,7 @@ from app.core.policy import (
 )
 from app.core.quirks import effective_labels
 from app.core.refs import FileSet, parse_ref, select
+from app.core.remotes import is_remote_model
 from app.core.rpc import (
     LOCAL_ONLY,
     Endpoint,
@@ -106,6 +107,7 @@ from app.supervisor.hub import HubClient, gated_error
 from app.supervisor.hubsearch import HubResult, search
 from app.supervisor.listeners import Listeners
 from app.supervisor.modelmeta import remote_parameter_count, remote_shape
+from app.supervisor.remotes import RemoteChanged, Remotes
 from app.supervisor.rpc import (
     Worker,
     WorkerChanged,
@@ -193,6 +195,7 @@ RouterEvent = (
     | SystemSample
     | RequestFinished
     | WorkerChanged
+    | RemoteChanged
 )
 
 
@@ -264,6 +267,9 @@ class Router:
         self.warnings = [*self.library.warnings, *([loaded.warning] if loaded.warning else [])]
         self._clock = clock
         self._listeners: Listeners[RouterEvent] = Listeners("the router")
+        # Other machines' servers, whose models are named @NAME/MODEL (app.supervisor.remotes).
+        self.remotes = Remotes(self._emit, timeouts=self._remote_timeouts)
+        self.warnings += self.remotes.warnings
         self._models: dict[str, Model] = {}  # what each engine runs, for restarts
         self._load_options: dict[str, LoadOptions] = {}
         self._used: dict[str, float] = {}  # last load or request
@@ -301,6 +307,9 @@ class Router:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.shutdown()
+
+    def _remote_timeouts(self) -> tuple[float, float]:
+        return self.settings.load_timeout_s, self.settings.request_timeout_s
 
     # --- events ---------------------------------------------------------------------------------------
 
@@ -848,7 +857,11 @@ class Router:
     # --- unload ---------------------------------------------------------------------------------------
 
     async def unload(self, name: str) -> None:
-        """Stop a model's engine (a load or a restart of it under way is cancelled)."""
+        """Stop a model's engine (a load or a restart of it under way is cancelled); a remote model is
+        unloaded by its remote."""
+        if is_remote_model(name):
+            await self.remotes.unload(name)
+            return
         self._cancel_recovery(name)
         loading = self._loads.get(name)
         if loading is not None and loading is not asyncio.current_task():
@@ -892,7 +905,12 @@ class Router:
 
     @contextlib.asynccontextmanager
     async def client(self, name: str) -> AsyncIterator[ChatClient]:
-        """A client for the model's engine, loaded on demand; the model counts as used while it is open."""
+        """A client for the model's engine, loaded on demand; the model counts as used while it is open.
+        A remote model (``@NAME/MODEL``) gets a client pointed at its remote."""
+        if is_remote_model(name):
+            async with self.remotes.client(name) as remote:
+                yield remote
+            return
         engine = await self.ensure_loaded(name)
         self._busy[name] += 1
         self._touch(name)
@@ -945,6 +963,8 @@ class Router:
     def run_card(self, name: str, params: dict[str, Any], telemetry: Telemetry) -> RunCard:
         """What produced a reply of ``name``'s engine: its model, engine, options, sampling, hardware
         and figures, for the reply's run card."""
+        if is_remote_model(name):
+            return self.remotes.run_card(name, params, telemetry)
         engine = self.supervisor.engines.get(name)
         model = self._models.get(name)
         request = engine.request if engine is not None else None
@@ -1243,6 +1263,7 @@ class Router:
         await asyncio.gather(*jobs, return_exceptions=True)
         await self.stop_worker()
         await self.supervisor.shutdown()
+        await self.remotes.close()
         if self._downloads is not None:
             await self._downloads.close(resume_later=resume_downloads)
         if self._http is not None:

@@ -26,6 +26,7 @@ from app.core.chat import ChatMessage
 from app.core.downloads import DownloadRecord
 from app.core.engine_state import EngineState
 from app.core.errors import LemonDeskError
+from app.core.remotes import RemoteModelStatus, RemoteState
 from app.core.status import Status
 from app.desktop_entry import ICON_NAME, PNG_SIZES, packaging_dir
 from app.store import secrets
@@ -44,6 +45,7 @@ if TYPE_CHECKING:
     from app.bridge import Bridge
     from app.core.bench import BenchRun
     from app.store.history import History
+    from app.supervisor.remotes import RemoteSnapshot
     from app.supervisor.router import EngineUsage, LoadProgress, ModelView, RequestFinished, Suggestion
     from app.supervisor.rpc import WorkerChanged
     from app.supervisor.supervisor import EngineStateChanged
@@ -106,6 +108,7 @@ class DesktopApp(QObject):
         self.history: History  # these three are made by start(), once the window shows
         self.keeper: HistoryKeeper
         self.bridge: Bridge
+        self._remote_usable = False  # a remote answers with models: there is something to chat with
         self.started = False
         self.start_failure: QMessageBox | None = None  # why start() failed, on screen until dismissed
 
@@ -174,6 +177,7 @@ class DesktopApp(QObject):
         bridge.api_changed.connect(self._api_changed)
         bridge.worker_changed.connect(self._worker_changed)
         bridge.api_request.connect(self._api_request)
+        bridge.remotes_changed.connect(self._remotes_changed)
         bridge.fit_refused.connect(self._confirm_force_load)
         bridge.reply_started.connect(chat.begin_reply)
         bridge.reply_delta.connect(chat.append_reply)
@@ -238,7 +242,7 @@ class DesktopApp(QObject):
     def _first_run(self, rows: list[ModelView]) -> None:
         state = self._welcome
         if state is WelcomeState.UNKNOWN and rows:
-            if any(r.on_disk for r in rows):
+            if any(r.on_disk for r in rows) or self._remote_usable:
                 self._welcome = WelcomeState.DONE
                 return
             self._welcome = WelcomeState.OFFERED
@@ -289,7 +293,21 @@ class DesktopApp(QObject):
         if selected and self.window.options.model != selected:
             self._model_selected(selected)
 
+    def _remotes_changed(self, remotes: list[RemoteSnapshot]) -> None:
+        self.window.models.set_remotes(remotes)
+        usable = [v for r in remotes if r.state is RemoteState.REACHABLE for v in r.views()]
+        loaded = {v.name for v in usable if v.status is RemoteModelStatus.LOADED}
+        self.tray.set_remote_models([v.name for v in usable], loaded)
+        self._remote_usable = bool(usable)
+        if usable and self._welcome is WelcomeState.OFFERED:
+            self._end_welcome()  # a remote's model can be chatted with: no download is needed first
+        if self.dialog is not None:
+            self.dialog.remotes.set_remotes(remotes)
+
     def _model_selected(self, name: str) -> None:
+        if self.window.models.remote_row(name) is not None:
+            self.bridge.selected = name  # chat goes to its remote; it has no options here
+            return
         row = self.window.models.row(name)
         if row is None:
             return
@@ -473,6 +491,13 @@ class DesktopApp(QObject):
         self.dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
         self.dialog.applied.connect(self.apply_settings)
         self.dialog.finished.connect(self._settings_closed)
+        if self.started:
+            editor = self.dialog.remotes
+            editor.set_remotes(self.bridge.remotes())
+            editor.add_requested.connect(self.bridge.add_remote)
+            editor.remove_requested.connect(self.bridge.remove_remote)
+            self.bridge.remote_added.connect(editor.added)
+            self.bridge.remote_failed.connect(editor.failed)
         self.dialog.open()
 
     def apply_settings(self, settings: Settings, token: TokenChange) -> None:

@@ -1,6 +1,10 @@
 """The Model Manager: every catalog and user model with its recipe badge, size, state and fit mark
 (the numbers in its tooltip); a search box and filters; actions on the selected row. Fed the router's
-``ModelView``s by the bridge (each with the one status every front end shows); it only emits intents."""
+``ModelView``s by the bridge (each with the one status every front end shows); it only emits intents.
+
+Below them, a group per remote server ("Remote NAME", its state said plainly: reachable, unreachable
+since 14:02, key refused) holding its models as ``@NAME/MODEL``: they load (on their remote) and chat
+like the others; download, delete, pin and options are the remote's own business."""
 
 from __future__ import annotations
 
@@ -26,6 +30,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.core.remotes import RemoteModelStatus, RemoteState
 from app.core.rpc import describe_placement
 from app.core.status import Status
 from app.ui.look import (
@@ -40,6 +45,7 @@ from app.ui.look import (
 )
 
 if TYPE_CHECKING:
+    from app.supervisor.remotes import RemoteModelView, RemoteSnapshot
     from app.supervisor.router import ModelView
 
 NAME_ROLE = Qt.ItemDataRole.UserRole
@@ -48,6 +54,7 @@ ERRORS = (Status.FAILED, Status.DOWNLOAD_FAILED, Status.CRASHED)
 BUSY = (Status.DOWNLOADING, Status.INSTALLING, Status.LOADING)  # a one-click load or a download runs
 COLUMNS = ["Model", "Recipe", "Size", "State", "Fit"]
 FIT_COLUMN = 4
+REMOTE_TROUBLE = (RemoteModelStatus.UNREACHABLE, RemoteModelStatus.REFUSED)
 
 
 class ModelManager(QWidget):
@@ -74,7 +81,7 @@ class ModelManager(QWidget):
         self.label = QComboBox(self)
         self.label.setToolTip("Show the models with a label")
         self.downloaded_only = QCheckBox("Downloaded", self)
-        self.downloaded_only.setToolTip("Show only the models on this machine")
+        self.downloaded_only.setToolTip("Show only the models ready to load: on this machine, or on a remote")
         self.tree = QTreeWidget(self)
         self.tree.setHeaderLabels(COLUMNS)
         self.tree.setItemDelegateForColumn(1, BadgeDelegate(self.tree))
@@ -142,6 +149,8 @@ class ModelManager(QWidget):
         self.label.currentIndexChanged.connect(self._apply_filters)
         self.downloaded_only.toggled.connect(self._apply_filters)
         self._rows: dict[str, ModelView] = {}
+        self._remotes: list[RemoteSnapshot] = []
+        self._remote_rows: dict[str, RemoteModelView] = {}
         self._set_choices(self.recipe, "All recipes", [])
         self._set_choices(self.label, "All labels", [])
         self._update_buttons()
@@ -149,11 +158,21 @@ class ModelManager(QWidget):
     # Fed by the bridge
 
     def set_rows(self, rows: list[ModelView]) -> None:
-        current = self.selected()
         self._rows = {row.name: row for row in rows}
-        self._set_choices(
-            self.recipe, "All recipes", sorted({r.model.recipe for r in rows if r.model.recipe})
-        )
+        self._fill()
+
+    def set_remotes(self, remotes: list[RemoteSnapshot]) -> None:
+        """The remote servers, each with its state and the models it last listed."""
+        self._remotes = list(remotes)
+        self._remote_rows = {view.name: view for remote in remotes for view in remote.views()}
+        self._fill()
+
+    def _fill(self) -> None:
+        current = self.selected()
+        rows = list(self._rows.values())
+        remote_recipes = {v.info.recipe for v in self._remote_rows.values() if v.info.recipe}
+        recipes = {r.model.recipe for r in rows if r.model.recipe} | remote_recipes
+        self._set_choices(self.recipe, "All recipes", sorted(recipes))
         labels = sorted({label for r in rows for label in r.model.labels})
         self._set_choices(self.label, "All labels", labels)
         self.tree.blockSignals(True)
@@ -165,22 +184,73 @@ class ModelManager(QWidget):
             item.setTextAlignment(2, Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
             self._fill_state(item, row)
             self.tree.addTopLevelItem(item)
+        for remote in self._remotes:
+            self.tree.addTopLevelItem(self._remote_group(remote))
         self.tree.blockSignals(False)
         self._apply_filters()
         if current:
             self.select(current)
         self._update_buttons()
 
+    def _remote_group(self, remote: RemoteSnapshot) -> QTreeWidgetItem:
+        kind = remote.kind.value if remote.kind else ""
+        group = QTreeWidgetItem([f"Remote {remote.name}", kind, "", remote.text, ""])
+        group.setFlags(Qt.ItemFlag.ItemIsEnabled)  # a heading: not selectable
+        font = group.font(0)
+        font.setBold(True)
+        group.setFont(0, font)
+        tip = [f"{remote.name}: {remote.url}", remote.text]
+        if remote.message:
+            tip.append(remote.message)
+        if remote.state is not RemoteState.REACHABLE and not remote.models:
+            tip.append("Its models show here once it answers.")
+        for column in range(FIT_COLUMN):
+            group.setToolTip(column, "\n".join(tip))
+        if remote.state in (RemoteState.UNREACHABLE, RemoteState.REFUSED):
+            group.setForeground(3, QColor(fit_colour(None)))
+        for view in remote.views():
+            size = f"{view.info.size_bytes / 1e9:.2f} GB" if view.info.size_bytes else ""
+            item = QTreeWidgetItem([view.name, view.info.recipe, size, view.status.value, ""])
+            item.setData(0, NAME_ROLE, view.name)
+            item.setTextAlignment(2, Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+            model_tip = [view.name, f"on the remote {remote.name} ({remote.url})", view.status.value]
+            if view.message:
+                model_tip.append(view.message)
+            for column in range(FIT_COLUMN):
+                item.setToolTip(column, "\n".join(model_tip))
+            if view.status in REMOTE_TROUBLE:
+                item.setForeground(3, QColor(fit_colour(None)))
+            group.addChild(item)
+        group.setExpanded(True)
+        return group
+
     def row(self, name: str) -> ModelView | None:
         return self._rows.get(name)
 
+    def remote_row(self, name: str) -> RemoteModelView | None:
+        return self._remote_rows.get(name)
+
+    def remote_group(self, name: str) -> QTreeWidgetItem | None:
+        """The heading of the remote ``name`` (its state in the State column)."""
+        groups = (self.tree.topLevelItem(i) for i in range(self.tree.topLevelItemCount()))
+        return next((g for g in groups if g is not None and g.text(0) == f"Remote {name}"), None)
+
     def selected(self) -> str:
         item = self.tree.currentItem()
-        return str(item.data(0, NAME_ROLE)) if item is not None else ""
+        name = item.data(0, NAME_ROLE) if item is not None else None
+        return str(name) if name else ""
 
     def _items(self) -> list[QTreeWidgetItem]:
-        items = (self.tree.topLevelItem(i) for i in range(self.tree.topLevelItemCount()))
-        return [item for item in items if item is not None]
+        """Every model's row: the top-level ones and those inside the remote groups (not the groups)."""
+        out: list[QTreeWidgetItem] = []
+        for i in range(self.tree.topLevelItemCount()):
+            item = self.tree.topLevelItem(i)
+            if item is None:
+                continue
+            if item.data(0, NAME_ROLE):
+                out.append(item)
+            out += [c for c in (item.child(j) for j in range(item.childCount())) if c is not None]
+        return out
 
     def select(self, name: str) -> None:
         for item in self._items():
@@ -236,15 +306,29 @@ class ModelManager(QWidget):
         words = self.search.text().lower().split()
         recipe, label = self.recipe.currentData(), self.label.currentData()
         for item in self._items():
-            row = self._rows[str(item.data(0, NAME_ROLE))]
-            text = " ".join((row.name, row.model.recipe, *row.model.labels)).lower()
+            name = str(item.data(0, NAME_ROLE))
+            row = self._rows.get(name)
+            if row is None:  # a remote's: ready to load there, whatever "Downloaded" says
+                remote = self._remote_rows[name]
+                text = " ".join((name, remote.info.recipe, *remote.info.labels)).lower()
+                on_disk, model_recipe, model_labels = True, remote.info.recipe, remote.info.labels
+            else:
+                text = " ".join((row.name, row.model.recipe, *row.model.labels)).lower()
+                on_disk, model_recipe, model_labels = row.on_disk, row.model.recipe, row.model.labels
             shown = (
                 all(word in text for word in words)
-                and (not recipe or row.model.recipe == recipe)
-                and (not label or label in row.model.labels)
-                and (not self.downloaded_only.isChecked() or row.on_disk)
+                and (not recipe or model_recipe == recipe)
+                and (not label or label in model_labels)
+                and (not self.downloaded_only.isChecked() or on_disk)
             )
             item.setHidden(not shown)
+        filtering = bool(words or recipe or label)
+        for i in range(self.tree.topLevelItemCount()):
+            group = self.tree.topLevelItem(i)
+            if group is not None and not group.data(0, NAME_ROLE):
+                children = [group.child(j) for j in range(group.childCount())]
+                any_shown = any(c is not None and not c.isHidden() for c in children)
+                group.setHidden(filtering and not any_shown)
         self._show_empty()
 
     def _show_empty(self) -> None:
@@ -266,6 +350,10 @@ class ModelManager(QWidget):
         self.empty.show()
 
     def _update_buttons(self) -> None:
+        remote = self._remote_rows.get(self.selected())
+        if remote is not None:
+            self._update_remote_buttons(remote)
+            return
         row = self._rows.get(self.selected())
         state = row.status.status if row else None
         # Load is one click: it downloads the model and installs its backend first when needed.
@@ -280,9 +368,18 @@ class ModelManager(QWidget):
         self.download_button.setEnabled(row is not None and (downloading or not row.on_disk))
         self.delete_button.setEnabled(row is not None and (row.on_disk or row.model.user) and not downloading)
 
+    def _update_remote_buttons(self, view: RemoteModelView) -> None:
+        """A remote's model loads and unloads on its remote; its files are the remote's."""
+        self.load_button.setText("Load")
+        self.load_button.setEnabled(view.status is RemoteModelStatus.AVAILABLE)
+        self.unload_button.setEnabled(view.status is RemoteModelStatus.LOADED)
+        self.download_button.setText("Download")
+        for button in (self.download_button, self.delete_button):
+            button.setEnabled(False)
+
     def _current_changed(self, current: QTreeWidgetItem | None, _previous: QTreeWidgetItem | None) -> None:
         self._update_buttons()
-        if current is not None:
+        if current is not None and current.data(0, NAME_ROLE):
             name = str(current.data(0, NAME_ROLE))
             self.model_selected.emit(name)
             row = self._rows.get(name)
@@ -303,13 +400,18 @@ class ModelManager(QWidget):
             self.download_requested.emit(name)
 
     def _primary(self, name: str) -> None:
+        remote = self._remote_rows.get(name)
+        if remote is not None:
+            if remote.status is RemoteModelStatus.AVAILABLE:
+                self.load_requested.emit(name)
+            return
         row = self._rows.get(name)
         if row is not None and row.status.status not in (Status.LOADED, *BUSY):
             self.load_requested.emit(name)
 
     def _context_menu(self, pos: QPoint) -> None:
         item = self.tree.itemAt(pos)
-        if item is None:
+        if item is None or not item.data(0, NAME_ROLE):  # nothing, or a remote's heading
             return
         self.tree.setCurrentItem(item)
         name = str(item.data(0, NAME_ROLE))
@@ -317,8 +419,11 @@ class ModelManager(QWidget):
         for button in (self.load_button, self.unload_button, self.download_button, self.delete_button):
             action = menu.addAction(button.text(), button.click)
             action.setEnabled(button.isEnabled())
-        menu.addSeparator()
         row = self._rows.get(name)
+        if row is None:  # a remote's model: nothing to pin or set here
+            menu.popup(self.tree.viewport().mapToGlobal(pos))
+            return
+        menu.addSeparator()
         pinned = row is not None and row.status.pinned
         pin = menu.addAction("Pinned", lambda: self.pin_requested.emit(name, not pinned))
         pin.setCheckable(True)

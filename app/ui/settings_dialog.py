@@ -38,6 +38,7 @@ from app.store.settings import (
     Settings,
     llama_server_problem,
 )
+from app.ui.remotes_editor import RemotesEditor
 
 MAX_IDLE_MINUTES = 24 * 60
 
@@ -242,6 +243,9 @@ class SettingsDialog(QDialog):
         label_width = max(label.sizeHint().width() for label in labels)
         for label in labels:
             label.setMinimumWidth(label_width)  # both groups' fields start at the same x
+        remotes, form = _form("Remotes", self)
+        self.remotes = RemotesEditor(self)  # applies at once, not on Save
+        form.addRow(self.remotes)
         self.problem = QLabel(self)
         self.problem.setStyleSheet("color: #c0392b;")
         self.problem.setWordWrap(True)
@@ -256,6 +260,7 @@ class SettingsDialog(QDialog):
         layout.addWidget(engines)
         layout.addWidget(api)
         layout.addWidget(cluster)
+        layout.addWidget(remotes)
         layout.addWidget(self.keep_in_tray)
         layout.addWidget(self.problem)
         layout.addStretch(1)

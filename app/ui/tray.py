@@ -1,4 +1,5 @@
-"""The tray icon: Open, Load ▸, Unload ▸, Quit, and notifications. Driven by data, it emits intents."""
+"""The tray icon: Open, Load ▸ (this machine's models, then the remotes' ``@NAME/MODEL``), Unload ▸, Quit,
+and notifications. Driven by data, it emits intents."""
 
 from __future__ import annotations
 
@@ -54,6 +55,9 @@ class Tray(QObject):
         self.icon.activated.connect(self._activated)
         self._models: list[str] = []
         self._loaded: set[str] = set()
+        self._pinned: frozenset[str] = frozenset()
+        self._remote: list[str] = []  # remote models a load can go to, @NAME/MODEL
+        self._remote_loaded: set[str] = set()
         self.set_models([], set())
 
     @staticmethod
@@ -109,14 +113,22 @@ class Tray(QObject):
             pin.setChecked(name in pinned)
             pin.triggered.connect(lambda checked, n=name: self.pin_requested.emit(n, checked))
         self.pin_menu.setEnabled(bool(names))
-        self._models, self._loaded = list(names), set(loaded)
+        self._models, self._loaded, self._pinned = list(names), set(loaded), pinned
         self.load_menu.clear()
         for name in names:
             action = self.load_menu.addAction(name)
             action.setCheckable(True)
             action.setChecked(name in loaded)
             action.triggered.connect(lambda _checked=False, n=name: self._load(n))
-        if not names:
+        if names and self._remote:
+            self.load_menu.addSeparator()
+        for name in self._remote:
+            action = self.load_menu.addAction(name)
+            action.setCheckable(True)
+            action.setChecked(name in self._remote_loaded)
+            action.setToolTip("On a remote server: it loads there")
+            action.triggered.connect(lambda _checked=False, n=name: self._load(n))
+        if not names and not self._remote:
             self.load_menu.addAction("No downloaded models").setEnabled(False)
         self.unload_menu.clear()
         for name in sorted(loaded):
@@ -127,6 +139,11 @@ class Tray(QObject):
         self.unload_all_action: QAction = self.unload_menu.addAction("Unload all")
         self.unload_all_action.setEnabled(bool(loaded))
         self.unload_all_action.triggered.connect(self.unload_all_requested)
+
+    def set_remote_models(self, names: list[str], loaded: set[str]) -> None:
+        """The remotes' models that can be used (their remote answers) and those loaded there."""
+        self._remote, self._remote_loaded = list(names), set(loaded)
+        self.set_models(self._models, self._loaded, self._pinned)
 
     def load_actions(self) -> dict[str, QAction]:
         return {a.text(): a for a in self.load_menu.actions() if a.isCheckable()}
@@ -142,8 +159,9 @@ class Tray(QObject):
 
     def _load(self, name: str) -> None:
         # The check mark shows what is loaded, not what was clicked: the caller's set_models moves it.
-        self.load_actions()[name].setChecked(name in self._loaded)
-        if name not in self._loaded:
+        loaded = self._loaded | self._remote_loaded
+        self.load_actions()[name].setChecked(name in loaded)
+        if name not in loaded:
             self.load_requested.emit(name)
 
     def _activated(self, reason: QSystemTrayIcon.ActivationReason) -> None:

@@ -18,6 +18,7 @@ from app.core.errors import (
     LemonDeskError,
     ModelError,
     PolicyError,
+    RemoteError,
     RequestError,
     UnsafePathError,
     UnsupportedError,
@@ -71,6 +72,8 @@ def from_app_error(err: LemonDeskError) -> ApiError:
         return ApiError(409, message, CONFLICT, "model_pinned")
     if isinstance(err, FitError):
         return ApiError(409, message, CONFLICT, "insufficient_memory")
+    if isinstance(err, RemoteError):
+        return ApiError(503, message, UPSTREAM, "remote_unavailable")
     if isinstance(err, UnsupportedRequestError):
         return ApiError(400, message, INVALID, "unsupported")
     if isinstance(err, RequestError):

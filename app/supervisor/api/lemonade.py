@@ -22,11 +22,12 @@ from app.core.names import USER_PREFIX
 from app.core.policy import parse_caps
 from app.core.refs import FileSet
 from app.core.registration import defines_model, user_model_from_request
+from app.core.remotes import is_remote_model
 from app.store.hfcache import hub_cache_dir
 from app.store.model_options import ModelOptions
 from app.supervisor.api.bodies import optional, parse_object, required_str
 from app.supervisor.api.errors import ApiError, bad_request, from_app_error, model_not_found
-from app.supervisor.api.openai import SSE_HEADERS, find_model, launched_ctx_size, model_json
+from app.supervisor.api.openai import SSE_HEADERS, check_remote, find_model, launched_ctx_size, model_json
 from app.supervisor.api.options import (
     options_json,
     requested,
@@ -83,6 +84,10 @@ class LemonadeRoutes:
     async def load(self, request: web.Request) -> web.Response:
         body = await self._body(request)
         name = required_str(body, "model_name")
+        if is_remote_model(name):
+            check_remote(self.router, name)
+            await asyncio.shield(self.router.remotes.load(name))  # its remote loads it
+            return _success(f"Loaded model: {name}")
         model = find_model(self.router, name)
         pinned = optional(body, "pinned", "bool")
         save = optional(body, "save_options", "bool")
@@ -103,6 +108,10 @@ class LemonadeRoutes:
         if not name:
             await self.router.unload_all()
             return _success("All models unloaded")
+        if is_remote_model(name):
+            check_remote(self.router, name)
+            await self.router.unload(name)  # its remote unloads it
+            return _success(f"Model unloaded: {name}")
         find_model(self.router, name)
         if name not in self.router.supervisor.engines:
             raise ApiError(404, f"{name} is not loaded.", "not_found_error", "model_not_loaded")
@@ -227,6 +236,7 @@ class LemonadeRoutes:
         return web.json_response(
             {
                 "status": "ok",
+                "server": "lemon-desk",  # how another Lemon Desk tells this one from a Lemonade Server
                 "version": __version__,
                 "model_loaded": loaded[-1] if loaded else None,
                 "all_models_loaded": models,

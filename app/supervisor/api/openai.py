@@ -1,10 +1,10 @@
 """OpenAI's routes: models, chat/completions, completions, embeddings, reranking, responses.
 
 A generation request is checked, routed by its ``model`` to that model's engine (loaded on demand under
-the router's policy) and sent on; the engine's SSE bytes are passed back as they come, unparsed, so the
-API adds next to nothing per token. ``_Watch`` only looks for the first token and for the last events
-(``timings``, ``usage``) to feed the router's telemetry. A client that goes away cancels the handler,
-which closes the stream to the engine, which stops generating.
+the router's policy; ``@NAME/MODEL`` to its remote) and sent on; the engine's SSE bytes are passed back
+as they come, unparsed, so the API adds next to nothing per token. ``_Watch`` only looks for the first
+token and for the last events (``timings``, ``usage``) to feed the router's telemetry. A client that
+goes away cancels the handler, which closes the stream to the engine, which stops generating.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from app.client.adapters import Route
 from app.core.engine_state import EngineState
 from app.core.errors import LemonDeskError, RequestError
 from app.core.models import Model
+from app.core.remotes import is_remote_model, parse_remote_model
 from app.core.telemetry import ClientTimes, Telemetry, telemetry_from
 from app.supervisor.api.bodies import check_generation, parse_object, required_str
 from app.supervisor.api.errors import ApiError, bad_request, from_app_error, model_not_found, sse_error_event
@@ -29,6 +30,7 @@ from app.supervisor.api.options import resolved_ctx_size, saved_json
 
 if TYPE_CHECKING:
     from app.supervisor.engine import Engine
+    from app.supervisor.remotes import RemoteModelView
     from app.supervisor.router import ModelView, Router
 
 CREATED = 1_700_000_000  # OpenAI's "created": models here have no creation date worth telling
@@ -41,6 +43,11 @@ PENDING_LIMIT = 1 << 20  # an event longer than this is not one we read figures 
 
 
 def find_model(router: Router, name: str) -> Model:
+    """A local model by name (a remote one is managed on its remote: refused here with that said)."""
+    if is_remote_model(name):
+        raise bad_request(
+            f"{name} is a model of a remote server: delete it or change its options there.", "remote_model"
+        )
     model = router.library.models().get(name)
     if model is None:
         raise model_not_found(name)
@@ -88,6 +95,34 @@ def model_json(router: Router, view: ModelView) -> dict[str, Any]:
         status=view.status.status.value,
     )
     return data
+
+
+def check_remote(router: Router, name: str) -> None:
+    """``@NAME/MODEL`` names a remote this app knows (the model itself is the remote's to know)."""
+    try:
+        remote = parse_remote_model(name).remote
+    except LemonDeskError:
+        raise model_not_found(name) from None
+    if remote not in router.remotes.names():
+        raise model_not_found(name)
+
+
+def remote_model_json(view: RemoteModelView) -> dict[str, Any]:
+    info = view.info
+    return {
+        "id": view.name,
+        "object": "model",
+        "created": CREATED,
+        "owned_by": "lemon-desk",
+        "checkpoint": info.checkpoint,
+        "recipe": info.recipe,
+        "size": round(info.size_bytes / 1e9, 3),
+        "downloaded": True,
+        "suggested": False,
+        "labels": list(info.labels),
+        "status": view.status.value,
+        "remote": view.remote.name,
+    }
 
 
 class _Watch:
@@ -153,6 +188,7 @@ class OpenAIRoutes:
     def add_to(self, app: web.Application, prefix: str) -> None:
         app.router.add_get(f"{prefix}/models", self.list_models)
         app.router.add_get(f"{prefix}/models/{{id}}", self.get_model)
+        app.router.add_get(f"{prefix}/models/{{id:@[^/]+/.+}}", self.get_model)  # @REMOTE/MODEL
         app.router.add_post(f"{prefix}/chat/completions", self.chat_completions)
         app.router.add_post(f"{prefix}/completions", self.completions)
         app.router.add_post(f"{prefix}/responses", self.responses)
@@ -166,15 +202,24 @@ class OpenAIRoutes:
         show_all = request.query.get("show_all", "").lower() in ("1", "true", "yes")
         views = await self._views()
         data = [model_json(self.router, v) for v in views if show_all or v.on_disk]
+        data += [remote_model_json(v) for v in self.router.remotes.views()]
         return web.json_response({"object": "list", "data": data})
 
     async def get_model(self, request: web.Request) -> web.Response:
         name = request.match_info["id"]
+        if is_remote_model(name):
+            remote = self.router.remotes.model(name) if name in self._remote_names() else None
+            if remote is None:
+                raise model_not_found(name)
+            return web.json_response(remote_model_json(remote))
         model = find_model(self.router, name)
         view = await asyncio.to_thread(self.router.status, name)
         data = model_json(self.router, view)
         data["recipe_options"] = saved_json(model.recipe, self.router.options(name))
         return web.json_response(data)
+
+    def _remote_names(self) -> set[str]:
+        return {v.name for v in self.router.remotes.views()}
 
     async def _views(self) -> list[ModelView]:
         return await asyncio.to_thread(self.router.statuses)  # reads the cache: not on the loop
@@ -199,10 +244,13 @@ class OpenAIRoutes:
     async def _generate(self, request: web.Request, route: Route, kind: str) -> web.StreamResponse:
         body = parse_object(await request.read())
         name = required_str(body, "model")
-        model = find_model(self.router, name)
+        if is_remote_model(name):
+            check_remote(self.router, name)  # the remote checks the model's kind itself
+        else:
+            self._check_labels(find_model(self.router, name), kind)
         check_generation(body, kind)
-        self._check_labels(model, kind)
-        # The engine serves one model; mlx-lm would take a "model" as one to go and load.
+        # The engine serves one model; mlx-lm would take a "model" as one to go and load. A remote's
+        # client names the remote's own model id.
         body.pop("model")
         watch = _Watch()
         async with self.router.client(name) as client:

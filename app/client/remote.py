@@ -1,0 +1,220 @@
+"""A remote server's routes other than the replies themselves: its model list and health (one probe),
+load, unload and its own stats; and the adapter that names the remote's model in each request.
+
+Replies go through the app's one ``ChatClient``, pointed at the remote's root with its key and
+``RemoteAdapter``. Every call here is short and bounded (a probe gives up after ``PROBE_TIMEOUT_S``);
+a load waits as long as the settings' load timeout, since the remote may download the model first.
+What a remote sends is read up to ``MAX_ANSWER_BYTES``: a model list without end is refused, not
+held in memory. Nothing here keeps state: ``app.supervisor.remotes`` decides what a probe means over time.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from app.client.adapters import DeltaSplitter, Route
+from app.client.chat import loopback_ssl
+from app.core.errors import RequestError
+from app.core.remotes import RemoteKind, RemoteModelInfo, RemoteState, loaded_models, parse_model_list
+
+if TYPE_CHECKING:
+    import httpx
+
+PROBE_TIMEOUT_S = 5.0
+CONNECT_TIMEOUT_S = 3.0
+# Below the keep-alive of the servers a remote is likely to be (aiohttp 75 s, nginx 75 s, uvicorn 5 s is
+# below it: a connection it closed is met by one retry, below).
+KEEPALIVE_S = 30.0
+SERVER_LEMON_DESK = "lemon-desk"  # what Lemon Desk's GET /api/v1/health says in its "server" field
+MAX_ANSWER_BYTES = 8 * 1024 * 1024  # a model list of thousands of models is well under this
+
+
+class TooLarge(ValueError):
+    """A remote's answer went on past ``MAX_ANSWER_BYTES``."""
+
+
+@dataclass(frozen=True)
+class Probe:
+    """What one look at a remote found."""
+
+    state: RemoteState
+    message: str = ""  # why it is unreachable or refused, for people
+    kind: RemoteKind | None = None
+    version: str = ""  # a Lemon Desk's or Lemonade's own version, when it says
+    models: tuple[RemoteModelInfo, ...] | None = None  # None: not read (unreachable or refused)
+
+
+class RemoteAdapter:
+    """Names the remote's model in every request body; the remote adapts the request to its engine."""
+
+    def __init__(self, model_id: str) -> None:
+        self.model_id = model_id
+
+    def check(self, route: Route, stream: bool) -> None:
+        return None
+
+    def adapt_body(self, body: dict[str, Any], route: Route = Route.CHAT) -> dict[str, Any]:
+        body["model"] = self.model_id
+        return body
+
+    def splitter(self) -> DeltaSplitter | None:
+        return None
+
+
+def connection_pool(root: str) -> httpx.AsyncClient:
+    """One pool of connections to a remote, shared by its probes and its replies."""
+    import httpx
+
+    # trust_env=False: the key goes to the address the user gave, not through a proxy from the environment.
+    return httpx.AsyncClient(
+        base_url=root,
+        trust_env=False,
+        verify=loopback_ssl(),  # the default, verifying context, made once
+        limits=httpx.Limits(keepalive_expiry=KEEPALIVE_S),
+        timeout=httpx.Timeout(PROBE_TIMEOUT_S, connect=CONNECT_TIMEOUT_S),
+    )
+
+
+def auth(key: str | None) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"} if key else {}
+
+
+def _why(err: Exception) -> str:
+    detail = str(err).strip()
+    return f"{type(err).__name__}: {detail}"[:300] if detail else type(err).__name__
+
+
+async def _request(
+    http: httpx.AsyncClient, method: str, path: str, key: str | None, **kwargs: Any
+) -> httpx.Response:
+    """One request; a pooled connection the server had closed meanwhile is met by one retry."""
+    import httpx
+
+    try:
+        return await http.request(method, path, headers=auth(key), **kwargs)
+    except httpx.RemoteProtocolError:
+        return await http.request(method, path, headers=auth(key), **kwargs)
+
+
+async def _get_json(http: httpx.AsyncClient, path: str, key: str | None) -> tuple[int, Any]:
+    """GET ``path``: its status and its JSON body (None when it is not JSON), read up to the cap."""
+    import httpx
+
+    for attempt in range(2):
+        try:
+            async with http.stream("GET", path, headers=auth(key)) as response:
+                body = bytearray()
+                async for chunk in response.aiter_bytes():
+                    body += chunk
+                    if len(body) > MAX_ANSWER_BYTES:
+                        raise TooLarge(f"its answer to GET {path} went on past {MAX_ANSWER_BYTES >> 20} MiB")
+                status = response.status_code
+            break
+        except httpx.RemoteProtocolError:
+            if attempt:  # a pooled connection the server had closed meanwhile is met by one retry
+                raise
+    try:
+        return status, json.loads(body) if body else None
+    except (ValueError, RecursionError):
+        return status, None
+
+
+def _said(payload: Any) -> str:
+    """``: <the server's error message>`` from an OpenAI-shaped error body, or nothing."""
+    err = payload.get("error") if isinstance(payload, dict) else None
+    message = err.get("message") if isinstance(err, dict) else None
+    return f": {message[:300]}" if isinstance(message, str) else ""
+
+
+def _detail(response: httpx.Response) -> str:
+    try:
+        payload = response.json()
+    except ValueError:
+        return response.text[:300] or response.reason_phrase
+    err = payload.get("error") if isinstance(payload, dict) else None
+    if isinstance(err, dict) and isinstance(err.get("message"), str):
+        return str(err["message"])[:300]
+    return str(payload)[:300]
+
+
+async def probe(http: httpx.AsyncClient, key: str | None) -> Probe:
+    """Ask a remote for its model list (and, when it has Lemonade's routes, its health)."""
+    import httpx
+
+    try:
+        status, listing = await _get_json(http, "/v1/models", key)
+    except httpx.TransportError as err:
+        return Probe(RemoteState.UNREACHABLE, f"no answer ({_why(err)})")
+    except TooLarge as err:
+        return Probe(RemoteState.UNREACHABLE, str(err))
+    if status in (401, 403):
+        said = "refused the key it was given" if key else "asks for an API key and none was given"
+        return Probe(RemoteState.REFUSED, f"it {said} (HTTP {status}{_said(listing)})")
+    if status != 200:
+        return Probe(
+            RemoteState.UNREACHABLE,
+            f"it answered HTTP {status} to GET /v1/models: no OpenAI-compatible server answers here",
+        )
+    kind, version, loaded = RemoteKind.OPENAI, "", frozenset[str]()
+    try:
+        health_status, data = await _get_json(http, "/api/v1/health", key)
+        data = data if health_status == 200 else None
+    except (httpx.TransportError, TooLarge):
+        data = None
+    if isinstance(data, dict) and isinstance(data.get("all_models_loaded"), list):
+        kind = RemoteKind.LEMON_DESK if data.get("server") == SERVER_LEMON_DESK else RemoteKind.LEMONADE
+        version = data["version"][:40] if isinstance(data.get("version"), str) else ""
+        loaded = loaded_models(data)
+    try:
+        models = parse_model_list(listing, loaded)
+    except ValueError:
+        return Probe(
+            RemoteState.UNREACHABLE, "it answered GET /v1/models with something that is not a model list"
+        )
+    return Probe(RemoteState.REACHABLE, "", kind, version, models)
+
+
+async def load(http: httpx.AsyncClient, key: str | None, model_id: str, timeout_s: float) -> None:
+    """Lemonade's ``POST /api/v1/load``: the remote loads the model (downloading it first if it must)."""
+    await _manage(http, key, "load", model_id, timeout_s)
+
+
+async def unload(http: httpx.AsyncClient, key: str | None, model_id: str, timeout_s: float) -> None:
+    await _manage(http, key, "unload", model_id, timeout_s)
+
+
+async def _manage(
+    http: httpx.AsyncClient, key: str | None, verb: str, model_id: str, timeout_s: float
+) -> None:
+    import httpx
+
+    timeout = httpx.Timeout(timeout_s, connect=CONNECT_TIMEOUT_S)
+    try:
+        response = await _request(
+            http, "POST", f"/api/v1/{verb}", key, json={"model_name": model_id}, timeout=timeout
+        )
+    except httpx.TimeoutException:
+        raise RequestError(
+            f"The remote did not finish the {verb} of {model_id} within {timeout_s:g} s.",
+            "It may still be at it (a download, say): raise the load timeout in Settings, or try later.",
+        ) from None
+    except httpx.TransportError as err:
+        raise RequestError(f"The connection to the remote broke during the {verb} ({_why(err)}).") from None
+    if response.status_code != 200:
+        raise RequestError(
+            f"The remote refused to {verb} {model_id} (HTTP {response.status_code}): {_detail(response)}",
+            status=response.status_code,
+        )
+
+
+async def stats(http: httpx.AsyncClient, key: str | None) -> dict[str, Any] | None:
+    """The remote's own figures for its last request (``GET /api/v1/stats``), or None."""
+    import httpx
+
+    try:
+        status, data = await _get_json(http, "/api/v1/stats", key)
+    except (httpx.TransportError, TooLarge):
+        return None
+    return data if status == 200 and isinstance(data, dict) else None

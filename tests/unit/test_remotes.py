@@ -1,0 +1,409 @@
+"""Remote backends against a stand-in remote on loopback (tests/support/remote_standin.py) that goes down
+and comes back on the same port: the watcher's states (one event and one log line per move, backoff,
+recovery), keys, the router's chat through a remote, the local API routing to it, and the CLI.
+Seconds, not minutes; two real `lemon-desk serve` are in tests/integration/test_remote.py."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import httpx
+import pytest
+
+from app.cli import main
+from app.client.events import ChatDelta, ChatDone
+from app.core.errors import ConfigError, ModelError, RemoteError
+from app.core.remotes import RemoteKind, RemoteModelStatus, RemoteState
+from app.store import secrets
+from app.store.settings import Settings
+from app.supervisor.api import ApiServer
+from app.supervisor.remotes import RemoteChanged, Remotes
+from app.supervisor.router import RequestFinished, Router, RouterEvent
+from tests.support.keychain import private_keychain
+from tests.support.remote_standin import REPLY, StandinRemote
+
+T = TypeVar("T")
+HI = [{"role": "user", "content": "hi"}]
+KEY = "remote-key-0123456789"
+FAST = {"poll_s": 0.05, "backoff_s": (0.02, 0.05)}
+
+
+@pytest.fixture
+def keychain(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    monkeypatch.delenv("LEMON_DESK_REMOTE_API_KEY", raising=False)
+    with private_keychain(tmp_path / "keyrings"):
+        yield
+
+
+async def until(condition: Callable[[], bool], timeout_s: float = 10.0) -> None:
+    """Wait for a state, looking each few milliseconds; fail after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError("the state waited for did not come")
+        await asyncio.sleep(0.005)
+
+
+def with_router(body: Callable[[Router, StandinRemote], Awaitable[T]], **standin: Any) -> T:
+    """A router with the stand-in remote ``box`` added, watched quickly; both stopped after ``body``."""
+
+    async def go() -> T:
+        remote = StandinRemote(**standin)
+        await remote.start()
+        try:
+            async with Router(Settings()) as router:
+                router.remotes.poll_s, router.remotes.backoff_s = FAST["poll_s"], FAST["backoff_s"]
+                await router.remotes.add("box", f"{remote.url}/v1", standin.get("key"))
+                router.remotes.watch()
+                return await body(router, remote)
+        finally:
+            await remote.stop()
+
+    return asyncio.run(go())
+
+
+# --- the watcher ---------------------------------------------------------------------------------------
+
+
+def test_one_event_and_one_log_line_per_move_and_the_remote_comes_back(
+    lemon_home: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="app.supervisor.remotes")
+
+    async def go() -> list[RemoteChanged]:
+        standin = StandinRemote(models=("smol", "tiny"))
+        await standin.start()
+        events: list[RemoteChanged] = []
+        remotes = Remotes(events.append, **FAST)  # type: ignore[arg-type]
+        try:
+            added = await remotes.add("box", f"{standin.url}/api/v1/", None)
+            assert added.url == standin.url and added.state is RemoteState.REACHABLE
+            assert (added.kind, added.version) == (RemoteKind.LEMON_DESK, "9.9.9")
+            assert [v.name for v in remotes.views()] == ["@box/smol", "@box/tiny"]
+            assert {v.status for v in remotes.views()} == {RemoteModelStatus.AVAILABLE}
+            remotes.watch()
+            await standin.stop()
+            await until(lambda: remotes.snapshot("box").state is RemoteState.UNREACHABLE)
+            inside = remotes._remotes["box"]
+            await until(lambda: inside.failures >= 5)  # it keeps looking, with backoff, saying nothing new
+            down = remotes.snapshot("box")
+            assert "no answer" in down.message and down.text.startswith("unreachable since ")
+            assert [v.status for v in remotes.views()] == [RemoteModelStatus.UNREACHABLE] * 2  # kept, marked
+            await standin.start()  # back, on the same port
+            await until(lambda: remotes.snapshot("box").state is RemoteState.REACHABLE)
+            assert inside.failures == 0
+        finally:
+            await remotes.close()
+            await standin.stop()
+        return events
+
+    events = asyncio.run(go())
+    moves = [(e.old, e.state) for e in events if e.moved]
+    assert moves == [
+        (RemoteState.UNKNOWN, RemoteState.REACHABLE),
+        (RemoteState.REACHABLE, RemoteState.UNREACHABLE),
+        (RemoteState.UNREACHABLE, RemoteState.REACHABLE),
+    ]
+    lines = [r.getMessage() for r in caplog.records if r.name == "app.supervisor.remotes"]
+    assert sum("is unreachable" in line for line in lines) == 1, lines
+    assert sum("is reachable" in line for line in lines) == 2, lines
+
+
+def test_the_backoff_grows_while_down_and_resets_once_back(lemon_home: Path) -> None:
+    remotes = Remotes(lambda _e: None, poll_s=15.0, backoff_s=(2.0, 5.0, 10.0, 30.0))
+    inside = type("R", (), {"state": RemoteState.UNREACHABLE, "failures": 0})()
+    delays = []
+    for failures in range(1, 7):
+        inside.failures = failures
+        delays.append(remotes._delay(inside))  # type: ignore[arg-type]
+    assert delays == [2.0, 5.0, 10.0, 30.0, 30.0, 30.0]
+    inside.state = RemoteState.REACHABLE
+    assert remotes._delay(inside) == 15.0  # type: ignore[arg-type]
+
+
+def test_a_remote_that_wants_a_key_is_refused_until_given_one_kept_in_the_keychain(
+    keychain: None, lemon_home: Path
+) -> None:
+    async def go() -> None:
+        standin = StandinRemote(key=KEY)
+        await standin.start()
+        remotes = Remotes(lambda _e: None, **FAST)  # type: ignore[arg-type]
+        try:
+            keyless = await remotes.add("open", standin.url, None)
+            assert keyless.state is RemoteState.REFUSED and "asks for an API key" in keyless.message
+            with pytest.raises(RemoteError) as err:
+                async with remotes.client("@open/smol"):
+                    pass
+            assert "--ask-key" in str(err.value) and err.value.status == 401
+            keyed = await remotes.add("box", standin.url, KEY)
+            assert keyed.state is RemoteState.REACHABLE and keyed.has_key
+            assert standin.seen[-1].authorization == f"Bearer {KEY}"
+            assert secrets.get_remote_key("box") == KEY
+            assert KEY not in (lemon_home / "remotes.json").read_text()
+        finally:
+            await remotes.close()
+        # A new start reads the key from the keychain.
+        again = Remotes(lambda _e: None)
+        try:
+            (box,) = await again.refresh(["box"])
+            assert box.state is RemoteState.REACHABLE
+            await again.remove("box")
+            assert secrets.get_remote_key("box") is None and again.names() == ["open"]
+        finally:
+            await again.close()
+            await standin.stop()
+
+    asyncio.run(go())
+
+
+def test_adding_twice_or_a_bad_name_or_address_is_refused_and_nothing_kept(lemon_home: Path) -> None:
+    async def go() -> None:
+        remotes = Remotes(lambda _e: None)
+        try:
+            down = await remotes.add("box", "http://127.0.0.1:9", None)  # nothing listens: kept anyway
+            assert down.state is RemoteState.UNREACHABLE
+            with pytest.raises(ConfigError, match="already a remote named box"):
+                await remotes.add("box", "http://127.0.0.1:9", None)
+            with pytest.raises(ConfigError, match="cannot name a remote"):
+                await remotes.add("a/b", "http://127.0.0.1:9", None)
+            with pytest.raises(ConfigError, match="not an http"):
+                await remotes.add("other", "127.0.0.1:9", None)
+            with pytest.raises(ModelError, match="no remote named 'nope'"):
+                await remotes.remove("nope")
+            assert remotes.names() == ["box"]
+        finally:
+            await remotes.close()
+
+    asyncio.run(go())
+
+
+# --- the router: chat, load, unload --------------------------------------------------------------------
+
+
+def test_the_routers_chat_goes_to_the_remote_with_telemetry_measured_here(lemon_home: Path) -> None:
+    async def body(router: Router, remote: StandinRemote) -> None:
+        events: list[RouterEvent] = []
+        router.subscribe(events.append)
+        deltas: list[str] = []
+        done: ChatDone | None = None
+        async for event in router.stream_chat("@box/smol", HI, max_tokens=8):
+            if isinstance(event, ChatDelta):
+                deltas.append(event.content)
+            else:
+                done = event
+        assert "".join(deltas) == "".join(REPLY) and done is not None
+        assert done.telemetry.completion_tokens == len(REPLY) and done.telemetry.ttft_s > 0
+        sent = remote.requests("/v1/chat/completions")[-1].body
+        assert sent is not None and sent["model"] == "smol" and sent["max_tokens"] == 8
+        finished = [e for e in events if isinstance(e, RequestFinished)]
+        assert [e.model for e in finished] == ["@box/smol"]
+        assert router.last_request is not None and router.last_request.model == "@box/smol"
+        whole = await router.chat("@box/smol", HI)
+        assert whole.content == "".join(REPLY)
+        card = router.run_card("@box/smol", {"temperature": 0.5}, whole.telemetry)
+        assert card.recipe == "llamacpp" and "box at http://127.0.0.1:" in card.backend
+        assert "Lemon Desk 9.9.9" in card.engine_version and card.sampling == {"temperature": 0.5}
+
+        await router.remotes.load("@box/smol")
+        view = router.remotes.model("@box/smol")
+        assert "smol" in remote.loaded and view is not None and view.status is RemoteModelStatus.LOADED
+        await router.unload("@box/smol")
+        assert "smol" not in remote.loaded
+        assert [s.body for s in remote.requests("/api/v1/unload")] == [{"model_name": "smol"}]
+        assert (await router.remotes.stats("@box/smol") or {}).get("tokens_per_second") == 123.0
+
+        with pytest.raises(ModelError, match="no remote named 'other'"):
+            await router.chat("@other/smol", HI)
+
+    with_router(body)
+
+
+def test_a_remote_down_is_a_clear_error_and_the_first_request_after_it_is_back_answers(
+    lemon_home: Path,
+) -> None:
+    async def body(router: Router, remote: StandinRemote) -> None:
+        router.remotes.poll_s, router.remotes.backoff_s = 3600.0, (3600.0,)  # only requests look
+        await remote.stop()
+        with pytest.raises(RemoteError) as err:
+            await router.chat("@box/smol", HI)
+        said = str(err.value)
+        assert said.startswith("The remote box cannot be reached at http://127.0.0.1:")
+        assert "keeps looking" in said and err.value.remote == "box"
+        assert router.remotes.snapshot("box").state is RemoteState.UNREACHABLE
+        await remote.start()
+        reply = await router.chat("@box/smol", HI)  # looks first: no wait for the watcher
+        assert reply.content == "".join(REPLY)
+        assert router.remotes.snapshot("box").state is RemoteState.REACHABLE
+
+    with_router(body)
+
+
+def test_a_plain_openai_server_has_no_load_to_call(lemon_home: Path) -> None:
+    async def body(router: Router, remote: StandinRemote) -> None:
+        assert router.remotes.snapshot("box").kind is RemoteKind.OPENAI
+        await router.remotes.load("@box/smol")
+        await router.unload("@box/smol")
+        assert not remote.requests("/api/v1/load") and not remote.requests("/api/v1/unload")
+        assert await router.remotes.stats("@box/smol") is None
+        assert (await router.chat("@box/smol", HI)).content == "".join(REPLY)
+
+    with_router(body, kind="openai")
+
+
+# --- the local API -------------------------------------------------------------------------------------
+
+
+def test_the_local_api_lists_remote_models_and_routes_to_them(lemon_home: Path) -> None:
+    async def body(router: Router, remote: StandinRemote) -> None:
+        server = ApiServer(router, "127.0.0.1", 0)
+        await server.start()
+        try:
+            async with httpx.AsyncClient(base_url=server.url, trust_env=False, timeout=30) as api:
+                listed = (await api.get("/v1/models")).json()["data"]
+                (entry,) = [m for m in listed if m["id"] == "@box/smol"]
+                assert (entry["status"], entry["remote"], entry["recipe"]) == ("available", "box", "llamacpp")
+                assert (await api.get("/api/v1/models/@box/smol")).json()["id"] == "@box/smol"
+                chat = {"model": "@box/smol", "messages": HI}
+                whole = await api.post("/v1/chat/completions", json=chat)
+                assert whole.status_code == 200 and whole.json()["choices"][0]["message"]["content"]
+                streamed = await api.post("/api/v1/chat/completions", json={**chat, "stream": True})
+                assert streamed.status_code == 200 and streamed.text.rstrip().endswith("data: [DONE]")
+                assert remote.requests("/v1/chat/completions")[-1].body["model"] == "smol"  # type: ignore[index]
+                stats = (await api.get("/api/v1/stats")).json()
+                assert (stats["model_name"], stats["source"]) == ("@box/smol", "api")
+                assert (await api.post("/api/v1/load", json={"model_name": "@box/smol"})).status_code == 200
+                assert "smol" in remote.loaded
+                assert (await api.post("/api/v1/unload", json={"model_name": "@box/smol"})).status_code == 200
+                assert "smol" not in remote.loaded
+                unknown = await api.post("/v1/chat/completions", json={**chat, "model": "@nope/smol"})
+                assert unknown.status_code == 404 and unknown.json()["error"]["code"] == "model_not_found"
+                delete = await api.post("/api/v1/delete", json={"model_name": "@box/smol"})
+                assert delete.status_code == 400 and delete.json()["error"]["code"] == "remote_model"
+                await remote.stop()
+                down = await api.post("/v1/chat/completions", json=chat)
+                assert down.status_code == 503 and down.json()["error"]["code"] == "remote_unavailable"
+                assert "cannot be reached" in down.json()["error"]["message"]
+                listed = (await api.get("/v1/models")).json()["data"]
+                assert [m["status"] for m in listed if m["id"] == "@box/smol"] == ["unreachable"]
+        finally:
+            await server.stop()
+
+    with_router(body)
+
+
+# --- the command ---------------------------------------------------------------------------------------
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_remote_add_list_models_run_and_rm_from_the_command(
+    keychain: None, lemon_home: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    standin = StandinRemote(key=KEY)
+    with standin.in_thread():
+        monkeypatch.setenv("LEMON_DESK_REMOTE_API_KEY", KEY)  # not on the command line
+        code, out, err = run(capsys, "remote", "add", "box", f"{standin.url}/v1")
+        assert code == 0, err
+        assert out.startswith(
+            f"Added the remote box ({standin.url}): reachable (Lemon Desk 9.9.9): @box/smol"
+        )
+        monkeypatch.delenv("LEMON_DESK_REMOTE_API_KEY")
+        assert KEY not in (lemon_home / "remotes.json").read_text()
+
+        code, out, _ = run(capsys, "remote", "list", "--json")
+        (listed,) = json.loads(out)["remotes"]
+        assert (listed["name"], listed["state"], listed["key"]) == ("box", "reachable", True)
+        assert listed["models"] == ["smol"]
+
+        code, out, _ = run(capsys, "models", "--json")
+        rows = {m["name"]: m for m in json.loads(out)["models"]}
+        assert rows["@box/smol"]["state"] == "available" and rows["@box/smol"]["remote"] == "box"
+        code, out, _ = run(capsys, "models")
+        assert "@box/smol" in out and f"on box ({standin.url})" in out
+
+        code, out, err = run(capsys, "run", "@box/smol", "--prompt", "hi", "--json")
+        assert code == 0, err
+        result = json.loads(out)
+        assert result["reply"] == "".join(REPLY) and result["model"] == "@box/smol"
+        assert result["telemetry"]["completion_tokens"] == len(REPLY)
+        assert result["remote_stats"]["tokens_per_second"] == 123.0
+        assert standin.requests("/api/v1/load")[-1].body == {"model_name": "smol"}
+
+        code, _, err = run(capsys, "run", "@box/smol", "--prompt", "hi", "--backend", "llamacpp:cpu")
+        assert code == 1 and err.startswith("error: --backend, --ctx-size") and "Traceback" not in err
+        code, _, err = run(capsys, "remote", "add", "box", standin.url)
+        assert code == 1 and err.startswith("error: There is already a remote named box")
+        code, _, err = run(capsys, "remote", "add", "x y", standin.url)
+        assert code == 1 and "cannot name a remote" in err
+
+        code, out, _ = run(capsys, "remote", "rm", "box")
+        assert code == 0 and secrets.get_remote_key("box") is None
+        code, _, err = run(capsys, "remote", "rm", "box")
+        assert code == 1 and err.startswith("error: There is no remote named 'box'.")
+        code, out, _ = run(capsys, "remote")
+        assert out.startswith("No remotes.")
+
+
+def test_an_unreachable_remote_is_shown_as_such_by_list_and_models(
+    lemon_home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _, err = run(capsys, "remote", "add", "gone", "http://127.0.0.1:9")
+    assert code == 0 and "kept all the same" in err
+    code, out, _ = run(capsys, "remote", "list")
+    assert "gone" in out and "unreachable" in out and "no answer" in out
+    code, out, _ = run(capsys, "models")
+    assert "remote gone (http://127.0.0.1:9) is unreachable: no answer" in out
+    code, _, err = run(capsys, "run", "@gone/smol", "--prompt", "hi")
+    assert code == 1 and "Traceback" not in err
+    assert err.splitlines()[-1].startswith("error: The remote gone cannot be reached at http://127.0.0.1:9")
+
+
+def test_bench_measures_a_remote_model_through_its_replies(
+    lemon_home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    standin = StandinRemote()
+    with standin.in_thread():
+        assert run(capsys, "remote", "add", "box", standin.url)[0] == 0
+        argv = ("bench", "@box/smol", "--prompt-tokens", "16", "--gen-tokens", "4", "--repetitions", "2")
+        code, out, err = run(capsys, *argv, "--json")
+        assert code == 0, err
+        (result,) = json.loads(out)["results"]
+        assert (result["model"], result["recipe"], result["backend"]) == ("@box/smol", "remote", "box")
+        assert result["repetitions"] == 2 and result["engine_version"] == "Lemon Desk 9.9.9"
+        measured = [s.body for s in standin.requests("/v1/chat/completions")][1:]  # after the warm-up
+        assert all(b and b["ignore_eos"] is True and b["max_tokens"] == 4 for b in measured), measured
+        # It was not loaded there before the bench: loaded for it, unloaded after.
+        assert standin.requests("/api/v1/load") and standin.requests("/api/v1/unload")
+        assert not standin.loaded
+
+
+@pytest.mark.parametrize(
+    "listing,said", [("endless", "went on past 8 MiB"), ("drip", "did not answer within 1 s")]
+)
+def test_a_remote_whose_answer_never_ends_is_unreachable_not_a_hang(
+    lemon_home: Path, listing: str, said: str
+) -> None:
+    async def go() -> None:
+        standin = StandinRemote(listing=listing)
+        await standin.start()
+        remotes = Remotes(lambda _e: None, look_deadline_s=1.0)
+        try:
+            started = time.monotonic()
+            found = await remotes.add("box", standin.url, None)
+            assert found.state is RemoteState.UNREACHABLE and said in found.message, found.message
+            assert time.monotonic() - started < 10
+        finally:
+            await remotes.close()
+            await standin.stop()
+
+    asyncio.run(go())
