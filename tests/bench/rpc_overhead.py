@@ -7,7 +7,11 @@ network's. Each round loads the model both ways in turn (so the machine's load h
 each for the same greedy reply of exactly ``--tokens`` tokens; the figure is the engine's own decode
 rate, and the ratio is the median of the per-round ratios.
 
-    .venv/bin/python tests/bench/rpc_overhead.py [--rounds N] [--tokens N] [--threads N]
+Then the other way of using another machine, a remote Lemon Desk: ``remote_overhead.py`` (decode and
+TTFT through one and two ``serve`` hops against the engine directly) runs with the same rounds and
+tokens, unless ``--rpc-only``.
+
+    .venv/bin/python tests/bench/rpc_overhead.py [--rounds N] [--tokens N] [--threads N] [--rpc-only]
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import argparse
 import asyncio
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -77,11 +82,17 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--tokens", type=int, default=128)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--rpc-only", action="store_true", help="skip the remote Lemon Desk half")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="lemon-desk-rpc-bench-") as home:
         os.environ["LEMON_DESK_HOME"] = home
         os.environ["LEMON_DESK_MOCK_HARDWARE"] = str(profile_path("cpu_only_x86"))
         asyncio.run(measure(args.rounds, args.tokens, args.threads))
+    if not args.rpc_only:
+        print("\n--- a remote Lemon Desk (tests/bench/remote_overhead.py) ---", flush=True)
+        remote = Path(__file__).with_name("remote_overhead.py")
+        options = ["--rounds", str(args.rounds), "--tokens", str(args.tokens)]
+        subprocess.run([sys.executable, str(remote), *options], check=True)
 
 
 if __name__ == "__main__":
