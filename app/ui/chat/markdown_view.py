@@ -187,6 +187,8 @@ class MarkdownView(BlockColumn):
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(6, parent)
+        # Drawn top-down with no background of its own: growing, it repaints only what is new.
+        self.setAttribute(Qt.WidgetAttribute.WA_StaticContents)
         self._splitter = BlockSplitter()
         self._pending: list[str] = []
         self._backlog: deque[Block] = deque()  # finished blocks not shown yet

@@ -1,4 +1,17 @@
-"""The conversation as a scrolling column of messages."""
+"""The conversation as a scrolling column of messages.
+
+A streaming reply repaints what changed, not the whole view (every label on screen was painted two or
+three times a frame, about 5 ms in tests/bench/chat_render.py; now the changed label and the strip that
+scrolls into view):
+- the content, a reply's message and its text are static (``WA_StaticContents``: drawn from the top,
+  with no background that depends on their size), so growing, they repaint only the new space;
+- the content paints its own opaque background (the viewport's colour): Qt scrolls only an opaque
+  widget by moving the pixels already drawn;
+- following the end, the view scrolls first and grows after: Qt will not move pixels while anything
+  under them waits to be painted (the new space under the reply would), and repaints everything instead;
+- the vertical scroll bar is always shown: appearing once a reply outgrew the view, it would narrow the
+  view and every message would be laid out and painted again in that frame.
+"""
 
 from __future__ import annotations
 
@@ -53,6 +66,8 @@ class MessageView(QFrame):
         if message.role == "user":
             bubble = QGuiApplication.palette().color(QPalette.ColorRole.AlternateBase).name()
             self.setStyleSheet(f"#userMessage {{ background-color: {bubble}; border-radius: 8px; }}")
+        else:  # no background of its own: a growing reply repaints only what is new
+            self.setAttribute(Qt.WidgetAttribute.WA_StaticContents)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(12, 8, 12, 8)
         layout.setSpacing(4)
@@ -231,8 +246,14 @@ class TranscriptView(QScrollArea):
         super().__init__(parent)
         self.setFrameShape(QFrame.Shape.NoFrame)
         self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        # Always there: a bar that appeared once a reply outgrew the view would narrow it, and every
+        # message would be wrapped, laid out and painted again in that frame (10 ms into a long reply).
+        self.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOn)
         content = QWidget(self)
         content.setObjectName("transcript")
+        content.setAttribute(Qt.WidgetAttribute.WA_StaticContents)
+        content.setBackgroundRole(QPalette.ColorRole.Base)
+        content.setAutoFillBackground(True)
         self._layout = QVBoxLayout(content)
         self._layout.setContentsMargins(16, 12, 16, 12)
         self._layout.setSpacing(10)
@@ -288,8 +309,17 @@ class TranscriptView(QScrollArea):
         if content is None:
             return
         height = max(content.heightForWidth(width), self.viewport().height())
-        if content.size() != QSize(width, height):
-            content.resize(width, height)
+        if content.size() == QSize(width, height):
+            return
+        bar = self.verticalScrollBar()
+        if self._follow and width == content.width() and height > content.height():
+            # Scroll first, then grow: the content moves up while nothing on screen is waiting to be
+            # painted, so Qt shifts the pixels already drawn and paints only the strip that comes
+            # into view. (Grown first, the new space under the reply would be waiting to be painted
+            # and the whole view would be painted again.)
+            bar.setMaximum(height - self.viewport().height())
+            bar.setValue(bar.maximum())
+        content.resize(width, height)
 
     def _user_scrolled(self, value: int) -> None:
         self._follow = value >= self.verticalScrollBar().maximum() - 8
