@@ -161,10 +161,12 @@ class MessageView(QFrame):
         body = isinstance(self.body, MarkdownView) and self.body.has_pending()
         return body or self.reasoning.has_pending()
 
-    def show_pending(self) -> None:
-        self.reasoning.show_pending()
-        if isinstance(self.body, MarkdownView):
-            self.body.show_pending()
+    def show_pending(self, until: float | None = None) -> None:
+        """Show what was queued; with ``until``, stop soon after the thread's CPU clock passes it (see
+        ``MarkdownView.show_pending``). The reasoning comes first: the text waits until it is shown."""
+        self.reasoning.show_pending(until=until)
+        if isinstance(self.body, MarkdownView) and not self.reasoning.has_pending():
+            self.body.show_pending(until=until)
 
     def snapshot(self) -> tuple[str, str]:
         """The reply's text and reasoning so far."""
