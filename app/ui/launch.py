@@ -13,6 +13,7 @@ import qasync
 from PySide6.QtCore import QSocketNotifier
 from PySide6.QtWidgets import QApplication
 
+from app.ui import heap
 from app.ui.desktop import DesktopApp
 from app.ui.single_instance import SingleInstance
 
@@ -60,6 +61,7 @@ async def _run(app: QApplication, instance: SingleInstance) -> int:
         loop.call_soon(lambda: print(f"window shown: {window.windowTitle()}", flush=True))
         instance.activation_requested.connect(lambda: print("asked to show the window", flush=True))
     loop.call_soon(desktop.start)  # after the window's first turn of the loop
+    loop.call_soon(heap.settle)  # then the start-up heap leaves the garbage collector's walks
     closed = asyncio.Event()
     app.aboutToQuit.connect(closed.set)
     await closed.wait()

@@ -22,6 +22,7 @@ from PySide6.QtCore import QPoint, QRect, Qt, QTimer, Signal
 from PySide6.QtGui import QGuiApplication, QHideEvent, QPalette, QShowEvent
 from PySide6.QtWidgets import QLabel, QScrollArea, QVBoxLayout, QWidget
 
+from app.ui import heap
 from app.ui.chat.markdown_view import current_theme
 
 if TYPE_CHECKING:
@@ -190,6 +191,7 @@ class TelemetryView(QWidget):
     def _build(self) -> None:
         import pyqtgraph as pg
 
+        heap.after_import()
         palette = QGuiApplication.palette()
         pg.setConfigOptions(
             antialias=False,

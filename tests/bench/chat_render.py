@@ -17,6 +17,9 @@ With ``--telemetry`` the Telemetry tab is open beside the pane and charting as i
 minutes of samples (made up from one real sample: the charts' full size) and gets a real one a second
 from the app's sampler, in a thread as the router takes it, plus each finished reply's figures.
 
+As in the app, the heap is settled once the widgets are up (``app.ui.heap``: the start-up objects leave
+the garbage collector's full passes); the launcher does it once the window shows.
+
 Run: QT_QPA_PLATFORM=offscreen .venv/bin/python -m tests.bench.chat_render [--telemetry]
 """
 
@@ -40,6 +43,7 @@ from PySide6.QtCore import QCoreApplication, QEvent, QObject, Qt
 from PySide6.QtWidgets import QApplication
 
 from app.supervisor.sampler import Sampler
+from app.ui import heap
 from app.ui.chat.pane import ChatPane
 from app.ui.telemetry_view import WINDOW_S, TelemetryView
 
@@ -289,6 +293,7 @@ def run() -> int:
     pane = ChatPane()
     pane.resize(900, 800)
     pane.show()
+    heap.settle()  # as the app's launcher does once its window is up
     view = None
     if "--telemetry" in sys.argv:
         view = TelemetryView()
