@@ -5,9 +5,11 @@ It asks for replies with ``send_requested`` / ``stop_requested`` and is told abo
 Text that arrives is queued and shown in frames, so a fast stream costs one render per frame whatever
 its token rate. A frame spends at most ``TICK_CPU_S`` of UI-thread CPU time rendering; what is left is
 shown by further turns, each started ``CATCH_UP_MS`` after the previous one's layout and paint have run
-(``AfterPaint``). The asyncio tasks on the same loop (the reply's stream among them) get their turns in
-between: qasync wakes a task with a timer and then runs it with another, and a render turn due at once
-after the paint used to run between the two, holding the task up for two turns and two paints.
+(``AfterPaint``). Fitting the transcript to the grown reply (and scrolling to its end) is a turn of its
+own in the same way (``TranscriptView.hold_fits``). The asyncio tasks on the same loop (the reply's
+stream among them) get their turns in between: qasync wakes a task with a timer and then runs it with
+another, and a render turn due at once after the paint used to run between the two, holding the task up
+for two turns and two paints.
 """
 
 from __future__ import annotations
@@ -147,6 +149,7 @@ class ChatPane(QWidget):
         system_row.addWidget(self.system_prompt)
 
         self.transcript = TranscriptView(self)
+        self.transcript.fit_wanted.connect(self._after_paint.post)
 
         self.temperature = QDoubleSpinBox(self)
         self.temperature.setRange(0.0, 2.0)
@@ -356,13 +359,19 @@ class ChatPane(QWidget):
         return sent
 
     def _render_frame(self) -> None:
-        if self._reply is not None:
+        if self._reply is None:
+            return
+        self.transcript.hold_fits(True)  # released when the reply ends
+        if self.transcript.is_fit_wanted():  # a turn of its own, after the paint of what grew
+            self.transcript.fit()
+        else:
             self._reply.show_pending(until=time.thread_time() + TICK_CPU_S)
-            if self._reply.has_pending():  # the rest after this paint, and a gap for the loop
-                self._after_paint.post()
+        if self._reply.has_pending():  # the rest after this paint, and a gap for the loop
+            self._after_paint.post()
 
     def _catch_up(self) -> None:
-        if self._reply is not None and self._reply.has_pending():
+        wanted = self.transcript.is_fit_wanted()
+        if self._reply is not None and (wanted or self._reply.has_pending()):
             self._frame.start(CATCH_UP_MS)
 
     def _end_reply(
@@ -373,6 +382,7 @@ class ChatPane(QWidget):
         self._frame.stop()
         self._reply = None
         reply.finish(state, telemetry, error)
+        self.transcript.hold_fits(False)
         self.state = PaneState.IDLE
         self._update_actions()
         self.reply_finished.emit(self.conversation_id, reply.message)
