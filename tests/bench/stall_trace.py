@@ -104,14 +104,16 @@ def main() -> int:
     qasync._SimpleTimer.timerEvent = named_handle
     beats: list[tuple[float, float]] = []
 
-    async def heartbeat(stalls: list[float], stop: asyncio.Event) -> None:  # chat_render's, keeping when
-        last = time.perf_counter()
+    async def heartbeat(stalls: list[float], stop: asyncio.Event, cpu: list[float]) -> None:
+        """chat_render's, keeping when each beat came."""
+        last, last_cpu = time.perf_counter(), time.thread_time()
         while not stop.is_set():
             await asyncio.sleep(chat_render.HEARTBEAT_S)
-            now = time.perf_counter()
+            now, now_cpu = time.perf_counter(), time.thread_time()
             stalls.append(now - last - chat_render.HEARTBEAT_S)
+            cpu.append(now_cpu - last_cpu)
             beats.append((last, now))
-            last = now
+            last, last_cpu = now, now_cpu
 
     chat_render.heartbeat = heartbeat
     chat_render.run()
