@@ -102,21 +102,18 @@ def main() -> int:
             spans.append(Span(started, time.perf_counter(), time.thread_time() - started_cpu, 1, what))
 
     qasync._SimpleTimer.timerEvent = named_handle
-    beats: list[tuple[float, float]] = []
+    kept: list[chat_render.Beats] = []
+    beat = chat_render.heartbeat
 
-    async def heartbeat(stalls: list[float], stop: asyncio.Event, cpu: list[float]) -> None:
-        """chat_render's, keeping when each beat came."""
-        last, last_cpu = time.perf_counter(), time.thread_time()
-        while not stop.is_set():
-            await asyncio.sleep(chat_render.HEARTBEAT_S)
-            now, now_cpu = time.perf_counter(), time.thread_time()
-            stalls.append(now - last - chat_render.HEARTBEAT_S)
-            cpu.append(now_cpu - last_cpu)
-            beats.append((last, now))
-            last, last_cpu = now, now_cpu
+    async def heartbeat(beats: chat_render.Beats, stop: asyncio.Event) -> None:  # keeps the long reply's
+        kept.append(beats)
+        await beat(beats, stop)
 
     chat_render.heartbeat = heartbeat
     chat_render.run()
+    beats = [
+        (at - chat_render.HEARTBEAT_S - late, at) for at, late in zip(kept[0].at, kept[0].late, strict=True)
+    ]
 
     def cpu_in(start: float, end: float) -> float:
         return sum(s.cpu for s in spans if s.depth == 0 and s.end > start and s.start < end)
