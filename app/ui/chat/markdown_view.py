@@ -5,11 +5,21 @@ widget is re-rendered when text arrives, and only when the owner calls ``show_pe
 The blocks are placed by hand (``BlockColumn``) rather than by a QLayout: a box layout asks every
 word-wrapped label for its height on each change, which lays out the text of the whole reply again and
 makes each token cost more as the reply grows. Here a change re-places only the blocks below it.
+
+Showing is cut into steps, each laid out as it is shown: one block, or opening a code block's frame and
+header (its code follows in the next step). ``show_pending(until=...)`` stops before a step that would
+likely end past a time on the thread's CPU clock, judging by the last cost of a step of that kind
+(``_STEP_COST``), so that one turn of the event loop renders about a millisecond and a half instead of a
+frame's worth of blocks (3-7 ms when a code block opened, in tests/bench/chat_render.py). A column is
+not laid out before its parent has given it its width: a new code block used to be, at Qt's default
+100 px, which wraps every line of it, and then again at its real width.
 """
 
 from __future__ import annotations
 
+import time
 from collections import deque
+from collections.abc import Callable
 from typing import TypeVar
 
 from PySide6.QtCore import QSize, Qt, QTimer
@@ -81,8 +91,8 @@ class BlockColumn(QWidget):
     def relayout(self, start: int = 0) -> None:
         """Place the items from ``start`` on (those above it have not changed) and fit the height."""
         width = self.width()
-        if width <= 0:
-            return  # not laid out yet: resizeEvent places everything
+        if width <= 0 or not self.testAttribute(Qt.WidgetAttribute.WA_Resized):
+            return  # not given its size yet: resizeEvent places everything (at the real width, once)
         if width != self._placed_width:
             start = 0
         start = min(start, len(self._bottoms))
@@ -111,6 +121,14 @@ class BlockColumn(QWidget):
         super().resizeEvent(event)
         if event.size().width() != self._placed_width:
             self.relayout(0)
+
+
+_STEP_COST: dict[str, float] = {}  # the recent CPU seconds of a step, by kind (text, code, open, none)
+
+
+def _fits(kind: str, until: float | None) -> bool:
+    """A step of this kind would likely end before ``until`` (always, without one)."""
+    return until is None or time.thread_time() + _STEP_COST.get(kind, 0.0) < until
 
 
 def _height_of(widget: QWidget, width: int) -> int:
@@ -187,6 +205,8 @@ class MarkdownView(BlockColumn):
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(6, parent)
+        # Drawn top-down with no background of its own: growing, it repaints only what is new.
+        self.setAttribute(Qt.WidgetAttribute.WA_StaticContents)
         self._splitter = BlockSplitter()
         self._pending: list[str] = []
         self._backlog: deque[Block] = deque()  # finished blocks not shown yet
@@ -194,34 +214,74 @@ class MarkdownView(BlockColumn):
         self._tail_source = ""  # the markdown the tail label shows
         self._open_code: CodeBlockView | None = None  # the code block that is still streaming
         self._dirty = 0  # the first block changed since the last placement
+        self._tail_stale = False  # text arrived since the tail was last shown
         self._theme = current_theme()
 
     def text(self) -> str:
         return self._splitter.text + "".join(self._pending)
 
     def has_pending(self) -> bool:
-        """Text appended, or finished blocks, not shown yet."""
-        return bool(self._pending or self._backlog)
+        """Text appended, finished blocks, or a tail that changed, not shown yet."""
+        return bool(self._pending or self._backlog or self._tail_stale)
 
     def append(self, text: str) -> None:
         self._pending.append(text)
 
-    def show_pending(self, max_blocks: int | None = BLOCKS_PER_FRAME) -> None:
-        """Show what was appended: finished blocks once (at most ``max_blocks``, so a frame that has
-        to catch up stays short; the rest waits for the next call; None: all), then the tail."""
+    def show_pending(self, max_blocks: int | None = BLOCKS_PER_FRAME, until: float | None = None) -> None:
+        """Show what was appended: finished blocks once (at most ``max_blocks``; None: all), then the
+        tail. With ``until``, a time on the thread's CPU clock (``time.thread_time()``), it stops before
+        a step that would likely end past it, after the first step: the rest waits for the next call, so
+        a call that has to catch up stays short. A step is one block, or opening a code block's view."""
         if self._pending:
             text = "".join(self._pending)
             self._pending.clear()
             self._backlog.extend(self._splitter.feed(text))
-        elif not self._backlog:
+            self._tail_stale = True
+        steps = shown = 0
+        while self._backlog and shown != max_blocks:
+            block = self._backlog[0]
+            if steps and not _fits(self._step_kind(block), until):
+                return
+            if self._opens_code(block):
+                self._step(self._open_code_view, block)
+            else:
+                self._step(self._show_final, self._backlog.popleft())
+                shown += 1
+            steps += 1
+        if not self._tail_stale or self._backlog:
             return
+        tail = self._splitter.tail()
+        if self._opens_code(tail):
+            if steps and not _fits("open", until):
+                return
+            self._step(self._open_code_view, tail)
+            steps += 1
+        if steps and not _fits(self._step_kind(tail), until):
+            return
+        self._step(self._show_tail, tail)
+        self._tail_stale = False
+
+    def _opens_code(self, block: Block | None) -> bool:
+        return block is not None and block.kind is BlockKind.CODE and self._open_code is None
+
+    def _step_kind(self, block: Block | None) -> str:
+        if block is None:
+            return "none"
+        return "open" if self._opens_code(block) else block.kind.value
+
+    def _step(self, show: Callable[[Block | None], None], block: Block | None) -> None:
+        """One step, and the placing of what it changed (the layout work is part of its cost)."""
+        started = time.thread_time()
+        kind = self._step_kind(block)
         self._dirty = self.count()
-        shown = len(self._backlog) if max_blocks is None else min(max_blocks, len(self._backlog))
-        for _ in range(shown):
-            self._show_final(self._backlog.popleft())
-        if not self._backlog:  # the tail follows the last finished block
-            self._show_tail(self._splitter.tail())
+        show(block)
         self.relayout(self._dirty)
+        _STEP_COST[kind] = (_STEP_COST.get(kind, 0.0) + time.thread_time() - started) / 2
+
+    def _open_code_view(self, block: Block | None) -> None:
+        """A code block's frame and header on their own: its code follows in the next step."""
+        assert block is not None
+        self._touch(self._code_view(block))
 
     def finish(self) -> None:
         """The text is complete: render the rest and make the tail final."""
@@ -250,7 +310,8 @@ class MarkdownView(BlockColumn):
         label.setText(markdown_html(source, self._theme))
         self._touch(label)
 
-    def _show_final(self, block: Block) -> None:
+    def _show_final(self, block: Block | None) -> None:
+        assert block is not None
         if block.kind is BlockKind.TEXT:
             label = self._tail_label or self.add(_rich_label(self))
             self._show_text(label, block.text)

@@ -2,17 +2,24 @@
 
 It asks for replies with ``send_requested`` / ``stop_requested`` and is told about them through
 ``begin_reply`` / ``append_reply`` / ``finish_reply`` / ``fail_reply`` (the bridge drives both ends).
-Text that arrives is queued and shown at most once per frame, so a fast stream costs one render per
-frame whatever its token rate.
+Text that arrives is queued and shown in frames, so a fast stream costs one render per frame whatever
+its token rate. A frame spends at most ``TICK_CPU_S`` of UI-thread CPU time rendering; what is left is
+shown by further turns, each started ``CATCH_UP_MS`` after the previous one's layout and paint have run
+(``AfterPaint``). Fitting the transcript to the grown reply (and scrolling to its end) is a turn of its
+own in the same way (``TranscriptView.hold_fits``). The asyncio tasks on the same loop (the reply's
+stream among them) get their turns in between: qasync wakes a task with a timer and then runs it with
+another, and a render turn due at once after the paint used to run between the two, holding the task up
+for two turns and two paints.
 """
 
 from __future__ import annotations
 
 import enum
+import time
 import uuid
 from typing import Any
 
-from PySide6.QtCore import QObject, Qt, QTimer, Signal
+from PySide6.QtCore import QCoreApplication, QEvent, QObject, Qt, QTimer, Signal
 from PySide6.QtGui import QKeyEvent, QKeySequence, QShortcut
 from PySide6.QtWidgets import (
     QDoubleSpinBox,
@@ -32,9 +39,28 @@ from app.ui.chat.markdown_view import current_theme
 from app.ui.chat.transcript import MessageView, TranscriptView
 
 FRAME_MS = 16
+TICK_CPU_S = 0.0015  # the UI-thread CPU time one turn of the loop spends rendering before it yields
+CATCH_UP_MS = 2  # between two turns that render a backlog
 COMPOSER_MAX_LINES = 8
 DEFAULT_TEMPERATURE = 0.7
 DEFAULT_TOP_P = 0.95
+
+
+class AfterPaint(QObject):
+    """Emits ``reached`` once the events queued before ``post()``, a frame's layout and paint among
+    them, have run: Qt delivers a posted event of low priority after those."""
+
+    reached = Signal()
+    _TYPE = QEvent.Type(QEvent.registerEventType())
+
+    def post(self) -> None:
+        QCoreApplication.postEvent(self, QEvent(self._TYPE), Qt.EventPriority.LowEventPriority.value)
+
+    def event(self, event: QEvent) -> bool:
+        if event.type() == self._TYPE:
+            self.reached.emit()
+            return True
+        return super().event(event)
 
 
 class PaneState(enum.Enum):
@@ -86,8 +112,9 @@ class ChatPane(QWidget):
         self._editing: int | None = None  # index of the user message being edited
         self._frame = QTimer(self)
         self._frame.setSingleShot(True)
-        self._frame.setInterval(FRAME_MS)
         self._frame.timeout.connect(self._render_frame)
+        self._after_paint = AfterPaint(self)
+        self._after_paint.reached.connect(self._catch_up)
         muted = current_theme().muted
 
         self.title = QLabel("New chat", self)
@@ -122,6 +149,7 @@ class ChatPane(QWidget):
         system_row.addWidget(self.system_prompt)
 
         self.transcript = TranscriptView(self)
+        self.transcript.fit_wanted.connect(self._after_paint.post)
 
         self.temperature = QDoubleSpinBox(self)
         self.temperature.setRange(0.0, 2.0)
@@ -283,7 +311,7 @@ class ChatPane(QWidget):
             self._reply.clear_status()
         self._reply.append(content, reasoning)
         if not self._frame.isActive():
-            self._frame.start()
+            self._frame.start(FRAME_MS)
 
     def set_reply_card(self, card: dict[str, Any]) -> None:
         """The run card of the reply in flight (its model, engine, options and figures)."""
@@ -331,10 +359,20 @@ class ChatPane(QWidget):
         return sent
 
     def _render_frame(self) -> None:
-        if self._reply is not None:
-            self._reply.show_pending()
-            if self._reply.has_pending():  # blocks left over for the next frame
-                self._frame.start()
+        if self._reply is None:
+            return
+        self.transcript.hold_fits(True)  # released when the reply ends
+        if self.transcript.is_fit_wanted():  # a turn of its own, after the paint of what grew
+            self.transcript.fit()
+        else:
+            self._reply.show_pending(until=time.thread_time() + TICK_CPU_S)
+        if self._reply.has_pending():  # the rest after this paint, and a gap for the loop
+            self._after_paint.post()
+
+    def _catch_up(self) -> None:
+        wanted = self.transcript.is_fit_wanted()
+        if self._reply is not None and (wanted or self._reply.has_pending()):
+            self._frame.start(CATCH_UP_MS)
 
     def _end_reply(
         self, state: MessageState, telemetry: dict[str, Any] | None = None, error: str = ""
@@ -344,6 +382,7 @@ class ChatPane(QWidget):
         self._frame.stop()
         self._reply = None
         reply.finish(state, telemetry, error)
+        self.transcript.hold_fits(False)
         self.state = PaneState.IDLE
         self._update_actions()
         self.reply_finished.emit(self.conversation_id, reply.message)

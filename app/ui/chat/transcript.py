@@ -1,19 +1,44 @@
-"""The conversation as a scrolling column of messages."""
+"""The conversation as a scrolling column of messages.
+
+A streaming reply repaints what changed, not the whole view (every label on screen was painted two or
+three times a frame, about 5 ms in tests/bench/chat_render.py; now the changed label and the strip that
+scrolls into view):
+- the content, a reply's message and its text are static (``WA_StaticContents``: drawn from the top,
+  with no background that depends on their size), so growing, they repaint only the new space;
+- the content paints its own opaque background (the viewport's colour): Qt scrolls only an opaque
+  widget by moving the pixels already drawn;
+- following the end, the view scrolls first and grows after: Qt will not move pixels while anything
+  under them waits to be painted (the new space under the reply would), and repaints everything instead;
+- while a reply streams, that fit waits for a turn of the loop of its own (``hold_fits``; the pane calls
+  ``fit()``): done as soon as the reply's layout asked for it, its paint ran straight after the paint of
+  the text that grew, both within one of the loop's turns (4-5 ms of UI-thread CPU with the render);
+- the vertical scroll bar is always shown: appearing once a reply outgrew the view, it would narrow the
+  view and every message would be laid out and painted again in that frame;
+- the scroll bar repaints only when its handle or its arrows change (``ScrollBar``), not each time its
+  range grows: Qt fills Fusion's gradient groove in its GUI thread pool and the UI thread waits for
+  those threads, which on a busy machine start late (a scroll bar paint of 0.3 ms of CPU took 4-8 ms).
+"""
 
 from __future__ import annotations
 
+import contextlib
 import html
+from collections.abc import Iterator
 from typing import Any
 
 from PySide6.QtCore import QEvent, QObject, QSize, Qt, Signal
 from PySide6.QtGui import QGuiApplication, QPalette
 from PySide6.QtWidgets import (
+    QAbstractSlider,
     QFrame,
     QHBoxLayout,
     QLabel,
     QLayout,
     QScrollArea,
+    QScrollBar,
     QSizePolicy,
+    QStyle,
+    QStyleOptionSlider,
     QToolButton,
     QVBoxLayout,
     QWidget,
@@ -53,6 +78,8 @@ class MessageView(QFrame):
         if message.role == "user":
             bubble = QGuiApplication.palette().color(QPalette.ColorRole.AlternateBase).name()
             self.setStyleSheet(f"#userMessage {{ background-color: {bubble}; border-radius: 8px; }}")
+        else:  # no background of its own: a growing reply repaints only what is new
+            self.setAttribute(Qt.WidgetAttribute.WA_StaticContents)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(12, 8, 12, 8)
         layout.setSpacing(4)
@@ -146,10 +173,12 @@ class MessageView(QFrame):
         body = isinstance(self.body, MarkdownView) and self.body.has_pending()
         return body or self.reasoning.has_pending()
 
-    def show_pending(self) -> None:
-        self.reasoning.show_pending()
-        if isinstance(self.body, MarkdownView):
-            self.body.show_pending()
+    def show_pending(self, until: float | None = None) -> None:
+        """Show what was queued; with ``until``, stop soon after the thread's CPU clock passes it (see
+        ``MarkdownView.show_pending``). The reasoning comes first: the text waits until it is shown."""
+        self.reasoning.show_pending(until=until)
+        if isinstance(self.body, MarkdownView) and not self.reasoning.has_pending():
+            self.body.show_pending(until=until)
 
     def snapshot(self) -> tuple[str, str]:
         """The reply's text and reasoning so far."""
@@ -224,15 +253,61 @@ class MessageView(QFrame):
         QGuiApplication.clipboard().setText(self.snapshot()[0])
 
 
+class ScrollBar(QScrollBar):
+    """A vertical scroll bar that repaints only when what it shows changes: following a streaming reply,
+    its range grows every frame while its handle moves by a pixel now and then, and Fusion paints its
+    groove with a gradient that Qt fills in its GUI thread pool, the UI thread waiting for those threads
+    (which a busy machine runs late)."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(Qt.Orientation.Vertical, parent)
+        self._shown: tuple[object, ...] = ()
+        self._moving = False
+
+    @contextlib.contextmanager
+    def moving(self) -> Iterator[None]:
+        """Changes of range and value that make one move: what they show is compared once, after."""
+        self._moving = True
+        try:
+            yield
+        finally:
+            self._moving = False
+            self.sliderChange(QAbstractSlider.SliderChange.SliderValueChange)
+
+    def sliderChange(self, change: QAbstractSlider.SliderChange) -> None:
+        if self._moving:
+            return
+        option = QStyleOptionSlider()
+        self.initStyleOption(option)
+        handle = self.style().subControlRect(
+            QStyle.ComplexControl.CC_ScrollBar, option, QStyle.SubControl.SC_ScrollBarSlider, self
+        )
+        # The arrows look disabled at either end.
+        shown = (handle.getRect(), self.value() == self.minimum(), self.value() == self.maximum())
+        if shown != self._shown or change is QAbstractSlider.SliderChange.SliderOrientationChange:
+            self._shown = shown
+            super().sliderChange(change)
+
+
 class TranscriptView(QScrollArea):
     """Messages top to bottom; follows the end while the user has not scrolled away from it."""
+
+    fit_wanted = Signal()  # fits are held (``hold_fits``) and the messages' height changed
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setFrameShape(QFrame.Shape.NoFrame)
         self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        # Always there: a bar that appeared once a reply outgrew the view would narrow it, and every
+        # message would be wrapped, laid out and painted again in that frame (10 ms into a long reply).
+        self.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOn)
+        self._bar = ScrollBar(self)
+        self.setVerticalScrollBar(self._bar)
         content = QWidget(self)
         content.setObjectName("transcript")
+        content.setAttribute(Qt.WidgetAttribute.WA_StaticContents)
+        content.setBackgroundRole(QPalette.ColorRole.Base)
+        content.setAutoFillBackground(True)
         self._layout = QVBoxLayout(content)
         self._layout.setContentsMargins(16, 12, 16, 12)
         self._layout.setSpacing(10)
@@ -247,6 +322,8 @@ class TranscriptView(QScrollArea):
         self.viewport().installEventFilter(self)
         self._views: list[MessageView] = []
         self._follow = True
+        self._holding = False  # fits wait for fit(): a reply is streaming
+        self._wanted = False  # the messages' height changed while fits were held
         bar = self.verticalScrollBar()
         bar.valueChanged.connect(self._user_scrolled)
         bar.rangeChanged.connect(self._range_changed)
@@ -273,23 +350,49 @@ class TranscriptView(QScrollArea):
     def clear(self) -> None:
         self.remove_from(0)
 
+    def hold_fits(self, holding: bool) -> None:
+        """While a reply streams, a change in the messages' height is fitted (the content resized and
+        scrolled) only when ``fit()`` is called, in a turn of the loop of its own (``fit_wanted`` says
+        when one is due); a resize of the view is fitted at once all the same."""
+        if self._holding and not holding:
+            self.fit()
+        self._holding = holding
+
+    def is_fit_wanted(self) -> bool:
+        return self._wanted
+
     def eventFilter(self, watched: QObject, event: QEvent) -> bool:
-        if event.type() in (QEvent.Type.LayoutRequest, QEvent.Type.Resize) and watched in (
-            self.widget(),
-            self.viewport(),
-        ):
-            self._fit()
+        kind = event.type()
+        if kind == QEvent.Type.Resize and watched is self.viewport():  # (the content only by fit())
+            self.fit()
+        elif kind == QEvent.Type.LayoutRequest and not self._holding:
+            if watched in (self.widget(), self.viewport()):
+                self.fit()
+        elif kind == QEvent.Type.LayoutRequest and watched is self.widget() and not self._wanted:
+            self._wanted = True  # (the view's own layout request follows each fit: no news)
+            self.fit_wanted.emit()
         return super().eventFilter(watched, event)
 
-    def _fit(self) -> None:
+    def fit(self) -> None:
         """The content is exactly as tall as its messages at the viewport's width (QScrollArea's own
         resizing takes the messages' minimum sizes, which leaves blank space under the last one)."""
+        self._wanted = False
         content, width = self.widget(), self.viewport().width()
         if content is None:
             return
         height = max(content.heightForWidth(width), self.viewport().height())
-        if content.size() != QSize(width, height):
-            content.resize(width, height)
+        if content.size() == QSize(width, height):
+            return
+        bar = self._bar
+        if self._follow and width == content.width() and height > content.height():
+            # Scroll first, then grow: the content moves up while nothing on screen is waiting to be
+            # painted, so Qt shifts the pixels already drawn and paints only the strip that comes
+            # into view. (Grown first, the new space under the reply would be waiting to be painted
+            # and the whole view would be painted again.)
+            with bar.moving():
+                bar.setMaximum(height - self.viewport().height())
+                bar.setValue(bar.maximum())
+        content.resize(width, height)
 
     def _user_scrolled(self, value: int) -> None:
         self._follow = value >= self.verticalScrollBar().maximum() - 8
