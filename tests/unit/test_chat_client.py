@@ -13,7 +13,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-import httpx
+import aiohttp
 import pytest
 
 from app.client.adapters import Route
@@ -293,22 +293,27 @@ def test_non_streaming_reply_and_timeout() -> None:
 
 
 def _forwarded(failures: int) -> tuple[list[bytes] | RequestError, int]:
-    """forward_stream over a transport whose first ``failures`` requests meet a connection the server
-    closed without answering (what a stale pooled connection looks like)."""
+    """forward_stream to a loopback server whose first ``failures`` connections are closed once the
+    request is read, without an answer (what a stale pooled connection looks like)."""
     calls = 0
 
-    def answer(request: httpx.Request) -> httpx.Response:
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         nonlocal calls
         calls += 1
-        if calls <= failures:
-            raise httpx.RemoteProtocolError("Server disconnected without sending a response.")
-        return httpx.Response(200, content=b"data: [DONE]\n\n")
+        await reader.readuntil(b"\r\n\r\n")
+        if calls > failures:
+            body = b"data: [DONE]\n\n"
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n")
+            writer.write(b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+            await writer.drain()
+        writer.close()
 
     async def go() -> list[bytes] | RequestError:
-        pool = httpx.AsyncClient(base_url="http://engine", transport=httpx.MockTransport(answer))
-        async with pool, ChatClient("http://engine", "k", http=pool) as client:
+        server = await asyncio.start_server(answer, "127.0.0.1", 0)
+        url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+        async with server, aiohttp.ClientSession() as relay, ChatClient(url, "k") as client:
             try:
-                return [c async for c in client.forward_stream(Route.CHAT, {"stream": True})]
+                return [c async for c in client.forward_stream(Route.CHAT, {"stream": True}, relay)]
             except RequestError as err:
                 return err
 
@@ -318,4 +323,4 @@ def _forwarded(failures: int) -> tuple[list[bytes] | RequestError, int]:
 def test_forwarding_retries_once_on_a_connection_closed_before_any_answer() -> None:
     assert _forwarded(failures=1) == ([b"data: [DONE]\n\n"], 2)
     error, calls = _forwarded(failures=2)
-    assert isinstance(error, RequestError) and "RemoteProtocolError" in str(error) and calls == 2
+    assert isinstance(error, RequestError) and "ServerDisconnectedError" in str(error) and calls == 2

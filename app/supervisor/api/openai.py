@@ -16,6 +16,7 @@ import time
 from collections.abc import AsyncGenerator
 from typing import TYPE_CHECKING, Any, cast
 
+import aiohttp
 from aiohttp import web
 
 from app.client.adapters import Route
@@ -184,6 +185,23 @@ class _Watch:
 class OpenAIRoutes:
     def __init__(self, router: Router) -> None:
         self.router = router
+        self._relay: aiohttp.ClientSession | None = None
+
+    def relay(self) -> aiohttp.ClientSession:
+        """The one pool of connections to the engines and remotes the API passes requests on to (made
+        on first use, on the loop; closed with the app: ``close``)."""
+        if self._relay is None:
+            # Idle connections go well before llama-server's own 5 s keep-alive ends, so a request never
+            # goes out on a connection the engine is closing at that moment. No limit: the engine's
+            # slots decide what runs and what queues.
+            connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=2.0)
+            self._relay = aiohttp.ClientSession(connector=connector)
+        return self._relay
+
+    async def close(self, _app: web.Application) -> None:
+        if self._relay is not None:
+            await self._relay.close()
+            self._relay = None
 
     def add_to(self, app: web.Application, prefix: str) -> None:
         app.router.add_get(f"{prefix}/models", self.list_models)
@@ -254,7 +272,7 @@ class OpenAIRoutes:
         body.pop("model")
         watch = _Watch()
         async with self.router.client(name) as client:
-            stream = cast(AsyncGenerator[bytes, None], client.forward_stream(route, body))
+            stream = cast(AsyncGenerator[bytes, None], client.forward_stream(route, body, self.relay()))
             async with contextlib.aclosing(stream):
                 if body.get("stream"):
                     ends_with_done = route in (Route.CHAT, Route.COMPLETIONS)

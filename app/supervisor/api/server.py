@@ -111,6 +111,7 @@ class ApiServer:
     def _app(self) -> web.Application:
         app = web.Application(middlewares=[_errors, self._auth], client_max_size=MAX_BODY_BYTES)
         openai, lemonade = OpenAIRoutes(self.router), LemonadeRoutes(self.router)
+        app.on_cleanup.append(openai.close)
         for prefix in PREFIXES:
             openai.add_to(app, prefix)
             lemonade.add_to(app, prefix)

@@ -17,6 +17,7 @@ from collections.abc import Callable, Coroutine, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
+import aiohttp
 import httpx
 import psutil
 import pytest
@@ -158,10 +159,9 @@ def test_lemon_mlx_release_install_launch_chat_and_streamed_completions(
     async def go() -> tuple[str, ChatDone, list[bytes]]:
         await engine.start()
         text, done = await chat(engine, max_completion_tokens=10, stop="never-said")
-        async with engine.chat_client() as client:
-            chunks = [
-                c async for c in client.forward_stream(Route.COMPLETIONS, {"prompt": "hi", "stream": True})
-            ]
+        async with engine.chat_client() as client, aiohttp.ClientSession() as relay:
+            body = {"prompt": "hi", "stream": True}
+            chunks = [c async for c in client.forward_stream(Route.COMPLETIONS, body, relay)]
         return text, done, chunks
 
     text, done, chunks = run(engine, go)
