@@ -10,9 +10,23 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from app.core.telemetry import Telemetry
+
 _QUANT = re.compile(
     r"(?i)(?<![A-Za-z0-9])(IQ\d[A-Z0-9_]*|Q\d(?:_[A-Z0-9]+)*|BF16|F16|F32|\d+bit)(?![A-Za-z0-9])"
 )
+
+
+def figures(telemetry: Telemetry) -> dict[str, Any]:
+    """A reply's figures, as the run card's fields."""
+    return {
+        "ttft_s": telemetry.ttft_s,
+        "prompt_tokens": telemetry.prompt_tokens,
+        "prompt_tps": telemetry.prompt_tps,
+        "completion_tokens": telemetry.completion_tokens,
+        "decode_tps": telemetry.decode_tps,
+        "cached_tokens": telemetry.cached_tokens,
+    }
 
 
 def quant_of(checkpoint: str) -> str:

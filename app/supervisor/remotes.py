@@ -41,7 +41,7 @@ from app.core.remotes import (
     parse_remote_model,
     remote_model_status,
 )
-from app.core.runcard import RunCard, quant_of
+from app.core.runcard import RunCard, figures, quant_of
 from app.core.telemetry import Telemetry
 from app.store.paths import home
 from app.store.remotes import RemoteRecord, load_remotes, save_remotes
@@ -501,12 +501,7 @@ class Remotes:
             extra_args="",
             sampling={k: v for k, v in params.items() if isinstance(v, int | float | str)},
             hardware=f"the remote {ref.remote}'s",
-            ttft_s=telemetry.ttft_s,
-            prompt_tokens=telemetry.prompt_tokens,
-            prompt_tps=telemetry.prompt_tps,
-            completion_tokens=telemetry.completion_tokens,
-            decode_tps=telemetry.decode_tps,
-            cached_tokens=telemetry.cached_tokens,
+            **figures(telemetry),
         )
 
     # --- closing ------------------------------------------------------------------------------------

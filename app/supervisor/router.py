@@ -76,7 +76,7 @@ from app.core.rpc import (
     parse_endpoint,
     workers_for,
 )
-from app.core.runcard import RunCard, quant_of
+from app.core.runcard import RunCard, figures, quant_of
 from app.core.status import LoadPhase, ModelFacts, ModelStatus, model_status
 from app.core.suggest import suggest
 from app.core.telemetry import Telemetry, TelemetryTotals
@@ -983,12 +983,7 @@ class Router:
             extra_args=shlex.join(request.user_args) if request else "",
             sampling={k: v for k, v in params.items() if isinstance(v, int | float | str)},
             hardware=hardware_summary(hardware) if hardware else "",
-            ttft_s=telemetry.ttft_s,
-            prompt_tokens=telemetry.prompt_tokens,
-            prompt_tps=telemetry.prompt_tps,
-            completion_tokens=telemetry.completion_tokens,
-            decode_tps=telemetry.decode_tps,
-            cached_tokens=telemetry.cached_tokens,
+            **figures(telemetry),
         )
 
     # --- bench --------------------------------------------------------------------------------------
