@@ -31,7 +31,7 @@ def test_system_llama_server_from_settings(
     plan = json.loads(
         lemon_desk("run", str(smol_gguf), "--backend", "llamacpp:system", "--dry-run", "--json").stdout
     )
-    assert plan["command"][0] == str(binary) and plan["env"] == {}
+    assert plan["command"][0] == str(binary) and plan["env"] == {"GGML_NO_BACKTRACE": "1"}  # no library path
 
     run = lemon_desk(
         "run",
