@@ -1,22 +1,28 @@
-"""llama.cpp RPC workers: addresses, which workers a load uses, exposure, the probe's messages, and where
-the engine's load log says the model's memory went (lines from a real ``llama-server -lv 4 --rpc`` run)."""
+"""llama.cpp RPC workers: addresses, which workers a load uses, exposure, the probe's messages, where the
+engine's load log says the model's memory went (lines from a real ``llama-server -lv 4 --rpc`` run), and
+the checks before a load against stand-in workers of other protocols (the real worker is in
+tests/integration/test_rpc.py)."""
 
 from __future__ import annotations
 
+import asyncio
 import struct
+from pathlib import Path
 
 import pytest
 
 from app.core import rpc
-from app.core.errors import ConfigError
+from app.core.errors import ConfigError, EngineError, WorkerError
 from app.core.rpc import (
     Endpoint,
+    WorkerInfo,
     exposure_warning,
     memory_by_device,
     parse_endpoint,
     parse_workers,
     workers_for,
 )
+from app.supervisor.rpc import check_workers, engine_protocol, probe
 
 LOAD_LOG = """\
 0.00.005.053 I cmn  common_param:   - RPC0    : 127.0.0.1:50152 (24105 MiB, 24105 MiB free)
@@ -78,3 +84,86 @@ def test_memory_by_device_from_the_engines_load_log() -> None:
     assert by_device["127.0.0.1:50152"] == pytest.approx((33.82 + 96 + 59.05) * MIB, abs=3)
     assert by_device["CPU"] == pytest.approx((28.69 + 0.75 + 43.32) * MIB, abs=3)
     assert memory_by_device(["0.1 I srv  llama_server: model loaded"]) == {}
+
+
+class StandInWorker:
+    """A fake ggml-rpc worker on loopback (other llama.cpp builds cannot run here): it answers HELLO with
+    the version it is given, then one device; or takes the connection and says nothing (busy); or
+    closes it at a HELLO of the size it does not expect (an older protocol)."""
+
+    def __init__(self, version: tuple[int, int, int] = (7, 0, 0), mode: str = "answer") -> None:
+        self.version, self.mode = version, mode
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while header := await reader.readexactly(9):
+                cmd, size = struct.unpack("<BQ", header)
+                await reader.readexactly(size)
+                if self.mode == "silent":
+                    await reader.read()  # until the probe gives up and closes the connection
+                    break
+                if cmd == rpc.CMD_HELLO and (self.mode == "old" and size != 0):
+                    break
+                reply = {
+                    rpc.CMD_HELLO: bytes([*self.version, 0]) + bytes(rpc.CAPS_SIZE if size else 0),
+                    rpc.CMD_DEVICE_COUNT: struct.pack("<I", 1),
+                    rpc.CMD_GET_DEVICE_MEMORY: struct.pack("<QQ", 3 << 30, 4 << 30),
+                }[cmd]
+                writer.write(struct.pack("<Q", len(reply)) + reply)
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+
+def _check(worker: StandInWorker, expected: tuple[int, int, int] | None) -> list[WorkerInfo] | WorkerError:
+    async def go() -> list[WorkerInfo] | WorkerError:
+        server = await asyncio.start_server(worker.handle, "127.0.0.1", 0)
+        async with server:
+            endpoint = Endpoint("127.0.0.1", server.sockets[0].getsockname()[1])
+            try:
+                return await check_workers((endpoint,), expected)
+            except WorkerError as err:
+                return err
+
+    return asyncio.run(go())
+
+
+def test_a_worker_of_this_protocol_says_its_memory() -> None:
+    [info] = _check(StandInWorker(), (7, 0, 0))  # type: ignore[misc]
+    assert info.version == (7, 0, 0) and info.devices == ((3 << 30, 4 << 30),)
+
+
+def test_a_worker_of_another_protocol_is_named_and_refused() -> None:
+    error = _check(StandInWorker((8, 0, 0)), (7, 0, 0))
+    assert isinstance(error, WorkerError) and "speaks RPC protocol 8.0.0" in error.message
+    assert "llama.cpp speaks 7.0.0" in error.message and len(error.workers) == 1
+    newer_minor = _check(StandInWorker((7, 1, 0)), (7, 0, 0))
+    assert isinstance(newer_minor, WorkerError)
+
+
+def test_an_older_worker_is_understood_through_the_empty_hello() -> None:
+    [info] = _check(StandInWorker((3, 0, 0), mode="old"), None)  # type: ignore[misc]
+    assert info.version == (3, 0, 0)
+
+
+def test_a_worker_that_takes_the_connection_and_says_nothing_is_busy() -> None:
+    async def go() -> WorkerError:
+        server = await asyncio.start_server(StandInWorker(mode="silent").handle, "127.0.0.1", 0)
+        async with server:
+            with pytest.raises(WorkerError) as err:
+                await probe(Endpoint("127.0.0.1", server.sockets[0].getsockname()[1]), 0.2)
+            return err.value
+
+    assert "is busy: another engine is using it" in asyncio.run(go()).message
+
+
+def test_an_engine_without_rpc_support_is_refused_with_the_fix(tmp_path: Path) -> None:
+    """A stand-in llama-server (a script) whose --help has no --rpc, and no worker beside it."""
+    binary = tmp_path / "llama-server"
+    binary.write_text("#!/bin/sh\necho 'usage: llama-server [options] --port N'\n")
+    binary.chmod(0o755)
+    with pytest.raises(EngineError, match="built without RPC support") as err:
+        asyncio.run(engine_protocol(binary, "", "linux"))
+    assert "-DGGML_RPC=ON" in err.value.hint
