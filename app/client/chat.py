@@ -76,6 +76,10 @@ def _status_error(status: int, content: bytes, reason: str) -> RequestError:
     return RequestError(f"The engine refused the request (HTTP {status}): {detail}", status=status)
 
 
+def _refused(response: httpx.Response) -> RequestError:
+    return _status_error(response.status_code, response.content, response.reason_phrase)
+
+
 class _Stream:
     """One streamed reply being read: its deltas, finish reason, engine timings and client times."""
 
@@ -205,30 +209,43 @@ class ChatClient:
         if self._telemetry:
             self._telemetry.request_started()
         stream.sent = time.perf_counter()
+        answered = False
         try:
-            async with self._http.stream(
-                "POST",
-                CHAT_PATH,
-                json=body,
-                headers=self._headers,
-                timeout=httpx.Timeout(None, connect=CONNECT_TIMEOUT_S),
-            ) as response:
-                if response.status_code != 200:
-                    await response.aread()
-                    raise _status_error(response.status_code, response.content, response.reason_phrase)
-                parser = SSEParser()
-                # Read to the end even after [DONE] or an error event (the engine ends the body right
-                # after them): breaking off would leave httpx's generators half-run, to be finalised by
-                # the garbage collector outside the loop (qasync installs no async-generator hooks).
-                async for chunk in response.aiter_bytes():
-                    if observer:
-                        observer.data_received()
-                    if not stream.done:
-                        for delta in stream.consume(parser.feed(chunk)):
-                            yield delta
-                if not stream.done:
-                    for delta in stream.consume(parser.close()):
-                        yield delta
+            for attempt in range(2):
+                try:
+                    async with self._http.stream(
+                        "POST",
+                        CHAT_PATH,
+                        json=body,
+                        headers=self._headers,
+                        timeout=httpx.Timeout(None, connect=CONNECT_TIMEOUT_S),
+                    ) as response:
+                        answered = True
+                        if response.status_code != 200:
+                            await response.aread()
+                            raise _status_error(
+                                response.status_code, response.content, response.reason_phrase
+                            )
+                        parser = SSEParser()
+                        # Read to the end even after [DONE] or an error event (the engine ends the body
+                        # right after them): breaking off would leave httpx's generators half-run, to be
+                        # finalised by the garbage collector outside the loop (qasync installs no
+                        # async-generator hooks).
+                        async for chunk in response.aiter_bytes():
+                            if observer:
+                                observer.data_received()
+                            if not stream.done:
+                                for delta in stream.consume(parser.feed(chunk)):
+                                    yield delta
+                        if not stream.done:
+                            for delta in stream.consume(parser.close()):
+                                yield delta
+                    break
+                except httpx.RemoteProtocolError:
+                    # llama-server closes its connection after every streamed reply; a pooled one it
+                    # closed as this request went out was never answered: sent once more, on a new one.
+                    if answered or attempt:
+                        raise
         except httpx.TransportError as err:
             raise await self._broken(
                 RequestError(f"The connection to the engine broke during the reply ({type(err).__name__}).")
@@ -330,7 +347,7 @@ class ChatClient:
                 observer.request_finished()
         end = time.perf_counter()
         if response.status_code != 200:
-            raise _status_error(response.status_code, response.content, response.reason_phrase)
+            raise _refused(response)
         try:
             payload = response.json()
             choice = payload["choices"][0]

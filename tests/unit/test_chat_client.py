@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
+import httpx
 import pytest
 
 from app.client.adapters import Route
@@ -324,3 +325,25 @@ def test_forwarding_retries_once_on_a_connection_closed_before_any_answer() -> N
     assert _forwarded(failures=1) == ([b"data: [DONE]\n\n"], 2)
     error, calls = _forwarded(failures=2)
     assert isinstance(error, RequestError) and "ServerDisconnectedError" in str(error) and calls == 2
+
+
+def test_a_streamed_reply_is_sent_again_once_on_a_connection_closed_before_any_answer() -> None:
+    """llama-server closes its connection after every streamed reply: a next turn sent on that pooled
+    connection meets "Server disconnected" and must go out once more, not fail the chat."""
+    calls = 0
+    sse = b'data: {"choices":[{"delta":{"content":"Paris"},"finish_reason":"stop"}]}\n\ndata: [DONE]\n\n'
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            raise httpx.RemoteProtocolError("Server disconnected without sending a response.")
+        return httpx.Response(200, content=sse, headers={"content-type": "text/event-stream"})
+
+    async def go() -> list[object]:
+        pool = httpx.AsyncClient(base_url="http://engine", transport=httpx.MockTransport(answer))
+        async with pool, ChatClient("http://engine", "k", http=pool) as client:
+            return [event async for event in client.stream_chat([{"role": "user", "content": "hi"}])]
+
+    events = asyncio.run(go())
+    assert calls == 2 and events[0] == ChatDelta("Paris", "") and isinstance(events[-1], ChatDone)
