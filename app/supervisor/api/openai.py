@@ -271,15 +271,22 @@ class OpenAIRoutes:
         # client names the remote's own model id.
         body.pop("model")
         watch = _Watch()
-        async with self.router.client(name) as client:
-            stream = cast(AsyncGenerator[bytes, None], client.forward_stream(route, body, self.relay()))
-            async with contextlib.aclosing(stream):
-                if body.get("stream"):
-                    ends_with_done = route in (Route.CHAT, Route.COMPLETIONS)
-                    response = await self._stream(request, name, stream, watch, ends_with_done)
-                else:
-                    response = await self._whole(stream, watch)
-        self._finished(name, watch)
+        answered = False
+        try:
+            async with self.router.client(name) as client:
+                stream = cast(AsyncGenerator[bytes, None], client.forward_stream(route, body, self.relay()))
+                async with contextlib.aclosing(stream):
+                    if body.get("stream"):
+                        ends_with_done = route in (Route.CHAT, Route.COMPLETIONS)
+                        response = await self._stream(request, name, stream, watch, ends_with_done)
+                    else:
+                        response = await self._whole(stream, watch)
+            answered = True
+        finally:
+            # A client may hang up as soon as it has [DONE], before the engine's body has ended here
+            # (aiohttp then cancels this handler): the reply was whole all the same, and counts.
+            if answered or watch.done:
+                self._finished(name, watch)
         return response
 
     def _check_labels(self, model: Model, kind: str) -> None:
