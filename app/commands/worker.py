@@ -18,7 +18,7 @@ from app.commands.output import load_settings_noting_problems
 from app.core.backends import BackendKey
 from app.core.engine_state import EngineState
 from app.core.errors import ConfigError
-from app.core.rpc import DEFAULT_WORKER_PORT, Endpoint, exposure_warning, parse_endpoint
+from app.core.rpc import DEFAULT_WORKER_PORT, Endpoint, exposure_warning, worker_endpoint
 from app.supervisor.router import Router, RouterEvent
 from app.supervisor.rpc import WorkerChanged
 from app.supervisor.supervisor import InstallProgress
@@ -51,9 +51,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
-    endpoint = parse_endpoint(
-        f"[{args.host}]:{args.port}" if ":" in args.host else f"{args.host}:{args.port}"
-    )
+    endpoint = worker_endpoint(args.host, args.port)
     warning = exposure_warning(endpoint, args.allow_network)
     backend = None
     if args.backend:

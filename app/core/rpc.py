@@ -75,6 +75,11 @@ def _is_ip(text: str) -> bool:
     return True
 
 
+def worker_endpoint(host: str, port: int) -> Endpoint:
+    """The address a worker is to listen on, checked as a worker list's entries are."""
+    return parse_endpoint(str(Endpoint(host.strip(), port)))
+
+
 def parse_workers(text: str) -> tuple[Endpoint, ...]:
     """A comma-separated worker list (empty: none); the same worker twice is refused."""
     workers = tuple(parse_endpoint(part) for part in text.split(",") if part.strip())

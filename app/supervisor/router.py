@@ -74,6 +74,7 @@ from app.core.rpc import (
     exposure_warning,
     memory_by_device,
     parse_endpoint,
+    worker_endpoint,
     workers_for,
 )
 from app.core.runcard import RunCard, figures, quant_of
@@ -1100,7 +1101,7 @@ class Router:
         settings = self.settings
         current = self.worker
         try:
-            wanted = parse_endpoint(str(Endpoint(settings.worker_host, settings.worker_port)))
+            wanted = worker_endpoint(settings.worker_host, settings.worker_port)
             if settings.worker_enabled:
                 exposure_warning(wanted, settings.worker_allow_network)
         except LemonDeskError as err:

@@ -185,9 +185,10 @@ async def engine_protocol(engine_binary: Path, library_dir: str, os_name: str) -
     """The RPC protocol the engine at ``engine_binary`` speaks, learnt from the worker of its build; None
     when its build has no worker to ask. EngineError when the engine has no RPC support at all."""
     worker = rpc_server_binary(engine_binary)
+    env = library_env(os_name, library_dir, os.environ)
     if worker is not None:
-        return await own_protocol(worker, library_env(os_name, library_dir, os.environ))
-    if not await _has_rpc_flag(engine_binary, library_env(os_name, library_dir, os.environ)):
+        return await own_protocol(worker, env)
+    if not await _has_rpc_flag(engine_binary, env):
         raise EngineError(
             f"{engine_binary} was built without RPC support: it has no --rpc option.",
             "Use the llamacpp:cpu backend (llama.cpp's releases are built with RPC), or build llama.cpp "

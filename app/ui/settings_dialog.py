@@ -31,7 +31,7 @@ from PySide6.QtWidgets import (
 
 from app.core.errors import ConfigError
 from app.core.policy import parse_caps
-from app.core.rpc import DEFAULT_WORKER_PORT, Endpoint, exposure_warning, parse_endpoint, parse_workers
+from app.core.rpc import DEFAULT_WORKER_PORT, exposure_warning, parse_workers, worker_endpoint
 from app.store.settings import (
     LOAD_TIMEOUT_RANGE_S,
     REQUEST_TIMEOUT_RANGE_S,
@@ -76,7 +76,7 @@ def workers_problem(text: str) -> str:
 def worker_problem(host: str, port: int, allow_network: bool) -> str:
     """What stops this machine's worker from listening on ``host:port``, or ""."""
     try:
-        exposure_warning(parse_endpoint(str(Endpoint(host.strip(), port))), allow_network)
+        exposure_warning(worker_endpoint(host, port), allow_network)
     except ConfigError as err:
         return f"Worker: {err}"
     return ""

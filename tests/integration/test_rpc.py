@@ -16,7 +16,7 @@ import pytest
 
 from app.core.engine_state import EngineState
 from app.core.errors import WorkerError
-from app.core.rpc import Endpoint, memory_by_device
+from app.core.rpc import Endpoint, memory_by_device, parse_endpoint
 from app.store.library import Library
 from app.store.settings import Settings
 from app.supervisor import router as router_module
@@ -164,7 +164,7 @@ def test_the_router_checks_workers_and_reloads_without_a_lost_one(
             engine = await router.load(model)
             assert engine.request.rpc == (first, second)
             with pytest.raises(WorkerError, match="busy: another engine is using it"):
-                await probe(parse(first), 1.0)
+                await probe(parse_endpoint(first), 1.0)
             reply = await router.chat(name, [{"role": "user", "content": "Say hello."}], max_tokens=8)
             assert reply.content.strip()
 
@@ -182,11 +182,6 @@ def test_the_router_checks_workers_and_reloads_without_a_lost_one(
             assert reply.content.strip()
 
     asyncio.run(go())
-
-
-def parse(endpoint: str) -> Endpoint:
-    host, port = endpoint.rsplit(":", 1)
-    return Endpoint(host, int(port))
 
 
 def test_a_worker_that_dies_is_started_again(installed: None) -> None:
