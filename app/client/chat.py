@@ -7,6 +7,7 @@ closing a stream closes its connection, which makes llama-server stop generating
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import ssl
@@ -264,13 +265,32 @@ class ChatClient:
             done = ChatDone(done.finish_reason, await self._telemetry.refine(done.telemetry))
         yield done
 
+    async def reconnect(self, relay: aiohttp.ClientSession) -> None:
+        """Leave an open connection to the engine in ``relay``'s pool for the next request. llama-server
+        closes its connection after every streamed reply (whatever its Keep-Alive header says), so each
+        request the local API passes on would otherwise wait for a new connection first, and for the
+        engine's listening thread to hand it to a worker: about half a millisecond of the time to first
+        token on two busy cores. A cheap ``/health`` is answered and the connection kept; a first try
+        that meets the closed connection, still in the pool, is made again on a new one."""
+        import aiohttp
+
+        timeout = aiohttp.ClientTimeout(total=CONNECT_TIMEOUT_S)
+        url = f"{self.base_url}/health"
+        for _attempt in range(2):
+            with contextlib.suppress(aiohttp.ClientError, TimeoutError):
+                async with relay.get(url, headers=self._headers, timeout=timeout) as answer:
+                    await answer.read()
+                return
+
     async def forward_stream(
         self, route: Route, body: dict[str, Any], relay: aiohttp.ClientSession
     ) -> AsyncIterator[bytes]:
         """Send a streamed OpenAI request as it is and yield the engine's SSE bytes, as the local API
         passes them on. A stream the engine cannot give (lemon-mlx's ``/v1/completions``) is answered
         here with an SSE error event and the end of the stream: never a hang, never an empty reply.
-        Other requests the engine cannot answer raise UnsupportedRequestError.
+        Other requests the engine cannot answer raise UnsupportedRequestError. The first item is
+        ``b""``, once the engine has accepted the request (its 200 came): the caller can then answer its
+        own client's headers while the engine reads the prompt, not after its first token.
 
         ``relay`` is the local API's own aiohttp session: its client reads a stream for about half the
         CPU per event of httpx's (0.2 against 0.33-0.4 ms here), and on a machine whose cores the
@@ -300,6 +320,7 @@ class ChatClient:
                         answered = True
                         if response.status != 200:
                             raise _status_error(response.status, await response.read(), response.reason or "")
+                        yield b""
                         async for chunk in response.content.iter_any():
                             if observer:
                                 observer.data_received()

@@ -1,26 +1,34 @@
-"""The local API's overhead: `lemon-desk serve` (a real child process) against talking to llama-server
-directly, on the real llama-server and SmolLM2-135M, both engines started with the same options
-(``--parallel 8``, same context).
+"""The local API's overhead: requests through the API (``lemon-desk serve``'s server and router, in a
+process of their own) against the same requests sent straight to the same llama-server behind it, on
+the real llama-server and SmolLM2-135M started with ``--parallel 8``. The two paths alternate, so the
+machine's load hits both; one engine serves both, so no difference between two engine processes (their
+memory, their threads) passes for the API's.
 
-- one stream at a time: decode tok/s through serve / direct (target >= 0.99) and the TTFT difference
-  (target <= +2 ms), paired per round, the two paths alternating so the machine's load hits both;
+- time to first token: the paired difference over many short replies (target <= +2 ms), with a 95%
+  bootstrap interval of its median, since one reply's TTFT varies by several milliseconds;
+- one stream at a time: decode tok/s through serve / direct (target >= 0.99), paired per round;
 - 8 concurrent streams: aggregate tok/s through serve / direct (target >= 0.95).
 
 Both paths are timed the same way on the client (raw httpx, lines split, JSON parsed).
 
-    .venv/bin/python tests/bench/serve_overhead.py [--rounds N] [--tokens N] [--concurrent-rounds N]
+    .venv/bin/python tests/bench/serve_overhead.py [--ttft-rounds N] [--rounds N] [--tokens N]
+        [--concurrent-rounds N] [--threads N]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
+import random
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,15 +37,11 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from app.core.hardware import hardware_from_json
-from app.core.launch import LaunchRequest
 from app.store.library import Library
 from app.store.model_options import ModelOptions, save_model_options
 from app.store.settings import Settings, save_settings
-from app.supervisor.engine import Engine
 from tests.conftest import profile_path
 from tests.support.llama import llama_server_dir, smollm_gguf
-from tests.support.serve import serving
 
 MODEL = "smol"
 CTX = 8192
@@ -124,21 +128,37 @@ async def concurrent(client: httpx.AsyncClient, path: Target, streams: int, toke
     return sum(r.tokens for r in results) / (time.perf_counter() - started)
 
 
-async def bench(args: argparse.Namespace, served_url: str, engine: Engine) -> None:
-    through = Target(served_url, {}, MODEL)
-    direct = Target(engine.base_url, {"Authorization": f"Bearer {engine.api_key}"}, None)
+def median_interval(values: list[float], draws: int = 2000) -> tuple[float, float]:
+    """A 95% bootstrap interval of the median of ``values`` (seeded: the same figures give the same)."""
+    rng = random.Random(0)
+    medians = sorted(statistics.median(rng.choices(values, k=len(values))) for _ in range(draws))
+    return medians[int(draws * 0.025)], medians[int(draws * 0.975) - 1]
+
+
+async def paired(
+    client: httpx.AsyncClient, through: Target, direct: Target, rounds: int, tokens: int
+) -> list[tuple[Timing, Timing]]:
+    """``rounds`` pairs (through serve, direct) of the same request, the order alternating."""
+    pairs = []
+    for i in range(rounds):
+        prompt = PROMPTS[i % len(PROMPTS)]
+        first, second = (through, direct) if i % 2 == 0 else (direct, through)
+        a = await stream(client, first, prompt, tokens)
+        b = await stream(client, second, prompt, tokens)
+        pairs.append((a, b) if i % 2 == 0 else (b, a))
+    return pairs
+
+
+async def bench(args: argparse.Namespace, served: Served) -> None:
+    through = Target(served.api_url, {}, MODEL)
+    direct = Target(served.engine_url, {"Authorization": f"Bearer {served.engine_key}"}, None)
     # Idle connections go before llama-server's 5 s keep-alive ends (else a request can meet a closing one).
     limits = httpx.Limits(max_connections=None, keepalive_expiry=2.0)
     async with httpx.AsyncClient(trust_env=False, limits=limits) as client:
-        for path in (through, direct):  # warm-up (serve loads its engine here), not counted
+        for path in (through, direct):  # warm-up, not counted
             await stream(client, path, PROMPTS[0], 8)
-        serve_runs: list[Timing] = []
-        direct_runs: list[Timing] = []
-        for i in range(args.rounds):
-            prompt = PROMPTS[i % len(PROMPTS)]
-            pair = [(serve_runs, through), (direct_runs, direct)]
-            for results, path in pair if i % 2 == 0 else reversed(pair):
-                results.append(await stream(client, path, prompt, args.tokens))
+        first_pairs = await paired(client, through, direct, args.ttft_rounds, 2)
+        decode_pairs = await paired(client, through, direct, args.rounds, args.tokens)
         serve_agg: list[float] = []
         direct_agg: list[float] = []
         for i in range(args.concurrent_rounds):
@@ -146,19 +166,25 @@ async def bench(args: argparse.Namespace, served_url: str, engine: Engine) -> No
             for totals, path in pair2 if i % 2 == 0 else reversed(pair2):
                 totals.append(await concurrent(client, path, 8, args.tokens))
 
-    pairs = list(zip(serve_runs, direct_runs, strict=True))
-    ratio = statistics.median(s.decode_tps / d.decode_tps for s, d in pairs)
-    ttft = statistics.median(s.ttft_s - d.ttft_s for s, d in pairs)
+    gaps = [s.ttft_s - d.ttft_s for s, d in first_pairs]
+    ttft = statistics.median(gaps)
+    low, high = median_interval(gaps)
+    ratio = statistics.median(s.decode_tps / d.decode_tps for s, d in decode_pairs)
+    decode_gap = statistics.median(s.ttft_s - d.ttft_s for s, d in decode_pairs)
     agg = statistics.median(s / d for s, d in zip(serve_agg, direct_agg, strict=True))
-    print(f"llama-server, SmolLM2-135M, --parallel 8; {args.rounds} rounds x {args.tokens} tokens per path")
+    threads = f", --threads {args.threads}" if args.threads else ""
+    print(f"llama-server, SmolLM2-135M, --parallel 8{threads}; one engine, through serve and directly")
     print(
-        f"decode tok/s (median): serve {statistics.median(r.decode_tps for r in serve_runs):.2f}"
-        f"  direct {statistics.median(r.decode_tps for r in direct_runs):.2f}  paired ratio {ratio:.4f}"
+        f"TTFT over {args.ttft_rounds} pairs of short replies (median): "
+        f"serve {statistics.median(s.ttft_s for s, _ in first_pairs) * 1000:.2f} ms"
+        f"  direct {statistics.median(d.ttft_s for _, d in first_pairs) * 1000:.2f} ms"
+        f"  paired difference {ttft * 1000:+.2f} ms (95% interval {low * 1000:+.2f} to {high * 1000:+.2f})"
     )
     print(
-        f"TTFT (median): serve {statistics.median(r.ttft_s for r in serve_runs) * 1000:.2f} ms"
-        f"  direct {statistics.median(r.ttft_s for r in direct_runs) * 1000:.2f} ms"
-        f"  paired difference {ttft * 1000:+.2f} ms"
+        f"decode tok/s over {args.rounds} pairs of {args.tokens} tokens (median): "
+        f"serve {statistics.median(s.decode_tps for s, _ in decode_pairs):.2f}"
+        f"  direct {statistics.median(d.decode_tps for _, d in decode_pairs):.2f}  paired ratio {ratio:.4f}"
+        f" (their TTFT difference: {decode_gap * 1000:+.2f} ms)"
     )
     print(
         f"8 concurrent streams, aggregate tok/s (median of {args.concurrent_rounds}): "
@@ -166,44 +192,69 @@ async def bench(args: argparse.Namespace, served_url: str, engine: Engine) -> No
         f"  paired ratio {agg:.4f}"
     )
     print(
-        f"targets: decode ratio >= 0.99: {'met' if ratio >= 0.99 else 'NOT met'}; "
-        f"TTFT within +2 ms: {'met' if ttft <= 0.002 else 'NOT met'}; "
+        f"targets: TTFT within +2 ms: {'met' if ttft <= 0.002 else 'NOT met'}; "
+        f"decode ratio >= 0.99: {'met' if ratio >= 0.99 else 'NOT met'}; "
         f"8 streams >= 0.95: {'met' if agg >= 0.95 else 'NOT met'}"
     )
 
 
-async def run(args: argparse.Namespace, served_url: str, server_dir: Path, model: Path) -> None:
-    hardware = hardware_from_json(json.loads(profile_path("cpu_only_x86").read_text()))
-    request = LaunchRequest(
-        "llamacpp", "cpu", str(server_dir / "llama-server"), str(server_dir), str(model), CTX, ARGS
+@dataclass(frozen=True)
+class Served:
+    api_url: str
+    engine_url: str
+    engine_key: str
+
+
+@contextlib.contextmanager
+def served_engine(model: str) -> Iterator[Served]:
+    """The API in a child process (tests.support.served_engine) with ``model`` loaded behind it."""
+    root = Path(__file__).resolve().parents[2]
+    child = subprocess.Popen(
+        [sys.executable, "-m", "tests.support.served_engine", model],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=root,
     )
-    engine = Engine("bench-direct", request, hardware)
-    await engine.start()
+    assert child.stdin is not None and child.stdout is not None
     try:
-        await bench(args, served_url, engine)
+        line = child.stdout.readline().split()
+        if len(line) != 3:
+            raise SystemExit(f"the served engine did not start (exit code {child.wait()})")
+        yield Served(*line)
     finally:
-        await engine.stop()
+        child.stdin.close()  # it stops its engine and exits
+        try:
+            child.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            raise
 
 
 def main() -> None:
     formatter = argparse.RawDescriptionHelpFormatter
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=formatter)
+    parser.add_argument("--ttft-rounds", type=int, default=100)
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--tokens", type=int, default=200)
     parser.add_argument("--concurrent-rounds", type=int, default=4)
+    parser.add_argument(
+        "--threads", type=int, help="the engine's threads (default: llama-server's own, one per core)"
+    )
     args = parser.parse_args()
     server_dir, model = llama_server_dir(print), smollm_gguf(print)
     with tempfile.TemporaryDirectory(prefix="lemon-desk-bench-") as home:
-        # serve's state (settings, the imported model, its options) goes to a throwaway app folder.
+        # The API's state (settings, the imported model, its options) goes to a throwaway app folder.
         os.environ["LEMON_DESK_HOME"] = home
         os.environ["LEMON_DESK_MOCK_HARDWARE"] = str(profile_path("cpu_only_x86"))
         os.environ["LD_LIBRARY_PATH"] = str(server_dir)
         settings = Settings(llama_server_path=str(server_dir / "llama-server"))
         save_settings(settings)
         Library(settings).import_path(model, name=MODEL)
-        save_model_options({MODEL: ModelOptions(backend="system", ctx_size=CTX, args=" ".join(ARGS))})
-        with serving() as served:
-            asyncio.run(run(args, served.url, server_dir, model))
+        engine_args = [*ARGS, *(["--threads", str(args.threads)] if args.threads else [])]
+        save_model_options({MODEL: ModelOptions(backend="system", ctx_size=CTX, args=" ".join(engine_args))})
+        with served_engine(MODEL) as served:
+            asyncio.run(bench(args, served))
 
 
 if __name__ == "__main__":

@@ -21,7 +21,9 @@ from gguf import GGUFWriter
 
 ENGINE = Path(__file__).with_name("standin_engine.py")
 SIDECAR_SUFFIX = ".standin.json"
-BEHAVIOUR_KEYS = frozenset({"load_delay_s", "crash_on_load", "tokens", "token_delay_s", "reply"})
+BEHAVIOUR_KEYS = frozenset(
+    {"load_delay_s", "crash_on_load", "tokens", "token_delay_s", "prompt_delay_s", "reply"}
+)
 CONTROLS = frozenset({"crash", "hang", "ignore_sigterm", "slow"})
 
 # The shape written into a stand-in model: small, and enough for the import check and the fit estimate.
@@ -47,7 +49,7 @@ def standin_binary(directory: Path, name: str = "llama-server") -> Path:
 
 def make_standin_model(directory: Path, name: str, **behaviour: Any) -> Path:
     """A tiny valid llama GGUF ``directory/name.gguf`` and its sidecar ``<path>.standin.json`` with
-    ``behaviour`` (keys: load_delay_s, crash_on_load, tokens, token_delay_s, reply)."""
+    ``behaviour`` (keys: load_delay_s, crash_on_load, tokens, token_delay_s, prompt_delay_s, reply)."""
     unknown = set(behaviour) - BEHAVIOUR_KEYS
     if unknown:
         raise TypeError(f"unknown stand-in behaviour {sorted(unknown)}; known: {sorted(BEHAVIOUR_KEYS)}")

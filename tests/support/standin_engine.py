@@ -14,7 +14,13 @@ llama-server checks. How it behaves comes from an optional sidecar ``<model path
     crash_on_load  true: print an error line after the load delay and exit with code 3
     tokens         pieces in a reply (default 8)
     token_delay_s  seconds between pieces of a reply (default 0.005)
+    prompt_delay_s seconds a streamed reply's headers come before its first event, as llama-server's do
+                   while it reads the prompt (default 0)
     reply          the reply's text, sent a word at a time (overrides ``tokens``)
+
+Like llama-server, it keeps a connection open after a whole reply and closes it after a streamed one.
+Each request it answers is also logged as ``standin: METHOD PATH is request K on connection C``, so a
+test can tell which requests shared a connection.
 
 Control routes (loopback, no key), each answering 200 before it acts:
 
@@ -28,6 +34,7 @@ stdlib only: it runs under whatever interpreter the wrapper's ``#!`` names (see 
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import signal
@@ -45,6 +52,7 @@ DEFAULTS: dict[str, Any] = {
     "crash_on_load": False,
     "tokens": 8,
     "token_delay_s": 0.005,
+    "prompt_delay_s": 0.0,
     "reply": None,
 }
 CONTROL = "/__standin__/"
@@ -98,6 +106,7 @@ class Standin:
         self.keys = keys
         self.ctx_size = ctx_size
         self.token_delay_s = float(behaviour["token_delay_s"])
+        self.prompt_delay_s = float(behaviour["prompt_delay_s"])
         self.ready = threading.Event()
         self.hung = threading.Event()
         self.ignore_sigterm = False
@@ -153,6 +162,9 @@ def _prompt_words(body: dict[str, Any]) -> list[str]:
     return text.split() or [""]
 
 
+CONNECTIONS = itertools.count(1)  # numbers the connections accepted (next() is atomic under the GIL)
+
+
 class Handler(BaseHTTPRequestHandler):
     server_version = "llama.cpp-standin"
     protocol_version = "HTTP/1.1"
@@ -161,8 +173,16 @@ class Handler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:
         pass  # the request lines are printed llama-server's way in _log_request
 
+    def setup(self) -> None:
+        super().setup()
+        self.connection_number = next(CONNECTIONS)
+        self.requests_on_connection = 0
+
     def _log_request(self, status: int) -> None:
         say(f"srv  log_server_r: request: {self.command} {self.path} 127.0.0.1 {status}")
+        self.requests_on_connection += 1
+        k, c = self.requests_on_connection, self.connection_number
+        say(f"standin: {self.command} {self.path} is request {k} on connection {c}")
 
     # --- plumbing ---
 
@@ -316,6 +336,7 @@ class Handler(BaseHTTPRequestHandler):
             }
 
         try:
+            time.sleep(s.prompt_delay_s)
             if chat:
                 self._sse(chunk({"role": "assistant", "content": None}, None))
             for piece in pieces:

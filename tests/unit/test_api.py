@@ -8,7 +8,9 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
-from collections.abc import Awaitable, Callable
+import re
+import time
+from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -24,6 +26,7 @@ from app.supervisor.router import RequestFinished, RequestSource, Router, Router
 from tests.support.hubserver import LoopbackHub
 from tests.support.standin import control, make_standin_model
 from tests.support.testrepos import BIG
+from tests.support.waiting import until
 
 T = TypeVar("T")
 SYSTEM = ModelOptions(backend="system")
@@ -185,6 +188,57 @@ def test_a_client_that_goes_away_stops_the_generation(standin_settings: Settings
         return False
 
     assert run_api(standin_settings, body)
+
+
+def requests_logged(lines: Iterable[str], what: str) -> list[tuple[int, int]]:
+    """(request number, connection number) of each ``what`` ("POST /v1/...") the stand-in logged."""
+    pattern = re.compile(rf"standin: {re.escape(what)} is request (\d+) on connection (\d+)$")
+    return [(int(m[1]), int(m[2])) for m in map(pattern.match, list(lines)) if m]
+
+
+def test_a_streamed_reply_leaves_a_connection_open_for_the_next_request(
+    standin_settings: Settings, tmp_path: Path
+) -> None:
+    """The engine closes its connection after a streamed reply, as llama-server does; the API opens the
+    next one meanwhile, so the next request goes out without waiting for a connect."""
+
+    async def body(router: Router, client: httpx.AsyncClient) -> tuple[list[tuple[int, int]], int]:
+        (name,) = models(router, tmp_path, "alpha", tokens=3)
+        request = {"model": name, "messages": HI, "stream": True}
+        chat = "POST /v1/chat/completions"
+        (await client.post("/v1/chat/completions", json=request)).raise_for_status()
+        output = router.supervisor.engines[name].output
+        await until(lambda: len(requests_logged(output, chat)) == 1)
+        [(_, streamed_on)] = requests_logged(output, chat)
+        # The watchdog's own /health probes went out before, on connections opened before the reply's.
+        await until(lambda: any(c > streamed_on for _, c in requests_logged(output, "GET /health")))
+        opened = max(c for _, c in requests_logged(output, "GET /health"))
+        (await client.post("/v1/chat/completions", json=request)).raise_for_status()
+        await until(lambda: len(requests_logged(output, chat)) == 2)
+        return requests_logged(output, chat), opened
+
+    chats, opened = run_api(standin_settings, body)
+    assert chats[1] == (2, opened)  # the second request on the connection the API opened after the first
+
+
+def test_a_stream_answers_its_headers_while_the_engine_reads_the_prompt(
+    standin_settings: Settings, tmp_path: Path
+) -> None:
+    """The API's 200 goes out when the engine's comes, not with the first token: the client knows at once
+    that its request was taken, and the first token then has nothing else to wait for."""
+
+    async def body(router: Router, client: httpx.AsyncClient) -> float:
+        (name,) = models(router, tmp_path, "alpha", tokens=2, prompt_delay_s=1.0)
+        await router.ensure_loaded(name)
+        request = {"model": name, "messages": HI, "stream": True}
+        async with client.stream("POST", "/v1/chat/completions", json=request) as response:
+            answered = time.monotonic()
+            assert response.status_code == 200
+            async for _ in response.aiter_bytes():
+                break
+            return time.monotonic() - answered
+
+    assert run_api(standin_settings, body) >= 0.5  # the headers came well before the first event
 
 
 def test_an_engine_crash_mid_stream_ends_with_an_error_event(

@@ -322,7 +322,7 @@ def _forwarded(failures: int) -> tuple[list[bytes] | RequestError, int]:
 
 
 def test_forwarding_retries_once_on_a_connection_closed_before_any_answer() -> None:
-    assert _forwarded(failures=1) == ([b"data: [DONE]\n\n"], 2)
+    assert _forwarded(failures=1) == ([b"", b"data: [DONE]\n\n"], 2)
     error, calls = _forwarded(failures=2)
     assert isinstance(error, RequestError) and "ServerDisconnectedError" in str(error) and calls == 2
 

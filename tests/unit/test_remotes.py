@@ -27,6 +27,7 @@ from app.supervisor.remotes import RemoteChanged, Remotes
 from app.supervisor.router import RequestFinished, Router, RouterEvent
 from tests.support.keychain import private_keychain
 from tests.support.remote_standin import REPLY, StandinRemote
+from tests.support.waiting import until
 
 T = TypeVar("T")
 HI = [{"role": "user", "content": "hi"}]
@@ -39,15 +40,6 @@ def keychain(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.delenv("LEMON_DESK_REMOTE_API_KEY", raising=False)
     with private_keychain(tmp_path / "keyrings"):
         yield
-
-
-async def until(condition: Callable[[], bool], timeout_s: float = 10.0) -> None:
-    """Wait for a state, looking each few milliseconds; fail after ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError("the state waited for did not come")
-        await asyncio.sleep(0.005)
 
 
 def with_router(body: Callable[[Router, StandinRemote], Awaitable[T]], **standin: Any) -> T:

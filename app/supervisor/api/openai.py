@@ -30,6 +30,7 @@ from app.supervisor.api.errors import ApiError, bad_request, from_app_error, mod
 from app.supervisor.api.options import resolved_ctx_size, saved_json
 
 if TYPE_CHECKING:
+    from app.client.chat import ChatClient
     from app.supervisor.engine import Engine
     from app.supervisor.remotes import RemoteModelView
     from app.supervisor.router import ModelView, Router
@@ -186,19 +187,23 @@ class OpenAIRoutes:
     def __init__(self, router: Router) -> None:
         self.router = router
         self._relay: aiohttp.ClientSession | None = None
+        self._reconnects: set[asyncio.Task[None]] = set()
 
     def relay(self) -> aiohttp.ClientSession:
         """The one pool of connections to the engines and remotes the API passes requests on to (made
         on first use, on the loop; closed with the app: ``close``)."""
         if self._relay is None:
-            # Idle connections go well before llama-server's own 5 s keep-alive ends, so a request never
-            # goes out on a connection the engine is closing at that moment. No limit: the engine's
-            # slots decide what runs and what queues.
-            connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=2.0)
+            # Idle connections go before llama-server's own 5 s keep-alive ends, so a request seldom goes
+            # out on a connection the engine is closing at that moment (one that does is sent again).
+            # No limit: the engine's slots decide what runs and what queues.
+            connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=4.0)
             self._relay = aiohttp.ClientSession(connector=connector)
         return self._relay
 
     async def close(self, _app: web.Application) -> None:
+        for task in list(self._reconnects):
+            task.cancel()
+        await asyncio.gather(*self._reconnects, return_exceptions=True)
         if self._relay is not None:
             await self._relay.close()
             self._relay = None
@@ -279,6 +284,8 @@ class OpenAIRoutes:
                     if body.get("stream"):
                         ends_with_done = route in (Route.CHAT, Route.COMPLETIONS)
                         response = await self._stream(request, name, stream, watch, ends_with_done)
+                        if not is_remote_model(name):  # the engine closed the connection: open the next
+                            self._reconnect(client)
                     else:
                         response = await self._whole(stream, watch)
             answered = True
@@ -288,6 +295,11 @@ class OpenAIRoutes:
             if answered or watch.done:
                 self._finished(name, watch)
         return response
+
+    def _reconnect(self, client: ChatClient) -> None:
+        task = asyncio.ensure_future(client.reconnect(self.relay()))
+        self._reconnects.add(task)
+        task.add_done_callback(self._reconnects.discard)
 
     def _check_labels(self, model: Model, kind: str) -> None:
         special = {"embeddings", "reranking"} & set(model.labels)
@@ -315,14 +327,16 @@ class OpenAIRoutes:
         watch: _Watch,
         ends_with_done: bool,
     ) -> web.StreamResponse:
-        # The first bytes come before the answer starts, so an engine's refusal keeps its own status.
+        # The engine's answer (its 200, as b"") comes before ours starts, so an engine's refusal keeps its
+        # own status; ours goes out while the engine reads the prompt, not with the first token.
         first = await anext(stream, b"")
         response = web.StreamResponse(headers=SSE_HEADERS)
         await response.prepare(request)
         try:
             with self.router.reply_streaming(name):
-                watch.feed(first)
-                await response.write(first)
+                if first:
+                    watch.feed(first)
+                    await response.write(first)
                 async for chunk in stream:
                     watch.feed(chunk)
                     await response.write(chunk)

@@ -1,0 +1,16 @@
+"""Waiting for a state in async tests: looked at every few milliseconds, with a deadline."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+
+
+async def until(condition: Callable[[], bool], timeout_s: float = 10.0) -> None:
+    """Wait for a state, looking each few milliseconds; fail after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError("the state waited for did not come")
+        await asyncio.sleep(0.005)
