@@ -25,6 +25,7 @@ from PySide6.QtWidgets import (
     QLineEdit,
     QPushButton,
     QSpinBox,
+    QTabWidget,
     QVBoxLayout,
     QWidget,
 )
@@ -105,6 +106,15 @@ def _form(title: str, parent: QWidget) -> tuple[QGroupBox, QFormLayout]:
     # Text fields take the width; spin boxes keep their natural size instead of stretching across.
     form.setFieldGrowthPolicy(QFormLayout.FieldGrowthPolicy.ExpandingFieldsGrow)
     return group, form
+
+
+def _page(parent: QWidget, *sections: QWidget) -> QWidget:
+    page = QWidget(parent)
+    layout = QVBoxLayout(page)
+    for section in sections:
+        layout.addWidget(section)
+    layout.addStretch(1)
+    return page
 
 
 class SettingsDialog(QDialog):
@@ -255,15 +265,14 @@ class SettingsDialog(QDialog):
         )
         self.buttons.accepted.connect(self._save)
         self.buttons.rejected.connect(self.reject)
+        # Two pages, so the dialog fits a 768-pixel-high laptop screen: this machine's models and
+        # engines, and what connects to other apps and machines.
+        self.pages = QTabWidget(self)
+        self.pages.addTab(_page(self, downloads, engines, self.keep_in_tray), "&General")
+        self.pages.addTab(_page(self, api, cluster, remotes), "&Connections")
         layout = QVBoxLayout(self)
-        layout.addWidget(downloads)
-        layout.addWidget(engines)
-        layout.addWidget(api)
-        layout.addWidget(cluster)
-        layout.addWidget(remotes)
-        layout.addWidget(self.keep_in_tray)
+        layout.addWidget(self.pages, 1)
         layout.addWidget(self.problem)
-        layout.addStretch(1)
         layout.addWidget(self.buttons)
         self.folder_dialog: QFileDialog | None = None
         self._validate()

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QDialogButtonBox, QLabel, QPushButton
+from PySide6.QtWidgets import QDialogButtonBox, QGroupBox, QLabel, QPushButton
 from pytestqt.qtbot import QtBot
 
 from app.store.settings import LOAD_TIMEOUT_RANGE_S, load_settings
@@ -90,3 +90,17 @@ def test_a_llama_server_path_that_cannot_run_is_refused(
 def test_timeouts_stay_within_their_range(opened: SettingsDialog) -> None:
     opened.load_timeout.setValue(1)
     assert opened.load_timeout.value() == LOAD_TIMEOUT_RANGE_S[0]
+
+
+def test_the_dialog_fits_a_laptop_screen_with_its_sections_on_two_pages(opened: SettingsDialog) -> None:
+    # 1366 x 768 less a panel and the title bar: about 700 pixels high. It was 786 on one page.
+    hint = opened.sizeHint()
+    assert hint.height() <= 700 and hint.width() <= 1366 and opened.height() <= 700
+    tabs = opened.pages
+    pages = {tabs.tabText(i).replace("&", ""): tabs.widget(i) for i in range(tabs.count())}  # &: Alt+G, Alt+C
+    titles = {name: [box.title() for box in page.findChildren(QGroupBox)] for name, page in pages.items()}
+    assert titles == {
+        "General": ["Downloads", "Engines"],
+        "Connections": ["Local API", "Other machines (llama.cpp RPC)", "Remotes"],
+    }
+    assert opened.keep_in_tray.parent() is pages["General"]
