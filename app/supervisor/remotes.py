@@ -44,7 +44,7 @@ from app.core.remotes import (
 from app.core.runcard import RunCard, figures, quant_of
 from app.core.telemetry import Telemetry
 from app.store.paths import home
-from app.store.remotes import RemoteRecord, load_remotes, save_remotes
+from app.store.remotes import RemoteRecord, load_remotes, remotes_path, save_remotes
 from app.store.secrets import delete_remote_key, get_remote_key, set_remote_key
 
 if TYPE_CHECKING:
@@ -55,6 +55,16 @@ log = logging.getLogger(__name__)
 POLL_S = 15.0  # between looks at a remote that answers
 LOOK_DEADLINE_S = 15.0  # a look that takes longer (an answer dripping in) finds the remote unreachable
 BACKOFF_S = (2.0, 5.0, 10.0, 30.0)  # after the 1st, 2nd, 3rd, 4th+ look in a row that found it down
+FILE_POLL_S = 2.0  # how often a watching app looks whether another process changed the remotes file
+
+
+def _file_stamp() -> tuple[int, int, int] | None:
+    """What changes when the remotes file is written (atomically: a new inode), or None without one."""
+    try:
+        info = remotes_path().stat()
+    except OSError:
+        return None
+    return info.st_ino, info.st_mtime_ns, info.st_size
 
 
 # --- events and snapshots ---------------------------------------------------------------------------
@@ -237,6 +247,7 @@ class Remotes:
         poll_s: float = POLL_S,
         backoff_s: tuple[float, ...] = BACKOFF_S,
         look_deadline_s: float = LOOK_DEADLINE_S,
+        file_poll_s: float = FILE_POLL_S,
     ) -> None:
         """``timeouts``: the settings' load and request timeouts, read at each use."""
         self._emit = emit
@@ -244,11 +255,15 @@ class Remotes:
         self.poll_s = poll_s
         self.backoff_s = backoff_s
         self.look_deadline_s = look_deadline_s
+        self.file_poll_s = file_poll_s
+        self._file_stamp = _file_stamp()
         loaded = load_remotes()
         self.warnings = [loaded.warning] if loaded.warning else []
         self._remotes = {name: _Remote(record) for name, record in loaded.items.items()}
         self._watching = False
         self._closed = False
+        self._file_watcher: asyncio.Task[None] | None = None
+        self._changing = asyncio.Lock()  # an add or removal here, or taking in one made elsewhere
 
     # --- reading ------------------------------------------------------------------------------------
 
@@ -291,36 +306,67 @@ class Remotes:
         record = RemoteRecord(name, root, has_key=bool(key))
         if key:
             await asyncio.to_thread(set_remote_key, name, key)
-        records = {n: r.record for n, r in self._remotes.items()} | {name: record}
-        try:
-            await asyncio.to_thread(save_remotes, records)
-        except OSError as err:
-            if key:
-                await asyncio.to_thread(delete_remote_key, name)
-            raise _unsaved(err) from None
-        remote = _Remote(record, key=key or None, key_read=True)
-        self._remotes[name] = remote
-        log.info("remote %s added: %s", name, root)
-        self._emit(RemoteChanged(name, RemoteState.UNKNOWN, RemoteState.UNKNOWN))
+        async with self._changing:
+            records = {n: r.record for n, r in self._remotes.items()} | {name: record}
+            try:
+                await asyncio.to_thread(save_remotes, records)
+            except OSError as err:
+                if key:
+                    await asyncio.to_thread(delete_remote_key, name)
+                raise _unsaved(err) from None
+            self._file_stamp = _file_stamp()
+            remote = self._adopt(record, key)
         await self._look(remote)
+        return remote.snapshot()
+
+    def _adopt(self, record: RemoteRecord, key: str | None = None) -> _Remote:
+        """Keep a remote just added (here, or by another process with ``key`` in the keychain)."""
+        remote = _Remote(record, key=key or None, key_read=key is not None)
+        self._remotes[record.name] = remote
+        log.info("remote %s added: %s", record.name, record.url)
+        self._emit(RemoteChanged(record.name, RemoteState.UNKNOWN, RemoteState.UNKNOWN))
         if self._watching:
             self._start_watcher(remote)
-        return remote.snapshot()
+        return remote
 
     async def remove(self, name: str) -> None:
         """Forget a remote and delete its key from the keychain."""
-        remote = self._get(name)
-        records = {n: r.record for n, r in self._remotes.items() if n != name}
-        try:
-            await asyncio.to_thread(save_remotes, records)
-        except OSError as err:
-            raise _unsaved(err) from None
-        del self._remotes[name]
-        await self._stop(remote)
+        async with self._changing:
+            remote = self._get(name)
+            records = {n: r.record for n, r in self._remotes.items() if n != name}
+            try:
+                await asyncio.to_thread(save_remotes, records)
+            except OSError as err:
+                raise _unsaved(err) from None
+            self._file_stamp = _file_stamp()
+            await self._forget(name)
         if remote.record.has_key:
             await asyncio.to_thread(delete_remote_key, name)
+
+    async def _forget(self, name: str) -> None:
+        remote = self._remotes.pop(name)
+        await self._stop(remote)
         log.info("remote %s removed", name)
         self._emit(RemoteChanged(name, remote.state, remote.state, removed=True))
+
+    async def _watch_file(self) -> None:
+        """Take in the remotes another process (``lemon-desk remote add`` or ``rm``) added or removed."""
+        while True:
+            await asyncio.sleep(self.file_poll_s)
+            async with self._changing:
+                stamp = _file_stamp()
+                if stamp == self._file_stamp:
+                    continue
+                self._file_stamp = stamp
+                loaded = await asyncio.to_thread(load_remotes)
+                if loaded.warning:  # a file this app cannot read (set aside): keep the remotes it knows
+                    log.warning("%s", loaded.warning)
+                    continue
+                for name in [n for n, r in self._remotes.items() if loaded.items.get(n) != r.record]:
+                    await self._forget(name)  # removed there, or replaced by another of its name
+                for name, record in loaded.items.items():
+                    if name not in self._remotes:
+                        self._adopt(record)  # its watcher looks at it at once
 
     # --- looking ------------------------------------------------------------------------------------
 
@@ -331,6 +377,8 @@ class Remotes:
         self._watching = True
         for remote in self._remotes.values():
             self._start_watcher(remote)
+        if self._file_watcher is None:
+            self._file_watcher = asyncio.ensure_future(self._watch_file())
 
     async def refresh(self, names: list[str] | None = None) -> list[RemoteSnapshot]:
         """Look at the remotes (all, or those named) now, together; their snapshots after."""
@@ -518,5 +566,8 @@ class Remotes:
     async def close(self) -> None:
         """Stop every watcher and close every connection."""
         self._closed, self._watching = True, False
+        if self._file_watcher is not None:
+            self._file_watcher.cancel()
+            await asyncio.gather(self._file_watcher, return_exceptions=True)
         for remote in list(self._remotes.values()):
             await self._stop(remote)

@@ -6,6 +6,7 @@ window's own loop; the last one chats through a real `lemon-desk serve` on the r
 from __future__ import annotations
 
 import asyncio
+import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -110,6 +111,25 @@ def test_settings_adds_a_remote_that_the_manager_and_tray_show_and_removes_it(
         qtbot.waitUntil(lambda: editor.names() == [])
         qtbot.waitUntil(lambda: models.remote_group("box") is None)
         assert "@box/smol" not in app.tray.load_actions() and secrets.get_remote_key("box") is None
+    finally:
+        run_on_loop(qtbot, standin.stop())
+
+
+def test_a_remote_added_and_removed_in_a_terminal_shows_in_the_running_window(
+    qtbot: QtBot, desktop: Desktop, lemon_home: Path
+) -> None:
+    standin = StandinRemote(models=("smol",))
+    app = desktop()
+    run_on_loop(qtbot, standin.start())
+    models = app.window.models
+    try:
+        cli = [sys.executable, "-m", "app", "remote"]
+        subprocess.run([*cli, "add", "box", standin.url], check=True, capture_output=True, timeout=60)
+        qtbot.waitUntil(lambda: models.remote_row("@box/smol") is not None, timeout=15_000)
+        assert "@box/smol" in app.tray.load_actions()
+        subprocess.run([*cli, "rm", "box"], check=True, capture_output=True, timeout=60)
+        qtbot.waitUntil(lambda: models.remote_group("box") is None, timeout=15_000)
+        assert "@box/smol" not in app.tray.load_actions()
     finally:
         run_on_loop(qtbot, standin.stop())
 

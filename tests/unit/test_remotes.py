@@ -107,6 +107,41 @@ def test_one_event_and_one_log_line_per_move_and_the_remote_comes_back(
     assert sum("is reachable" in line for line in lines) == 2, lines
 
 
+def test_a_remote_added_or_removed_by_another_process_is_taken_in_while_watching(lemon_home: Path) -> None:
+    """`lemon-desk remote add` and `rm` in a terminal reach a running window or `serve` (each its own
+    ``Remotes`` over the same file), without a restart."""
+
+    async def go() -> tuple[list[str], list[RemoteChanged], list[str]]:
+        standin = StandinRemote(models=("smol",))
+        await standin.start()
+        events: list[RemoteChanged] = []
+        running = Remotes(events.append, file_poll_s=0.05, **FAST)  # type: ignore[arg-type]
+        terminal = Remotes(lambda _e: None, **FAST)  # type: ignore[arg-type]
+        try:
+            running.watch()
+            await terminal.add("box", standin.url, None)
+            await until(lambda: running.names() == ["box"])
+            await until(lambda: running.snapshot("box").state is RemoteState.REACHABLE)
+            seen = [v.name for v in running.views()]
+            await terminal.remove("box")
+            await until(lambda: running.names() == [])
+            await running.add("own", standin.url, None)  # its own add is not taken in twice
+            await asyncio.sleep(0.2)
+            return seen, events, running.names()
+        finally:
+            await running.close()
+            await terminal.close()
+            await standin.stop()
+
+    seen, events, left = asyncio.run(go())
+    assert seen == ["@box/smol"] and left == ["own"]
+    assert [(e.name, e.removed) for e in events if e.removed or e.old is e.state is RemoteState.UNKNOWN] == [
+        ("box", False),
+        ("box", True),
+        ("own", False),
+    ]
+
+
 def test_the_backoff_grows_while_down_and_resets_once_back(lemon_home: Path) -> None:
     remotes = Remotes(lambda _e: None, poll_s=15.0, backoff_s=(2.0, 5.0, 10.0, 30.0))
     inside = type("R", (), {"state": RemoteState.UNREACHABLE, "failures": 0})()
