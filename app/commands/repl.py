@@ -1,7 +1,8 @@
 """A multi-turn chat in the terminal: Ctrl-C stops the reply being written, Ctrl-D (end of input) quits.
 
 Lines are read by a daemon thread so the event loop keeps serving the engine (its output, its watchdog)
-while the user types; the caller stops the engine however the chat ends.
+while the user types; the caller stops the engine however the chat ends. Replies come through the
+router, so a remote model (``@NAME/MODEL``) chats as a local one does.
 """
 
 from __future__ import annotations
@@ -16,8 +17,9 @@ from typing import Any
 from app.client.events import ChatDelta
 from app.commands.output import telemetry_line
 from app.core.engine_state import EngineState
+from app.core.errors import LemonDeskError
 from app.supervisor.engine import Engine
-from app.supervisor.supervisor import Supervisor
+from app.supervisor.router import Router
 
 PROMPT = "> "
 
@@ -29,23 +31,22 @@ def _read_lines(loop: asyncio.AbstractEventLoop, lines: asyncio.Queue[str | None
         loop.call_soon_threadsafe(lines.put_nowait, None)
 
 
-async def _reply(
-    supervisor: Supervisor, engine: Engine, history: list[dict[str, Any]], text: list[str]
-) -> None:
-    async with supervisor.chat_client(engine.id) as client:
-        async for event in client.stream_chat(history):
-            if isinstance(event, ChatDelta):
-                text.append(event.content)
-                sys.stderr.write(event.reasoning)
-                sys.stdout.write(event.content)
-                sys.stdout.flush()
-            else:
-                print()
-                print(telemetry_line(event.telemetry), file=sys.stderr)
+async def _reply(router: Router, name: str, history: list[dict[str, Any]], text: list[str]) -> None:
+    async for event in router.stream_chat(name, history):
+        if isinstance(event, ChatDelta):
+            text.append(event.content)
+            sys.stderr.write(event.reasoning)
+            sys.stdout.write(event.content)
+            sys.stdout.flush()
+        else:
+            print()
+            print(telemetry_line(event.telemetry), file=sys.stderr)
 
 
-async def chat_in_terminal(supervisor: Supervisor, engine: Engine) -> None:
-    """Chat until end of input; raises the engine's error if it dies meanwhile."""
+async def chat_in_terminal(router: Router, name: str, engine: Engine | None = None) -> None:
+    """Chat with ``name`` until end of input: a model loaded here in ``engine``, or a remote model. The
+    local engine's death ends the chat with its error; a reply that fails otherwise (a remote that went
+    away) is said, and the question can be asked again."""
     loop = asyncio.get_running_loop()
     lines: asyncio.Queue[str | None] = asyncio.Queue()
     threading.Thread(target=_read_lines, args=(loop, lines), daemon=True, name="stdin").start()
@@ -60,8 +61,12 @@ async def chat_in_terminal(supervisor: Supervisor, engine: Engine) -> None:
 
     loop.add_signal_handler(signal.SIGINT, interrupt)
     history: list[dict[str, Any]] = []
-    died = asyncio.create_task(engine.wait_for_state(EngineState.CRASHED, EngineState.STOPPED))
-    print(f"Chatting with {engine.id}. Ctrl-C stops a reply; Ctrl-D quits.", file=sys.stderr)
+    died: asyncio.Future[Any] = (
+        asyncio.ensure_future(engine.wait_for_state(EngineState.CRASHED, EngineState.STOPPED))
+        if engine is not None
+        else loop.create_future()  # a remote model's server may go and come back: never "died"
+    )
+    print(f"Chatting with {name}. Ctrl-C stops a reply; Ctrl-D quits.", file=sys.stderr)
     try:
         while True:
             print(PROMPT, end="", file=sys.stderr, flush=True)
@@ -78,7 +83,7 @@ async def chat_in_terminal(supervisor: Supervisor, engine: Engine) -> None:
                 continue
             history.append({"role": "user", "content": line})
             text: list[str] = []
-            replying = asyncio.create_task(_reply(supervisor, engine, history, text))
+            replying = asyncio.create_task(_reply(router, name, history, text))
             try:
                 await replying
             except asyncio.CancelledError:
@@ -87,11 +92,18 @@ async def chat_in_terminal(supervisor: Supervisor, engine: Engine) -> None:
                     raise
                 print()
                 print("[stopped]", file=sys.stderr)
+            except LemonDeskError as err:
+                if engine is not None and engine.state is not EngineState.READY:
+                    await asyncio.wait({died}, timeout=5)
+                    break  # the engine died: its own error is raised below
+                print(f"\nerror: {err}", file=sys.stderr)
+                history.pop()  # unanswered: the user may ask again
+                continue
             history.append({"role": "assistant", "content": "".join(text)})
     finally:
         loop.remove_signal_handler(signal.SIGINT)
         died.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await died
-    if engine.state is EngineState.CRASHED and engine.error is not None:
+    if engine is not None and engine.state is EngineState.CRASHED and engine.error is not None:
         raise engine.error

@@ -94,7 +94,7 @@ async def _run(router: Router, model: Model, options: ModelOptions, args: argpar
         engine = await router.load(model, options, force=args.force)
         backend = f"{engine.request.recipe}:{engine.request.backend}"
         if args.prompt is None:
-            await chat_in_terminal(router.supervisor, engine)
+            await chat_in_terminal(router, engine.id, engine)
             return 0
         reply, reasoning, done = await _answer(router, engine.id, args.prompt, echo=not args.json)
     if args.json:
@@ -118,14 +118,12 @@ async def _run_remote(router: Router, args: argparse.Namespace) -> int:
             f"{args.model} runs as its remote runs it.",
             "Set its options on the remote.",
         )
-    if args.prompt is None:
-        raise ConfigError(
-            "The terminal chat runs models of this machine.",
-            f"Give --prompt to ask {args.model} one question, or chat with it in the window.",
-        )
     async with router:
         print(f"{args.model}: loading on its remote", file=sys.stderr, flush=True)
         await router.remotes.load(args.model)
+        if args.prompt is None:
+            await chat_in_terminal(router, args.model)
+            return 0
         reply, reasoning, done = await _answer(router, args.model, args.prompt, echo=not args.json)
         stats = await router.remotes.stats(args.model)
     if args.json:

@@ -6,6 +6,7 @@ Seconds, not minutes; two real `lemon-desk serve` are in tests/integration/test_
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 import logging
 import time
@@ -379,6 +380,24 @@ def test_remote_add_list_models_run_and_rm_from_the_command(
         assert code == 1 and err.startswith("error: There is no remote named 'box'.")
         code, out, _ = run(capsys, "remote")
         assert out.startswith("No remotes.")
+
+
+def test_run_chats_with_a_remote_model_in_the_terminal(
+    lemon_home: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    standin = StandinRemote()
+    with standin.in_thread():
+        assert run(capsys, "remote", "add", "box", standin.url)[0] == 0
+        monkeypatch.setattr("sys.stdin", io.StringIO("hi\nand again?\n"))  # two turns, then Ctrl-D
+        code, out, err = run(capsys, "run", "@box/smol")
+        chats = [seen.body for seen in standin.requests("/v1/chat/completions")]
+    assert code == 0, err
+    assert "Chatting with @box/smol" in err and out.count("".join(REPLY)) == 2
+    assert chats[1] is not None and [m["content"] for m in chats[1]["messages"]] == [
+        "hi",
+        "".join(REPLY),
+        "and again?",
+    ]  # the second turn carries the first
 
 
 def test_an_unreachable_remote_is_shown_as_such_by_list_and_models(
