@@ -316,16 +316,27 @@ class Bridge(QObject):
     # --- engines --------------------------------------------------------------------------------------
 
     def load(
-        self, name: str, options: ModelOptions | None = None, *, force: bool = False
+        self,
+        name: str,
+        options: ModelOptions | None = None,
+        *,
+        force: bool = False,
+        without: tuple[str, ...] = (),
     ) -> asyncio.Task[None]:
-        """One-click: downloads the model and installs its backend first when needed."""
-        return self.spawn(self._load(name, options, force))
+        """One-click: downloads the model and installs its backend first when needed. ``without``: the
+        RPC workers (``host:port``) its last load used that this one leaves out (lost ones)."""
+        return self.spawn(self._load(name, options, force, without))
 
-    async def _load(self, name: str, options: ModelOptions | None, force: bool) -> None:
+    async def _load(
+        self, name: str, options: ModelOptions | None, force: bool, without: tuple[str, ...]
+    ) -> None:
         if is_remote_model(name):
             await self._load_remote(name)
             return
-        task = self.router.load(name, options, force=force)
+        if without:
+            task = self.router.reload_without(name, without)
+        else:
+            task = self.router.load(name, options, force=force)
         await asyncio.wait([task])
         if task.cancelled():
             return

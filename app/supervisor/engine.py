@@ -120,6 +120,7 @@ class Engine:
         self.port: int | None = None
         self.argv: tuple[str, ...] = ()  # the command it was last started with (the key file, not the key)
         self.api_key: str | None = None
+        self.lost_workers: tuple[str, ...] = ()  # RPC workers found gone when it crashed ("host:port")
         self.watch = _Watch(self)
         self._fixed_port = port
         self._state_listeners: Listeners[EngineState] = Listeners(f"engine {engine_id}'s state")
@@ -312,8 +313,10 @@ class Engine:
             lost = (
                 await lost_workers(tuple(map(parse_endpoint, self.request.rpc))) if self.request.rpc else []
             )
+            self.lost_workers = tuple(str(worker) for worker in lost)
             if lost:  # llama.cpp aborts when a worker goes: the worker is the cause to name
-                message = f"{message[:-1]}: {'; '.join(lost)}."
+                said = "; ".join(f"the RPC worker {worker} is unreachable" for worker in lost)
+                message = f"{message[:-1]}: {said}."
                 hint = "Start the worker again, or load the model without it."
             self.error = EngineError(message, hint, self.last_output())
             await self._release()  # before CRASHED: a listener may start the engine again at once

@@ -233,6 +233,7 @@ class ModelView:
     fit_note: str = ""  # why the header could not be read, when it could not
     context_window: int | None = None  # the context the model was trained for, once its header is read
     memory: dict[str, int] = dataclasses.field(default_factory=dict)  # loaded: bytes per device, from its log
+    lost_workers: tuple[str, ...] = ()  # crashed: the RPC workers found gone ("host:port"), to load without
 
     @property
     def name(self) -> str:
@@ -287,6 +288,7 @@ class Router:
         self._ready_at: dict[str, float] = {}
         self._versions: dict[str, str] = {}  # the engine version each model was last loaded with
         self._placement: dict[str, dict[str, int]] = {}  # where each loaded model's memory is (RPC loads)
+        self._lost: dict[str, tuple[str, ...]] = {}  # the RPC workers a crashed model lost, till it loads
         self._loads: dict[str, asyncio.Task[Engine]] = {}
         self._restarts: dict[str, asyncio.Task[Engine]] = {}
         self._background: set[asyncio.Task[Any]] = set()
@@ -420,8 +422,9 @@ class Router:
         note = self._shape_errors.get(disk.model.checkpoint, "")
         window = (shape.context_train or None) if shape is not None else None
         facts = model_status(self._facts(disk))
-        memory = self._placement.get(disk.model.name, {})
-        return ModelView(disk.model, facts, on_disk, size, disk, fit, exact, note, window, memory)
+        name = disk.model.name
+        memory, lost = self._placement.get(name, {}), self._lost.get(name, ())
+        return ModelView(disk.model, facts, on_disk, size, disk, fit, exact, note, window, memory, lost)
 
     def _shape(self, disk: DiskStatus) -> ModelShape | None:
         """The model's shape from its header when read: on disk, or from the Hub (``measure_fit``)."""
@@ -1017,9 +1020,13 @@ class Router:
             engine = self.supervisor.engines.get(name)
             if engine is not None:  # the load's lines are all in the output now; later ones push them out
                 self._placement[name] = memory_by_device(list(engine.output))
+            self._lost.pop(name, None)
         else:
             self._placement.pop(name, None)
         if event.state is EngineState.CRASHED and not self._closing:
+            engine = self.supervisor.engines.get(name)
+            if engine is not None and engine.lost_workers:
+                self._lost[name] = engine.lost_workers
             self._crashed(name, event.message)
         self._changed(name)
 

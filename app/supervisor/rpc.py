@@ -233,25 +233,22 @@ async def own_protocol(worker_binary: Path, plan_env: dict[str, str]) -> tuple[i
     return _own_protocols[key]
 
 
-async def lost_workers(workers: tuple[Endpoint, ...]) -> list[str]:
-    """Why each of ``workers`` that no longer accepts connections is gone (after an engine using them
-    died). A busy or live worker is not lost; only a refused or silent connection counts."""
-    lost = []
-    for result in await asyncio.gather(*(_reachable(w) for w in workers)):
-        if result:
-            lost.append(result)
-    return lost
+async def lost_workers(workers: tuple[Endpoint, ...]) -> list[Endpoint]:
+    """Those of ``workers`` that no longer accept connections (after an engine using them died). A busy
+    or live worker is not lost; only a refused or silent connection counts."""
+    reachable = await asyncio.gather(*(_reachable(w) for w in workers))
+    return [worker for worker, up in zip(workers, reachable, strict=True) if not up]
 
 
-async def _reachable(endpoint: Endpoint) -> str:
+async def _reachable(endpoint: Endpoint) -> bool:
     try:
         _, writer = await asyncio.wait_for(asyncio.open_connection(endpoint.host, endpoint.port), 1.0)
     except (OSError, TimeoutError):
-        return f"the RPC worker {endpoint} is unreachable"
+        return False
     writer.close()  # the worker sees a client that leaves before HELLO, and goes on
     with contextlib.suppress(OSError):
         await writer.wait_closed()
-    return ""
+    return True
 
 
 # --- running a worker -----------------------------------------------------------------------------------

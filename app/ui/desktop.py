@@ -191,6 +191,7 @@ class DesktopApp(QObject):
         chat.stop_requested.connect(bridge.stop_reply)
         models.model_selected.connect(self._model_selected)
         models.load_requested.connect(lambda name: bridge.load(name))
+        models.load_without_requested.connect(lambda name, lost: bridge.load(name, without=lost))
         models.unload_requested.connect(bridge.unload)
         models.download_requested.connect(bridge.download)
         models.cancel_download_requested.connect(window.downloads.ask_cancel)

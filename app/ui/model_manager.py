@@ -69,6 +69,7 @@ class ModelManager(QWidget):
     add_requested = Signal(str)  # a .gguf file or an MLX folder to import
     fit_wanted = Signal(str)  # a selected model's fit is by size alone: read its header
     resume_download_requested = Signal(str)
+    load_without_requested = Signal(str, object)  # model, the lost RPC workers to leave out (tuple)
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -420,6 +421,12 @@ class ModelManager(QWidget):
             action = menu.addAction(button.text(), button.click)
             action.setEnabled(button.isEnabled())
         row = self._rows.get(name)
+        if row is not None and row.lost_workers and row.status.status not in (Status.LOADED, *BUSY):
+            lost = row.lost_workers
+            without = menu.addAction(
+                f"Load without {', '.join(lost)}", lambda: self.load_without_requested.emit(name, lost)
+            )
+            without.setToolTip("Load it here and on its other workers, leaving out the ones that went away")
         if row is None:  # a remote's model: nothing to pin or set here
             menu.popup(self.tree.viewport().mapToGlobal(pos))
             return

@@ -11,8 +11,10 @@ from pathlib import Path
 
 import psutil
 import pytest
+from PySide6.QtWidgets import QMenu
 from pytestqt.qtbot import QtBot
 
+from app.core.chat import MessageState
 from app.core.status import Status
 from app.store.settings import Settings, load_settings, save_settings
 from app.supervisor.process import free_port
@@ -80,3 +82,34 @@ def test_the_windows_worker_in_the_tray_and_a_model_on_it(
     )
     qtbot.waitUntil(lambda: not app.tray.worker_action.isVisible(), timeout=30_000)
     assert not psutil.pid_exists(worker_pid) or psutil.Process(worker_pid).status() == psutil.STATUS_ZOMBIE
+
+    # The model was on that worker: its next reply fails (llama.cpp aborts), and the restart finds the
+    # worker gone and gives up.
+    chat = window.chat
+    chat.composer.setPlainText("Hello")
+    chat.submit()
+    qtbot.waitUntil(lambda: chat.messages()[-1].state is MessageState.FAILED, timeout=LOAD_MS)
+    assert f"the RPC worker 127.0.0.1:{port} is unreachable" in chat.messages()[-1].error
+    lost = (f"127.0.0.1:{port}",)
+    settled = (Status.LOADED, Status.LOADING, Status.INSTALLING)
+    qtbot.waitUntil(
+        lambda: (
+            window.models.row(NAME).lost_workers == lost
+            and window.models.row(NAME).status.status not in settled
+        ),
+        timeout=LOAD_MS,
+    )
+    # Its menu offers to load it without the lost worker: here alone, as it had no other.
+    models = window.models
+    models.select(NAME)
+    item = next(i for i in models._items() if i.text(0) == NAME)
+    models._context_menu(models.tree.visualItemRect(item).center())
+    actions = [a for menu in models.findChildren(QMenu) for a in menu.actions()]
+    without = next(a for a in actions if a.text().startswith("Load without"))
+    assert without.text() == f"Load without 127.0.0.1:{port}"
+    without.trigger()
+    qtbot.waitUntil(lambda: models.row(NAME).status.status is Status.LOADED, timeout=LOAD_MS)
+    row = models.row(NAME)
+    assert not row.lost_workers and not any(":" in device for device in row.memory)
+    engine = app.bridge.router.supervisor.engines[NAME]
+    assert "--rpc" not in engine.argv
