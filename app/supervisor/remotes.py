@@ -296,17 +296,16 @@ class Remotes:
         """Keep a new remote (its key in the keychain), look at it once, and watch it when watching.
         A remote that does not answer now is kept all the same: it may answer later."""
         check_remote_name(name)
-        root = normalise_url(url)
-        if name in self._remotes:
-            existing = self._remotes[name].record.url
-            raise ConfigError(
-                f"There is already a remote named {name} ({existing}).",
-                f"Remove it first (`lemon-desk remote rm {name}`), or choose another name.",
-            )
-        record = RemoteRecord(name, root, has_key=bool(key))
-        if key:
-            await asyncio.to_thread(set_remote_key, name, key)
+        record = RemoteRecord(name, normalise_url(url), has_key=bool(key))
         async with self._changing:
+            if name in self._remotes:
+                existing = self._remotes[name].record.url
+                raise ConfigError(
+                    f"There is already a remote named {name} ({existing}).",
+                    f"Remove it first (`lemon-desk remote rm {name}`), or choose another name.",
+                )
+            if key:
+                await asyncio.to_thread(set_remote_key, name, key)
             records = {n: r.record for n, r in self._remotes.items()} | {name: record}
             try:
                 await asyncio.to_thread(save_remotes, records)
