@@ -178,6 +178,7 @@ class _Remote:
     http: httpx.AsyncClient | None = None
     watcher: asyncio.Task[None] | None = None
     looking: asyncio.Task[None] | None = None
+    moved: asyncio.Event = field(default_factory=asyncio.Event)  # its state changed (the watcher's rest ends)
 
     def __repr__(self) -> str:  # never the key
         return f"_Remote({self.record.name}, {self.record.url}, {self.state.name})"
@@ -392,7 +393,18 @@ class Remotes:
     async def _watch(self, remote: _Remote) -> None:
         while True:
             await self._look(remote)
-            await asyncio.sleep(self._delay(remote))
+            await self._rest(remote)
+
+    async def _rest(self, remote: _Remote) -> None:
+        """Wait the delay the remote's state asks for. A move meanwhile (a request's look found it gone,
+        or back) starts the delay of the new state: a remote found down is looked at on the backoff's
+        schedule from then on, not after the rest of a 15-second wait."""
+        while True:
+            remote.moved.clear()
+            try:
+                await asyncio.wait_for(remote.moved.wait(), self._delay(remote))
+            except TimeoutError:
+                return
 
     def _delay(self, remote: _Remote) -> float:
         if remote.state is RemoteState.REACHABLE:
@@ -442,6 +454,7 @@ class Remotes:
         old = remote.state
         assert can_transition(old, state), f"remote {remote.record.name}: {old} -> {state}"
         remote.state, remote.message, remote.since = state, message, time.time()
+        remote.moved.set()
         name, url = remote.record.name, remote.record.url
         if state is RemoteState.REACHABLE:
             log.info("remote %s (%s) is reachable: %d models", name, url, len(remote.models))
