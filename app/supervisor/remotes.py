@@ -287,7 +287,7 @@ class Remotes:
             raise ModelError(
                 f"There is no remote named {name!r}.",
                 "`lemon-desk remote list` shows them; add one with `lemon-desk remote add NAME URL` "
-                "or in Settings > Remotes.",
+                "or in Settings > Connections > Remotes.",
             )
         return remote
 
@@ -486,7 +486,8 @@ class Remotes:
             raise RemoteError(
                 f"The remote {ref.remote} ({remote.record.url}) {remote.message.removeprefix('it ')}.",
                 f"Give it the right key: `lemon-desk remote rm {ref.remote}`, then `lemon-desk remote add "
-                f"{ref.remote} {remote.record.url} --ask-key` (or remove and add it in Settings > Remotes).",
+                f"{ref.remote} {remote.record.url} --ask-key` (or remove and add it in "
+                "Settings > Connections > Remotes).",
                 remote=ref.remote,
                 status=401,
             )

@@ -1,7 +1,7 @@
-"""Settings > Remotes: the remote servers (name, address, state), adding one (with its key, which goes
-straight to the keychain) and removing one. Changes apply at once, not on Save: a remote is kept, or
-forgotten with its key, by the router. The widget only validates what is typed and emits intents; it
-never holds a stored key, only the one being typed until it is handed on."""
+"""Settings > Connections > Remotes: the remote servers (name, address, state), adding one (with its
+key, which goes straight to the keychain) and removing one. Changes apply at once, not on Save: a remote
+is kept, or forgotten with its key, by the router. The widget only validates what is typed and emits
+intents; it never holds a stored key, only the one being typed until it is handed on."""
 
 from __future__ import annotations
 
