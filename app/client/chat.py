@@ -224,9 +224,7 @@ class ChatClient:
                         answered = True
                         if response.status_code != 200:
                             await response.aread()
-                            raise _status_error(
-                                response.status_code, response.content, response.reason_phrase
-                            )
+                            raise _refused(response)
                         parser = SSEParser()
                         # Read to the end even after [DONE] or an error event (the engine ends the body
                         # right after them): breaking off would leave httpx's generators half-run, to be

@@ -17,7 +17,14 @@ from typing import TYPE_CHECKING, Any
 from app.client.adapters import DeltaSplitter, Route
 from app.client.chat import loopback_ssl
 from app.core.errors import RequestError
-from app.core.remotes import RemoteKind, RemoteModelInfo, RemoteState, loaded_models, parse_model_list
+from app.core.remotes import (
+    SERVER_LEMON_DESK,
+    RemoteKind,
+    RemoteModelInfo,
+    RemoteState,
+    loaded_models,
+    parse_model_list,
+)
 
 if TYPE_CHECKING:
     import httpx
@@ -27,7 +34,6 @@ CONNECT_TIMEOUT_S = 3.0
 # Below the keep-alive of the servers a remote is likely to be (aiohttp 75 s, nginx 75 s, uvicorn 5 s is
 # below it: a connection it closed is met by one retry, below).
 KEEPALIVE_S = 30.0
-SERVER_LEMON_DESK = "lemon-desk"  # what Lemon Desk's GET /api/v1/health says in its "server" field
 MAX_ANSWER_BYTES = 8 * 1024 * 1024  # a model list of thousands of models is well under this
 
 

@@ -64,6 +64,9 @@ class RemoteKind(Enum):
     OPENAI = "OpenAI-compatible"  # only OpenAI's routes: models load there as its own rules say
 
 
+SERVER_LEMON_DESK = "lemon-desk"  # the "server" of Lemon Desk's GET /api/v1/health: another Lemon Desk
+
+
 # --- names and addresses ----------------------------------------------------------------------------
 
 

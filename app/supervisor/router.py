@@ -1014,17 +1014,16 @@ class Router:
         if not isinstance(event, EngineStateChanged):
             return
         name = event.model
+        engine = self.supervisor.engines.get(name)
         if event.state is EngineState.READY:
             self._ready_at[name] = self._clock()
             self._touch(name)
-            engine = self.supervisor.engines.get(name)
             if engine is not None:  # the load's lines are all in the output now; later ones push them out
                 self._placement[name] = memory_by_device(list(engine.output))
             self._lost.pop(name, None)
         else:
             self._placement.pop(name, None)
         if event.state is EngineState.CRASHED and not self._closing:
-            engine = self.supervisor.engines.get(name)
             if engine is not None and engine.lost_workers:
                 self._lost[name] = engine.lost_workers
             self._crashed(name, event.message)

@@ -311,11 +311,10 @@ class ModelManager(QWidget):
             row = self._rows.get(name)
             if row is None:  # a remote's: ready to load there, whatever "Downloaded" says
                 remote = self._remote_rows[name]
-                text = " ".join((name, remote.info.recipe, *remote.info.labels)).lower()
                 on_disk, model_recipe, model_labels = True, remote.info.recipe, remote.info.labels
             else:
-                text = " ".join((row.name, row.model.recipe, *row.model.labels)).lower()
                 on_disk, model_recipe, model_labels = row.on_disk, row.model.recipe, row.model.labels
+            text = " ".join((name, model_recipe, *model_labels)).lower()
             shown = (
                 all(word in text for word in words)
                 and (not recipe or model_recipe == recipe)

@@ -22,7 +22,7 @@ from app.core.names import USER_PREFIX
 from app.core.policy import parse_caps
 from app.core.refs import FileSet
 from app.core.registration import defines_model, user_model_from_request
-from app.core.remotes import is_remote_model
+from app.core.remotes import SERVER_LEMON_DESK, is_remote_model
 from app.store.hfcache import hub_cache_dir
 from app.store.model_options import ModelOptions
 from app.supervisor.api.bodies import optional, parse_object, required_str
@@ -236,7 +236,7 @@ class LemonadeRoutes:
         return web.json_response(
             {
                 "status": "ok",
-                "server": "lemon-desk",  # how another Lemon Desk tells this one from a Lemonade Server
+                "server": SERVER_LEMON_DESK,  # how another Lemon Desk tells this one from a Lemonade Server
                 "version": __version__,
                 "model_loaded": loaded[-1] if loaded else None,
                 "all_models_loaded": models,

@@ -231,7 +231,7 @@ class OpenAIRoutes:
     async def get_model(self, request: web.Request) -> web.Response:
         name = request.match_info["id"]
         if is_remote_model(name):
-            remote = self.router.remotes.model(name) if name in self._remote_names() else None
+            remote = self.router.remotes.model(name)  # None unless its remote listed it
             if remote is None:
                 raise model_not_found(name)
             return web.json_response(remote_model_json(remote))
@@ -240,9 +240,6 @@ class OpenAIRoutes:
         data = model_json(self.router, view)
         data["recipe_options"] = saved_json(model.recipe, self.router.options(name))
         return web.json_response(data)
-
-    def _remote_names(self) -> set[str]:
-        return {v.name for v in self.router.remotes.views()}
 
     async def _views(self) -> list[ModelView]:
         return await asyncio.to_thread(self.router.statuses)  # reads the cache: not on the loop
