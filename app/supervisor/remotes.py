@@ -361,6 +361,7 @@ class Remotes:
                 loaded = await asyncio.to_thread(load_remotes)
                 if loaded.warning:  # a file this app cannot read (set aside): keep the remotes it knows
                     log.warning("%s", loaded.warning)
+                    self._file_stamp = _file_stamp()  # what setting it aside left is no change either
                     continue
                 for name in [n for n, r in self._remotes.items() if loaded.items.get(n) != r.record]:
                     await self._forget(name)  # removed there, or replaced by another of its name

@@ -143,6 +143,25 @@ def test_a_remote_added_or_removed_by_another_process_is_taken_in_while_watching
     ]
 
 
+def test_a_remotes_file_made_unreadable_elsewhere_takes_no_remote_away(lemon_home: Path) -> None:
+    async def go() -> list[str]:
+        running = Remotes(lambda _e: None, file_poll_s=0.02, backoff_s=(5.0,))
+        running.watch()
+        try:
+            await running.add("box", "http://127.0.0.1:9", None)
+            for hostile in ('{"remotes": {"../etc": {"url": "http://x"}}}', "not json", "[" * 100_000):
+                staged = lemon_home / "remotes.json.new"
+                staged.write_text(hostile)
+                staged.replace(lemon_home / "remotes.json")  # as another process writes it
+                await asyncio.sleep(0.2)  # several looks: at the file, then at what setting it aside left
+            return running.names()
+        finally:
+            await running.close()
+
+    assert asyncio.run(go()) == ["box"]
+    assert len(list(lemon_home.glob("remotes.json.corrupt-*"))) == 3  # each kept, as the store keeps them
+
+
 def test_the_backoff_grows_while_down_and_resets_once_back(lemon_home: Path) -> None:
     remotes = Remotes(lambda _e: None, poll_s=15.0, backoff_s=(2.0, 5.0, 10.0, 30.0))
     inside = type("R", (), {"state": RemoteState.UNREACHABLE, "failures": 0})()
