@@ -22,7 +22,7 @@ from app.client.events import ChatDelta
 from app.core.backends import BackendKey
 from app.core.bench import BenchSpec
 from app.core.engine_state import EngineState
-from app.core.errors import FitError, LemonDeskError
+from app.core.errors import EngineError, FitError, LemonDeskError
 from app.core.remotes import RemoteModelStatus, RemoteState, is_remote_model
 from app.core.status import Status
 from app.store.model_options import ModelOptions
@@ -485,9 +485,12 @@ class Bridge(QObject):
                     self.reply_card.emit(self.router.run_card(target, params, event.telemetry).to_json())
                     self.reply_finished.emit(dataclasses.asdict(event.telemetry))
         except LemonDeskError as err:
-            self.reply_failed.emit(self._with_last_words(target, str(err)))
+            self.reply_failed.emit(self._with_last_words(target, err))
 
-    def _with_last_words(self, target: str, message: str) -> str:
+    def _with_last_words(self, target: str, err: LemonDeskError) -> str:
+        message = str(err)
+        if isinstance(err, EngineError) and err.last_output:
+            return message  # it quotes them already, as they were when the engine died
         engine = self.router.supervisor.engines.get(target)
         words = engine.last_output(LAST_WORDS) if engine else ""
         if not words or words in message:

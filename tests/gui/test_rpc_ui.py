@@ -89,7 +89,9 @@ def test_the_windows_worker_in_the_tray_and_a_model_on_it(
     chat.composer.setPlainText("Hello")
     chat.submit()
     qtbot.waitUntil(lambda: chat.messages()[-1].state is MessageState.FAILED, timeout=LOAD_MS)
-    assert f"the RPC worker 127.0.0.1:{port} is unreachable" in chat.messages()[-1].error
+    error = chat.messages()[-1].error
+    assert f"the RPC worker 127.0.0.1:{port} is unreachable" in error
+    assert "--- engine output ---" in error and "The engine's last words" not in error  # quoted once
     lost = (f"127.0.0.1:{port}",)
     settled = (Status.LOADED, Status.LOADING, Status.INSTALLING)
     qtbot.waitUntil(
