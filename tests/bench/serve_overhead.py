@@ -6,8 +6,11 @@ memory, their threads) passes for the API's.
 
 - time to first token: the paired difference over many short replies (target <= +2 ms), with a 95%
   bootstrap interval of its median, since one reply's TTFT varies by several milliseconds;
-- one stream at a time: decode tok/s through serve / direct (target >= 0.99), paired per round;
-- 8 concurrent streams: aggregate tok/s through serve / direct (target >= 0.95).
+- one stream at a time: decode tok/s through serve / direct (target >= 0.99), paired per round, with
+  a 95% interval of the median too;
+- 8 concurrent streams: aggregate tok/s through serve / direct (target >= 0.95);
+- the CPU time the API's process spent per token it passed on, over the decode pairs: on a machine
+  whose cores the engine uses, that time is taken from the engine.
 
 Both paths are timed the same way on the client (raw httpx, lines split, JSON parsed).
 
@@ -28,12 +31,13 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Awaitable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
+import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
@@ -135,16 +139,47 @@ def median_interval(values: list[float], draws: int = 2000) -> tuple[float, floa
     return medians[int(draws * 0.025)], medians[int(draws * 0.975) - 1]
 
 
+@dataclass
+class CpuUse:
+    """The CPU time a process spent over the replies that went through it, and their tokens."""
+
+    process: psutil.Process
+    seconds: float = 0.0
+    tokens: int = 0
+
+    def _now(self) -> float:
+        times = self.process.cpu_times()
+        return float(times.user + times.system)
+
+    async def over(self, reply: Awaitable[Timing]) -> Timing:
+        before = self._now()
+        timing = await reply
+        self.seconds += self._now() - before
+        self.tokens += timing.tokens
+        return timing
+
+
 async def paired(
-    client: httpx.AsyncClient, through: Target, direct: Target, rounds: int, tokens: int
+    client: httpx.AsyncClient,
+    through: Target,
+    direct: Target,
+    rounds: int,
+    tokens: int,
+    cpu: CpuUse | None = None,
 ) -> list[tuple[Timing, Timing]]:
-    """``rounds`` pairs (through serve, direct) of the same request, the order alternating."""
+    """``rounds`` pairs (through serve, direct) of the same request, the order alternating; ``cpu``
+    adds up the API process's CPU time over the replies through it."""
+
+    async def reply(path: Target, prompt: str) -> Timing:
+        timing = stream(client, path, prompt, tokens)
+        return await (cpu.over(timing) if cpu is not None and path is through else timing)
+
     pairs = []
     for i in range(rounds):
         prompt = PROMPTS[i % len(PROMPTS)]
         first, second = (through, direct) if i % 2 == 0 else (direct, through)
-        a = await stream(client, first, prompt, tokens)
-        b = await stream(client, second, prompt, tokens)
+        a = await reply(first, prompt)
+        b = await reply(second, prompt)
         pairs.append((a, b) if i % 2 == 0 else (b, a))
     return pairs
 
@@ -158,7 +193,8 @@ async def bench(args: argparse.Namespace, served: Served) -> None:
         for path in (through, direct):  # warm-up, not counted
             await stream(client, path, PROMPTS[0], 8)
         first_pairs = await paired(client, through, direct, args.ttft_rounds, 2)
-        decode_pairs = await paired(client, through, direct, args.rounds, args.tokens)
+        cpu = CpuUse(psutil.Process(served.pid))
+        decode_pairs = await paired(client, through, direct, args.rounds, args.tokens, cpu)
         serve_agg: list[float] = []
         direct_agg: list[float] = []
         for i in range(args.concurrent_rounds):
@@ -169,7 +205,9 @@ async def bench(args: argparse.Namespace, served: Served) -> None:
     gaps = [s.ttft_s - d.ttft_s for s, d in first_pairs]
     ttft = statistics.median(gaps)
     low, high = median_interval(gaps)
-    ratio = statistics.median(s.decode_tps / d.decode_tps for s, d in decode_pairs)
+    ratios = [s.decode_tps / d.decode_tps for s, d in decode_pairs]
+    ratio = statistics.median(ratios)
+    ratio_low, ratio_high = median_interval(ratios)
     decode_gap = statistics.median(s.ttft_s - d.ttft_s for s, d in decode_pairs)
     agg = statistics.median(s / d for s, d in zip(serve_agg, direct_agg, strict=True))
     threads = f", --threads {args.threads}" if args.threads else ""
@@ -184,7 +222,12 @@ async def bench(args: argparse.Namespace, served: Served) -> None:
         f"decode tok/s over {args.rounds} pairs of {args.tokens} tokens (median): "
         f"serve {statistics.median(s.decode_tps for s, _ in decode_pairs):.2f}"
         f"  direct {statistics.median(d.decode_tps for _, d in decode_pairs):.2f}  paired ratio {ratio:.4f}"
-        f" (their TTFT difference: {decode_gap * 1000:+.2f} ms)"
+        f" (95% interval {ratio_low:.4f} to {ratio_high:.4f};"
+        f" their TTFT difference {decode_gap * 1000:+.2f} ms)"
+    )
+    print(
+        f"the API process's CPU time per token it passed on: {cpu.seconds / cpu.tokens * 1e6:.0f} us"
+        f" (over {cpu.tokens} tokens)"
     )
     print(
         f"8 concurrent streams, aggregate tok/s (median of {args.concurrent_rounds}): "
@@ -203,6 +246,7 @@ class Served:
     api_url: str
     engine_url: str
     engine_key: str
+    pid: int
 
 
 @contextlib.contextmanager
@@ -221,7 +265,7 @@ def served_engine(model: str) -> Iterator[Served]:
         line = child.stdout.readline().split()
         if len(line) != 3:
             raise SystemExit(f"the served engine did not start (exit code {child.wait()})")
-        yield Served(*line)
+        yield Served(line[0], line[1], line[2], child.pid)
     finally:
         child.stdin.close()  # it stops its engine and exits
         try:
