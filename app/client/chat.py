@@ -63,11 +63,16 @@ def _error_text(payload: Any) -> str:
     return str(err) if err else json.dumps(payload)[:500]
 
 
-def _status_error(status: int, content: bytes, reason: str) -> RequestError:
+def error_detail(content: bytes, reason: str) -> str:
+    """What a refusal's body says: an OpenAI error's message, else the body's start, else ``reason``."""
     try:
-        detail = _error_text(json.loads(content))
+        return _error_text(json.loads(content))[:500]
     except ValueError:
-        detail = content[:500].decode("utf-8", "replace") or reason
+        return content[:500].decode("utf-8", "replace") or reason
+
+
+def _status_error(status: int, content: bytes, reason: str) -> RequestError:
+    detail = error_detail(content, reason)
     if status == 401:
         return RequestError(
             f"The engine refused the app's key (HTTP 401: {detail}).",

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from app.client.adapters import DeltaSplitter, Route
-from app.client.chat import loopback_ssl
+from app.client.chat import error_detail, loopback_ssl
 from app.core.errors import RequestError
 from app.core.remotes import (
     SERVER_LEMON_DESK,
@@ -134,17 +134,6 @@ def _said(payload: Any) -> str:
     return f": {message[:300]}" if isinstance(message, str) else ""
 
 
-def _detail(response: httpx.Response) -> str:
-    try:
-        payload = response.json()
-    except ValueError:
-        return response.text[:300] or response.reason_phrase
-    err = payload.get("error") if isinstance(payload, dict) else None
-    if isinstance(err, dict) and isinstance(err.get("message"), str):
-        return str(err["message"])[:300]
-    return str(payload)[:300]
-
-
 async def probe(http: httpx.AsyncClient, key: str | None) -> Probe:
     """Ask a remote for its model list (and, when it has Lemonade's routes, its health)."""
     import httpx
@@ -209,8 +198,9 @@ async def _manage(
     except httpx.TransportError as err:
         raise RequestError(f"The connection to the remote broke during the {verb} ({_why(err)}).") from None
     if response.status_code != 200:
+        detail = error_detail(response.content, response.reason_phrase)
         raise RequestError(
-            f"The remote refused to {verb} {model_id} (HTTP {response.status_code}): {_detail(response)}",
+            f"The remote refused to {verb} {model_id} (HTTP {response.status_code}): {detail}",
             status=response.status_code,
         )
 

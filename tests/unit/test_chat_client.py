@@ -17,8 +17,9 @@ import aiohttp
 import httpx
 import pytest
 
+from app.client import remote
 from app.client.adapters import Route
-from app.client.chat import ChatClient
+from app.client.chat import ChatClient, error_detail
 from app.client.events import ChatDelta, ChatDone, ChatEvent
 from app.core.errors import EngineError, LemonDeskError, RequestError
 
@@ -347,3 +348,33 @@ def test_a_streamed_reply_is_sent_again_once_on_a_connection_closed_before_any_a
 
     events = asyncio.run(go())
     assert calls == 2 and events[0] == ChatDelta("Paris", "") and isinstance(events[-1], ChatDone)
+
+
+def test_a_refusal_is_quoted_by_its_error_message_else_its_body_else_its_reason() -> None:
+    said = json.dumps({"error": {"message": "ctx too small", "type": "invalid_request_error"}}).encode()
+    assert error_detail(said, "Bad Request") == "ctx too small"
+    assert error_detail(b'{"error": "busy"}', "Conflict") == "busy"
+    assert error_detail(b"<html>gateway</html>", "Bad Gateway") == "<html>gateway</html>"
+    assert error_detail(b"", "Service Unavailable") == "Service Unavailable"
+    assert len(error_detail(b"x" * 10_000, "")) == 500
+
+
+def test_a_remote_that_refuses_a_load_is_quoted() -> None:
+    """The remote's own message reaches the user, not its JSON or a traceback."""
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        assert request.url.path == "/api/v1/load"
+        return httpx.Response(
+            409, json={"error": {"message": "every model is pinned", "code": "model_pinned"}}
+        )
+
+    async def go() -> None:
+        async with httpx.AsyncClient(base_url="http://box", transport=httpx.MockTransport(answer)) as http:
+            with pytest.raises(RequestError) as refused:
+                await remote.load(http, None, "smol", 5.0)
+        assert str(refused.value).startswith(
+            "The remote refused to load smol (HTTP 409): every model is pinned"
+        )
+        assert refused.value.status == 409
+
+    asyncio.run(go())
