@@ -123,8 +123,9 @@ class HubClient:
         Every name in it has been checked (``app.core.names``): none can lead a path out of the cache.
         """
         url = f"{self.endpoint}/api/models/{repo_id}"
-        data = (await self._get(url, repo_id, params={"blobs": "true"})).json()
+        response = await self._get(url, repo_id, params={"blobs": "true"})
         try:
+            data = response.json()
             files = tuple(
                 RepoFile(
                     path=str(s["rfilename"]),
@@ -135,7 +136,7 @@ class HubClient:
                 for s in data["siblings"]
             )
             listing = RepoListing(repo_id, str(data["sha"]), files, gated=bool(data.get("gated")))
-        except (KeyError, TypeError, ValueError, AttributeError):
+        except (KeyError, TypeError, ValueError, AttributeError, RecursionError):
             raise ModelError(
                 f"The Hub's file list for {repo_id} is not what the app expects.", "Try again later."
             ) from None
@@ -145,9 +146,18 @@ class HubClient:
         params: dict[str, Any] = {"search": query, "sort": "downloads", "direction": -1, "limit": limit}
         if recipe:
             params["filter"] = RECIPE_TAGS[recipe]
-        data = (await self._get(f"{self.endpoint}/api/models", None, params=params)).json()
+        response = await self._get(f"{self.endpoint}/api/models", None, params=params)
+        try:
+            data = response.json()
+        except (ValueError, RecursionError):
+            data = None
+        if not isinstance(data, list) or not all(isinstance(item, dict) for item in data):
+            raise ModelError(
+                "The Hub's search results are not what the app expects.",
+                "Check HF_ENDPOINT (or the network's sign-in page), and try again later.",
+            )
         hits = []
-        for item in data if isinstance(data, list) else []:
+        for item in data:
             tags = set(item.get("tags") or [])
             kind = GGUF_RECIPE if "gguf" in tags else MLX_RECIPE if "mlx" in tags else None
             if kind is None or (recipe and kind != recipe):
@@ -211,5 +221,5 @@ class HubClient:
         response = await self._get(self.file_url(repo_id, revision, path), repo_id, path)
         try:
             return response.json()
-        except ValueError:
+        except (ValueError, RecursionError):
             raise ModelError(f"{path} in {repo_id} is not valid JSON.") from None

@@ -88,3 +88,31 @@ def test_a_safe_listing_with_the_same_bytes_pulls(
     out, _ = capsys.readouterr()
     ready = Path(out.strip().splitlines()[-1].split("is ready: ")[1])
     assert ready.read_bytes() == DATA and ready.is_relative_to(hub_cache_dir())
+
+
+UNREADABLE = {
+    "a web page": b"<html><body>Sign in to the network to go on</body></html>",
+    "nested too deep for the parser": b"[" * 100_000 + b"]" * 100_000,
+    "a list, not an object": b"[1, 2, 3]",
+}
+
+
+@pytest.mark.parametrize("case", list(UNREADABLE))
+def test_a_hub_answer_that_is_not_its_json_is_an_error_not_a_traceback(
+    hub: LoopbackHub, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, case: str
+) -> None:
+    """What a captive portal, a proxy's page or a broken mirror answers with 200, for a pull and a search."""
+    monkeypatch.setenv("LEMON_DESK_MOCK_HARDWARE", str(profile_path("cpu_only_x86")))
+    hub.served.files[f"/api/models/{REPO}"] = UNREADABLE[case]
+    hub.served.routes["/api/models"] = lambda _query: UNREADABLE[case]
+
+    assert main(["pull", f"{REPO}:Q4_K_M"]) == 1
+    _, err = capsys.readouterr()
+    assert "Traceback" not in err
+    assert err.startswith(f"error: The Hub's file list for {REPO} is not what the app expects"), err
+    assert not hub.byte_requests()
+
+    assert main(["search", "smol"]) == 1
+    _, err = capsys.readouterr()
+    assert "Traceback" not in err
+    assert err.startswith("error: The Hub's search results are not what the app expects"), err
