@@ -54,7 +54,10 @@ class BenchClient:
             raise RequestError(
                 f"The engine refused {path} (HTTP {response.status_code}): {response.text[:300]}"
             )
-        data = response.json()
+        try:
+            data = response.json()
+        except (ValueError, RecursionError):
+            data = None
         if not isinstance(data, dict):
             raise RequestError(f"The engine sent an unreadable answer to {path}.")
         return data
@@ -64,7 +67,7 @@ class BenchClient:
         try:
             response = await self._http.get("/props")
             data = response.json() if response.status_code == 200 else {}
-        except ValueError:
+        except (ValueError, RecursionError):
             return ""
         info = str(data.get("build_info") or "") if isinstance(data, dict) else ""
         return "" if info.startswith("b0-") else info  # "b0-unknown": built without its git tag

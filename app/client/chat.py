@@ -67,7 +67,7 @@ def error_detail(content: bytes, reason: str) -> str:
     """What a refusal's body says: an OpenAI error's message, else the body's start, else ``reason``."""
     try:
         return _error_text(json.loads(content))[:500]
-    except ValueError:
+    except (ValueError, RecursionError):
         return content[:500].decode("utf-8", "replace") or reason
 
 
@@ -110,7 +110,7 @@ class _Stream:
                 return
             try:
                 payload = json.loads(event.data)
-            except ValueError:
+            except (ValueError, RecursionError):
                 self._fail(RequestError(f"The engine sent an unreadable event: {event.data[:200]!r}"))
                 return
             if not isinstance(payload, dict):
@@ -376,7 +376,7 @@ class ChatClient:
             payload = response.json()
             choice = payload["choices"][0]
             message = choice.get("message") or {}
-        except (ValueError, KeyError, IndexError, TypeError, AttributeError):
+        except (ValueError, KeyError, IndexError, TypeError, AttributeError, RecursionError):
             raise RequestError(f"The engine sent an unreadable reply: {response.text[:200]!r}") from None
         content = message.get("content") or ""
         reasoning = message.get("reasoning_content") or ""

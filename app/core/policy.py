@@ -67,9 +67,9 @@ def parse_caps(value: Any) -> Caps:
     if isinstance(value, str):
         try:
             value = json.loads(value)
-        except ValueError:
+        except (ValueError, RecursionError):
             raise ConfigError(
-                f"max_loaded_models: {value!r} is neither a number nor JSON.",
+                f"max_loaded_models: {value[:80]!r} is neither a number nor JSON.",
                 'Write a number such as 2, or caps such as {"gpu": 1, "cpu": 2, "total": 3}.',
             ) from None
     if isinstance(value, dict):

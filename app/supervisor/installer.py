@@ -140,7 +140,7 @@ def _release_digest(client: httpx.Client, api_url: str, asset: str) -> str | Non
         if response.status_code != 200:
             return None
         return release_asset_digest(response.json(), asset)
-    except (httpx.HTTPError, ValueError):
+    except (httpx.HTTPError, ValueError, RecursionError):
         return None
 
 

@@ -42,6 +42,9 @@ class StandinRemote:
     key: str | None = None
     kind: str = "lemon-desk"  # "lemon-desk", "lemonade", or "openai" (no /api/v1 routes)
     listing: str = "ok"  # "endless": a model list without end; "drip": one byte each 0.2 s
+    usage_json: str | None = (
+        None  # the last event's "usage" as this text (a hostile remote's), not the real one
+    )
     loaded: set[str] = field(default_factory=set)
     seen: list[Seen] = field(default_factory=list)
     port: int = 0
@@ -172,6 +175,9 @@ class StandinRemote:
             chunk = {"choices": [{"index": 0, "delta": {"content": token}, "finish_reason": None}]}
             await response.write(f"data: {json.dumps(chunk)}\n\n".encode())
         end = {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}], "usage": usage}
-        await response.write(f"data: {json.dumps(end)}\n\ndata: [DONE]\n\n".encode())
+        last = json.dumps(end)
+        if self.usage_json is not None:
+            last = last.replace(json.dumps(usage), self.usage_json)
+        await response.write(f"data: {last}\n\ndata: [DONE]\n\n".encode())
         await response.write_eof()
         return response

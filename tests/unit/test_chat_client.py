@@ -378,3 +378,35 @@ def test_a_remote_that_refuses_a_load_is_quoted() -> None:
         assert refused.value.status == 409
 
     asyncio.run(go())
+
+
+DEEP = b"[" * 100_000 + b"]" * 100_000  # valid JSON that Python's parser cannot read (RecursionError)
+
+
+def test_an_engine_answer_too_deep_to_parse_is_an_unreadable_answer_not_a_traceback() -> None:
+    """A streamed event, a whole reply and a refusal, each nested too deep for the parser: every one
+    is a RequestError that says so (a remote is another machine's server, and answers what it likes)."""
+    assert error_detail(DEEP, "Bad Request").startswith("[[[")
+
+    async def streamed(w: asyncio.StreamWriter) -> None:
+        await start_stream(w)
+        await send(w, delta("Hello"))
+        await send(w, b"data: " + DEEP + b"\n\n")
+        await end(w)
+
+    async def whole(w: asyncio.StreamWriter) -> None:
+        w.write(
+            b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(DEEP)
+        )
+        w.write(DEEP)
+        await w.drain()
+
+    async def go() -> None:
+        async with engine(streamed) as (_, url), ChatClient(url, None) as client:
+            with pytest.raises(RequestError, match="The engine sent an unreadable event"):
+                await collect(client)
+        async with engine(whole) as (_, url), ChatClient(url, None) as client:
+            with pytest.raises(RequestError, match="The engine sent an unreadable reply"):
+                await client.chat([{"role": "user", "content": "hi"}])
+
+    asyncio.run(go())

@@ -344,6 +344,33 @@ def test_the_local_api_lists_remote_models_and_routes_to_them(lemon_home: Path) 
     with_router(body)
 
 
+def test_a_remote_stream_whose_figures_are_too_deep_to_read_still_reaches_the_client(
+    lemon_home: Path,
+) -> None:
+    """The API reads the usage of the streams it passes on; a remote's that no parser can read (nested
+    too deep) is left unread: the client gets the whole stream, and the request counts without it."""
+
+    async def body(router: Router, remote: StandinRemote) -> None:
+        server = ApiServer(router, "127.0.0.1", 0)
+        await server.start()
+        try:
+            async with httpx.AsyncClient(base_url=server.url, trust_env=False, timeout=30) as api:
+                chat = {"model": "@box/smol", "messages": HI, "stream": True}
+                streamed = await api.post("/v1/chat/completions", json=chat)
+                assert streamed.status_code == 200 and streamed.text.rstrip().endswith("data: [DONE]")
+                assert "".join(REPLY) == "".join(
+                    json.loads(line[6:])["choices"][0]["delta"].get("content") or ""
+                    for line in streamed.text.splitlines()
+                    if line.startswith("data: {") and "[[[" not in line
+                )
+                stats = (await api.get("/api/v1/stats")).json()
+                assert (stats["model_name"], stats["output_tokens"]) == ("@box/smol", len(REPLY))
+        finally:
+            await server.stop()
+
+    with_router(body, usage_json="[" * 100_000 + "]" * 100_000)
+
+
 # --- the command ---------------------------------------------------------------------------------------
 
 

@@ -14,7 +14,7 @@ import psutil
 import pytest
 
 from app.core.engine_state import EngineState
-from app.core.errors import EngineError, FitError, PolicyError
+from app.core.errors import ConfigError, EngineError, FitError, PolicyError
 from app.core.lemon_mlx import DeviceType
 from app.core.policy import Caps, LoadedModel, over_caps, parse_caps, plan_evictions
 from app.core.status import Status
@@ -57,8 +57,8 @@ def ready(router: Router) -> set[str]:
 def test_caps_parse_a_number_or_per_device_json_and_refuse_the_rest() -> None:
     assert parse_caps(2) == Caps(2)
     assert parse_caps('{"gpu": 1, "cpu": 2, "total": 3}').to_json() == {"gpu": 1, "cpu": 2, "total": 3}
-    for bad in (0, "x", '{"tpu": 1}', '{"gpu": 0}', True, {}):
-        with pytest.raises(Exception, match="max_loaded_models"):
+    for bad in (0, "x", '{"tpu": 1}', '{"gpu": 0}', True, {}, "[" * 100_000 + "]" * 100_000):
+        with pytest.raises(ConfigError, match="max_loaded_models"):
             parse_caps(bad)
 
 

@@ -160,7 +160,7 @@ class _Watch:
         """Read the figures from one JSON payload (an event's, or a whole reply's)."""
         try:
             payload = json.loads(raw)
-        except ValueError:
+        except (ValueError, RecursionError):
             return
         if isinstance(payload, dict):
             timings, usage = payload.get("timings"), payload.get("usage")
