@@ -24,6 +24,7 @@ from app.core.remotes import RemoteKind, RemoteModelStatus, RemoteState
 from app.store import secrets
 from app.store.settings import Settings
 from app.supervisor.api import ApiServer
+from app.supervisor.api import openai as openai_routes
 from app.supervisor.remotes import RemoteChanged, Remotes
 from app.supervisor.router import RequestFinished, Router, RouterEvent
 from tests.support.keychain import private_keychain
@@ -369,6 +370,35 @@ def test_a_remote_stream_whose_figures_are_too_deep_to_read_still_reaches_the_cl
             await server.stop()
 
     with_router(body, usage_json="[" * 100_000 + "]" * 100_000)
+
+
+def test_a_bug_met_mid_stream_ends_the_stream_with_an_error_event_not_a_broken_response(
+    lemon_home: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Once a stream's headers are out, an error response would land inside its body (the client sees
+    garbage where a chunk should be); a failure of the app's own then ends the stream as any failure does."""
+
+    def broken(self: object, chunk: bytes) -> None:
+        raise RuntimeError("a bug in the watch")
+
+    monkeypatch.setattr(openai_routes._Watch, "feed", broken)
+
+    async def body(router: Router, remote: StandinRemote) -> None:
+        server = ApiServer(router, "127.0.0.1", 0)
+        await server.start()
+        try:
+            async with httpx.AsyncClient(base_url=server.url, trust_env=False, timeout=30) as api:
+                chat = {"model": "@box/smol", "messages": HI, "stream": True}
+                streamed = await api.post("/v1/chat/completions", json=chat)
+                events = [line[6:] for line in streamed.text.splitlines() if line.startswith("data: ")]
+                assert streamed.status_code == 200 and events[-1] == "[DONE]"
+                error = json.loads(events[-2])["error"]
+                assert error["message"] == "The server failed on this request; see its log."
+        finally:
+            await server.stop()
+
+    with_router(body)
+    assert "a bug in the watch" in caplog.text  # the traceback is in the log
 
 
 # --- the command ---------------------------------------------------------------------------------------

@@ -55,6 +55,11 @@ def sse_error_event(error: ApiError) -> bytes:
     return f"data: {json.dumps(error.body())}\n\ndata: [DONE]\n\n".encode()
 
 
+def server_failed() -> ApiError:
+    """A failure of the app's own (a bug): said as such, its traceback in the log only."""
+    return ApiError(500, "The server failed on this request; see its log.", UPSTREAM)
+
+
 def bad_request(message: str, code: str = "invalid_value") -> ApiError:
     return ApiError(400, message, INVALID, code)
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import time
 from collections.abc import AsyncGenerator
 from typing import TYPE_CHECKING, Any, cast
@@ -26,7 +27,14 @@ from app.core.models import Model
 from app.core.remotes import is_remote_model, parse_remote_model
 from app.core.telemetry import ClientTimes, Telemetry, telemetry_from
 from app.supervisor.api.bodies import check_generation, parse_object, required_str
-from app.supervisor.api.errors import ApiError, bad_request, from_app_error, model_not_found, sse_error_event
+from app.supervisor.api.errors import (
+    ApiError,
+    bad_request,
+    from_app_error,
+    model_not_found,
+    server_failed,
+    sse_error_event,
+)
 from app.supervisor.api.options import resolved_ctx_size, saved_json
 
 if TYPE_CHECKING:
@@ -34,6 +42,8 @@ if TYPE_CHECKING:
     from app.supervisor.engine import Engine
     from app.supervisor.remotes import RemoteModelView
     from app.supervisor.router import ModelView, Router
+
+log = logging.getLogger(__name__)
 
 CREATED = 1_700_000_000  # OpenAI's "created": models here have no creation date worth telling
 SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
@@ -343,6 +353,10 @@ class OpenAIRoutes:
             await response.write(sse_error_event(from_app_error(err)))
         except ApiError as err:
             await response.write(sse_error_event(err))
+        except Exception:
+            # Our headers are out: an error response now would land inside the stream's body.
+            log.exception("the local API failed while passing on a stream of %s", name)
+            await response.write(sse_error_event(server_failed()))
         await response.write_eof()
         return response
 

@@ -19,7 +19,7 @@ from aiohttp import web
 
 from app.core.errors import ConfigError, LemonDeskError
 from app.core.net import is_loopback
-from app.supervisor.api.errors import AUTH, INVALID, NOT_FOUND, ApiError, from_app_error
+from app.supervisor.api.errors import AUTH, INVALID, NOT_FOUND, ApiError, from_app_error, server_failed
 from app.supervisor.api.lemonade import LemonadeRoutes
 from app.supervisor.api.openai import OpenAIRoutes
 
@@ -73,7 +73,7 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
         raise
     except Exception:
         log.exception("the local API failed on %s %s", request.method, request.path)
-        return _json_error(ApiError(500, "The server failed on this request; see its log.", "server_error"))
+        return _json_error(server_failed())
 
 
 async def _live(request: web.Request) -> web.Response:
