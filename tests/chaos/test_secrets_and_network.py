@@ -113,6 +113,7 @@ def test_hostile_hub_answers(
             "endless body": {"Hostile-Q4_K_M.gguf": data},
             "redirect to another host": {"Hostile-Q4_K_M.gguf": data},
             "stalled connection": {"Hostile-Q4_K_M.gguf": data},
+            "a sign-in page for the file list": {"Hostile-Q4_K_M.gguf": data},
         }
         with hub.running() as base:
             monkeypatch.setenv("HF_ENDPOINT", base)
@@ -131,6 +132,8 @@ def test_hostile_hub_answers(
                     for _ in range(4):  # a HEAD and GETs, each redirected
                         hub.arm(repo_id, "Hostile-Q4_K_M.gguf", Fault(status=302))
                     elsewhere.files["/stolen"] = data
+                if case == "a sign-in page for the file list":
+                    hub.served.files[f"/api/models/{repo_id}"] = b"<html>Sign in to the network</html>"
                 if case == "stalled connection":
                     for _ in range(2):
                         hub.arm(repo_id, "Hostile-Q4_K_M.gguf", Fault(hold_after=1000))
@@ -141,6 +144,7 @@ def test_hostile_hub_answers(
                 chaos_row.add(f"{case}: {'pulled' if outcome == 'ok' else 'refused'} in {took:.1f} s")
         assert not (tmp_path / "escape").exists() and not Path("/tmp/escape-Q4_K_M.gguf").exists()
         assert outcomes["name with ../"] != "ok" and outcomes["absolute name"] != "ok"
+        assert "is not what the app expects" in outcomes["a sign-in page for the file list"]
         assert "Traceback" not in json.dumps(outcomes)
         assert elsewhere.log, "the redirect was not followed: nothing to check"
         leaked = sum(1 for a in elsewhere.authorizations if a and HF_TOKEN in a)
