@@ -56,6 +56,12 @@ class TelemetrySource(Protocol):
         ...
 
 
+def _text(value: Any) -> str:
+    """A text field of an engine's answer; anything else in its place (a remote server answers what it
+    likes) counts as no text."""
+    return value if isinstance(value, str) else ""
+
+
 def _error_text(payload: Any) -> str:
     err = payload.get("error") if isinstance(payload, dict) else None
     if isinstance(err, dict):
@@ -118,10 +124,13 @@ class _Stream:
             if "error" in payload:
                 self._fail(RequestError(f"The engine reported an error: {_error_text(payload)}"))
                 return
-            for choice in payload.get("choices") or ():
-                delta = choice.get("delta") or {}
-                content = delta.get("content") or ""
-                reasoning = delta.get("reasoning_content") or ""
+            choices = payload.get("choices")
+            for choice in choices if isinstance(choices, list) else ():
+                if not isinstance(choice, dict):
+                    continue
+                delta = choice.get("delta")
+                delta = delta if isinstance(delta, dict) else {}
+                content, reasoning = _text(delta.get("content")), _text(delta.get("reasoning_content"))
                 if content or reasoning:
                     if self.first is None:
                         self.first = time.perf_counter()
@@ -130,9 +139,10 @@ class _Stream:
                         yield ChatDelta(content, reasoning)
                     else:
                         yield from self.splitter.feed(ChatDelta(content, reasoning))
-                self.finish = choice.get("finish_reason") or self.finish
-            self.timings = payload.get("timings") or self.timings
-            self.usage = payload.get("usage") or self.usage
+                self.finish = _text(choice.get("finish_reason")) or self.finish
+            timings, usage = payload.get("timings"), payload.get("usage")
+            self.timings = timings if isinstance(timings, dict) and timings else self.timings
+            self.usage = usage if isinstance(usage, dict) and usage else self.usage
 
     def flush(self) -> Iterable[ChatDelta]:
         return self.splitter.flush() if self.splitter is not None else ()
@@ -250,7 +260,7 @@ class ChatClient:
                     # closed as this request went out was never answered: sent once more, on a new one.
                     if answered or attempt:
                         raise
-        except httpx.TransportError as err:
+        except httpx.HTTPError as err:  # a broken connection, or a body that cannot be decoded
             raise await self._broken(
                 RequestError(f"The connection to the engine broke during the reply ({type(err).__name__}).")
             ) from None
@@ -362,7 +372,7 @@ class ChatClient:
                 f"The engine did not answer within {self._request_timeout.read:g} s.",
                 "Raise the request timeout in Settings, or ask for a shorter reply.",
             ) from None
-        except httpx.TransportError as err:
+        except httpx.HTTPError as err:  # a broken connection, or a body that cannot be decoded
             raise await self._broken(
                 RequestError(f"The connection to the engine broke ({type(err).__name__}).")
             ) from None
@@ -376,10 +386,9 @@ class ChatClient:
             payload = response.json()
             choice = payload["choices"][0]
             message = choice.get("message") or {}
+            content, reasoning = _text(message.get("content")), _text(message.get("reasoning_content"))
         except (ValueError, KeyError, IndexError, TypeError, AttributeError, RecursionError):
             raise RequestError(f"The engine sent an unreadable reply: {response.text[:200]!r}") from None
-        content = message.get("content") or ""
-        reasoning = message.get("reasoning_content") or ""
         splitter = self._adapter.splitter()
         if splitter is not None:
             parts = [*splitter.feed(ChatDelta(content, reasoning)), *splitter.flush()]
@@ -388,4 +397,4 @@ class ChatClient:
         telemetry = telemetry_from(times, payload.get("timings"), payload.get("usage"))
         if self._telemetry:
             telemetry = await self._telemetry.refine(telemetry)
-        return ChatReply(content, reasoning, choice.get("finish_reason"), telemetry)
+        return ChatReply(content, reasoning, _text(choice.get("finish_reason")) or None, telemetry)

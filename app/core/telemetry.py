@@ -7,6 +7,7 @@ user waits for.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -55,9 +56,17 @@ class ClientTimes:
     deltas: int  # content/reasoning deltas received (one token each on llama.cpp)
 
 
-def _number(data: Mapping[str, Any] | None, key: str) -> float | None:
-    value = data.get(key) if data else None
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+def _number(data: Any, key: str) -> float | None:
+    """A finite number from an engine's figures; anything else there (a remote answers what it likes,
+    JSON allows 1e999 and integers too big for a float) counts as not given."""
+    value = data.get(key) if isinstance(data, Mapping) else None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None
 
 
 def telemetry_from(
@@ -88,8 +97,8 @@ def telemetry_from(
 
     cached = _number(timings, "cache_n")
     if cached is None:
-        details = usage.get("prompt_tokens_details") if usage else None
-        cached = _number(details, "cached_tokens") if isinstance(details, Mapping) else None
+        details = usage.get("prompt_tokens_details") if isinstance(usage, Mapping) else None
+        cached = _number(details, "cached_tokens")
 
     return Telemetry(
         ttft_s=round(ttft, 6),

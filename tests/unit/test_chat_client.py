@@ -410,3 +410,64 @@ def test_an_engine_answer_too_deep_to_parse_is_an_unreadable_answer_not_a_traceb
                 await client.chat([{"role": "user", "content": "hi"}])
 
     asyncio.run(go())
+
+
+def test_events_of_the_wrong_shape_are_read_for_what_they_hold_and_never_raise() -> None:
+    """An OpenAI-compatible server is whatever a remote runs: fields of the wrong type count as absent,
+    figures that are not finite numbers as not given; the text that is there still arrives."""
+    odd = [
+        {"choices": "ab"},
+        {"choices": [5, None]},
+        {"choices": [{"delta": [1]}]},
+        {"choices": [{"delta": {"content": 5, "reasoning_content": ["x"]}, "finish_reason": 3}]},
+        {"choices": [{"delta": {"content": "Hi"}}], "timings": "fast", "usage": [1]},
+    ]
+    last = b'data: {"choices": [{"delta": {}, "finish_reason": "stop"}],'
+    last += b' "usage": {"prompt_tokens": 1e999, "completion_tokens": 1' + b"0" * 400 + b"}}\n\n"
+
+    async def script(w: asyncio.StreamWriter) -> None:
+        await start_stream(w)
+        for payload in odd:
+            await send(w, sse(payload))
+        await send(w, last + sse("[DONE]"))
+        await end(w)
+
+    async def whole(w: asyncio.StreamWriter) -> None:
+        body = json.dumps({"choices": [{"message": [1]}]}).encode()
+        w.write(
+            b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body)
+        )
+        w.write(body)
+        await w.drain()
+
+    async def go() -> list[ChatEvent]:
+        async with engine(whole) as (_, url), ChatClient(url, None) as client:
+            with pytest.raises(RequestError, match="The engine sent an unreadable reply"):
+                await client.chat([{"role": "user", "content": "hi"}])
+        async with engine(script) as (_, url), ChatClient(url, None) as client:
+            return await collect(client)
+
+    *deltas, done = asyncio.run(go())
+    assert deltas == [ChatDelta("Hi", "")]
+    assert isinstance(done, ChatDone) and done.finish_reason == "stop"
+    assert (done.telemetry.prompt_tokens, done.telemetry.completion_tokens) == (0, 1)  # counted here
+
+
+def test_an_answer_whose_body_cannot_be_decoded_is_a_broken_reply() -> None:
+    """A body marked gzip that is not (a proxy's doing) makes httpx raise DecodingError, which is no
+    TransportError: it is said as a broken reply, like a connection that broke, not raised as it is.
+    (Through httpx's MockTransport: with a real socket, httpx leaves one of its own generators
+    unfinished after this error, which the leak check here would flag.)"""
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        raise httpx.DecodingError("Error -3 while decompressing data: incorrect header check")
+
+    async def go() -> None:
+        http = httpx.AsyncClient(base_url="http://engine", transport=httpx.MockTransport(answer))
+        async with http, ChatClient("http://engine", None, http=http) as client:
+            with pytest.raises(RequestError, match=r"The connection to the engine broke \(DecodingError\)"):
+                await client.chat([{"role": "user", "content": "hi"}])
+            with pytest.raises(RequestError, match=r"broke during the reply \(DecodingError\)"):
+                await collect(client)
+
+    asyncio.run(go())
