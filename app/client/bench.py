@@ -63,18 +63,26 @@ class BenchClient:
         return data
 
     async def version(self) -> str:
-        """llama-server's ``build_info`` (``b6000-abc1234``), or "" when it does not say."""
+        """llama-server's ``build_info`` (``b6000-abc1234``), or "" when it does not say (or is gone:
+        the measurement that follows says so)."""
+        import httpx
+
         try:
             response = await self._http.get("/props")
             data = response.json() if response.status_code == 200 else {}
-        except (ValueError, RecursionError):
+        except (httpx.HTTPError, ValueError, RecursionError):
             return ""
         info = str(data.get("build_info") or "") if isinstance(data, dict) else ""
         return "" if info.startswith("b0-") else info  # "b0-unknown": built without its git tag
 
     async def tokenize(self, text: str) -> list[int]:
         data = await self._post("/tokenize", {"content": text, "add_special": False})
-        return [int(t) for t in data.get("tokens", [])]
+        tokens = data.get("tokens", [])
+        if not isinstance(tokens, list) or not all(
+            isinstance(t, int) and not isinstance(t, bool) for t in tokens
+        ):
+            raise RequestError("The engine sent an unreadable answer to /tokenize.")
+        return tokens
 
     async def detokenize(self, tokens: list[int]) -> str:
         return str((await self._post("/detokenize", {"tokens": tokens})).get("content", ""))
@@ -109,7 +117,7 @@ class BenchClient:
         try:
             prompt_n, prompt_ms = int(timings["prompt_n"]), float(timings["prompt_ms"])
             predicted_n, predicted_ms = int(timings["predicted_n"]), float(timings["predicted_ms"])
-        except (KeyError, TypeError, ValueError):
+        except (KeyError, TypeError, ValueError, OverflowError):
             raise RequestError("The engine's answer had no timings to measure with.") from None
         if prompt_n != len(prompt) or predicted_n != gen_tokens:
             raise RequestError(
