@@ -97,8 +97,12 @@ class _Cursor:
             itype, count = self.take("<I"), self.take("<Q")
             fmt = self.format.scalars.get(itype)
             if fmt is not None:
+                size = count * struct.calcsize(fmt)
+                if self.pos + size > len(self.data):
+                    # Counted before the format is built: a count of 2**62 is no struct format at all.
+                    raise HeaderCutShort
                 if not keep:
-                    self.skip(count * struct.calcsize(fmt))
+                    self.skip(size)
                     return None
                 return list(self.take_all(f"<{count}{fmt}"))
             if keep:

@@ -95,3 +95,20 @@ def mlx_files(vocab: int = 512, hidden: int = 64) -> dict[str, bytes]:
         "README.md": b"# a model card\n",
         "figure.png": b"\x89PNG\r\n\x1a\n" + bytes(64),
     }
+
+
+def gguf_key(key: str, vtype: int, payload: bytes) -> bytes:
+    """One key/value pair of a hand-written GGUF header: the key, its value type, the value's bytes."""
+    name = key.encode()
+    return struct.pack("<Q", len(name)) + name + struct.pack("<I", vtype) + payload
+
+
+def gguf_array(itype: int, count: int) -> bytes:
+    """An array value's head (its item type and its count); the items follow it."""
+    return struct.pack("<IQ", itype, count)
+
+
+def raw_gguf(*pairs: bytes, tensors: int = 0) -> bytes:
+    """A GGUF header written by hand from ``gguf_key`` pairs, for what the ``gguf`` package will not write
+    (damaged or hostile values): the magic, version 3, the counts, then the pairs (no tensor infos)."""
+    return struct.pack("<4sIQQ", b"GGUF", 3, tensors, len(pairs)) + b"".join(pairs)
