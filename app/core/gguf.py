@@ -21,6 +21,9 @@ from app.core.errors import ModelError
 HEADER_FIRST = 1 << 20
 HEADER_MAX = 64 << 20
 SKIPPED_PREFIX = "tokenizer."  # vocabularies and merges: large, and no help to a memory estimate
+# llama.cpp refuses arrays of arrays outright; a few levels are allowed here, but a hostile header nesting
+# thousands deep (12 bytes a level) would otherwise exhaust Python's recursion limit.
+ARRAY_DEPTH_MAX = 4
 
 
 @dataclass(frozen=True)
@@ -89,11 +92,16 @@ class _Cursor:
         self.skip(n)
         return self.data[start : self.pos].decode("utf-8", errors="replace")
 
-    def value(self, vtype: int, keep: bool) -> Any:
+    def value(self, vtype: int, keep: bool, depth: int = 0) -> Any:
         if vtype == self.format.string:
             text = self.string()
             return text if keep else None
         if vtype == self.format.array:
+            if depth >= ARRAY_DEPTH_MAX:
+                raise ModelError(
+                    f"The GGUF metadata nests arrays more than {ARRAY_DEPTH_MAX} deep: the file is damaged.",
+                    "Download the model again or pick another file.",
+                )
             itype, count = self.take("<I"), self.take("<Q")
             fmt = self.format.scalars.get(itype)
             if fmt is not None:
@@ -106,11 +114,11 @@ class _Cursor:
                     return None
                 return list(self.take_all(f"<{count}{fmt}"))
             if keep:
-                return [self.value(itype, keep) for _ in range(count)]
+                return [self.value(itype, keep, depth + 1) for _ in range(count)]
             if itype == self.format.string:
                 self._skip_strings(count)
                 return None
-            return self._skip_all(itype, count)
+            return self._skip_all(itype, count, depth + 1)
         fmt = self.format.scalars.get(vtype)
         if fmt is None:
             raise ModelError(f"The GGUF metadata has an unknown value type {vtype}.")
@@ -129,9 +137,9 @@ class _Cursor:
             raise HeaderCutShort
         self.pos = pos
 
-    def _skip_all(self, itype: int, count: int) -> None:
+    def _skip_all(self, itype: int, count: int, depth: int) -> None:
         for _ in range(count):
-            self.value(itype, keep=False)
+            self.value(itype, keep=False, depth=depth)
 
 
 def _opened(data: bytes) -> tuple[_Cursor, int, int]:

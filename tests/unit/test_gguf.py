@@ -28,3 +28,32 @@ def test_an_array_counting_more_than_the_header_holds_is_cut_short(tmp_path: Pat
     path.write_bytes(data)
     with pytest.raises(ModelError, match="cut short"):
         local_gguf_metadata(path)
+
+
+def nested(key: str, depth: int) -> bytes:
+    """``key`` holding an array of one array of one array ... ``depth`` arrays deep, an empty uint32 array
+    innermost."""
+    return raw_gguf(gguf_key(key, ARRAY, gguf_array(ARRAY, 1) * (depth - 1) + gguf_array(UINT32, 0)))
+
+
+@pytest.mark.parametrize("key", ["general.x", "tokenizer.x"])  # kept, and skipped
+def test_arrays_nested_thousands_deep_are_refused(key: str) -> None:
+    # 3000 levels, 12 bytes each: a RecursionError in the walk before.
+    with pytest.raises(ModelError, match="nests arrays more than 4 deep"):
+        gguf_metadata(nested(key, 3000))
+    with pytest.raises(ModelError, match="nests arrays more than 4 deep"):
+        gguf_parameter_count(nested(key, 3000))
+    with pytest.raises(ModelError, match="nests arrays more than 4 deep"):
+        gguf_metadata(nested(key, 5))
+    # Four deep is still read (or skipped, for tokenizer.*).
+    assert gguf_metadata(nested(key, 4))[key] == ([[[[]]]] if key == "general.x" else None)
+
+
+def test_arrays_of_arrays_and_strings_are_read() -> None:
+    pairs = gguf_array(UINT32, 2) + struct.pack("<II", 1, 2) + gguf_array(UINT32, 1) + struct.pack("<I", 3)
+    words = gguf_array(GGUFValueType.STRING, 2) + struct.pack("<Q", 1) + b"a" + struct.pack("<Q", 2) + b"bc"
+    data = raw_gguf(
+        gguf_key("general.pairs", ARRAY, gguf_array(ARRAY, 2) + pairs),
+        gguf_key("general.words", ARRAY, words),
+    )
+    assert gguf_metadata(data) == {"general.pairs": [[1, 2], [3]], "general.words": ["a", "bc"]}
