@@ -24,6 +24,10 @@ SKIPPED_PREFIX = "tokenizer."  # vocabularies and merges: large, and no help to 
 # llama.cpp refuses arrays of arrays outright; a few levels are allowed here, but a hostile header nesting
 # thousands deep (12 bytes a level) would otherwise exhaust Python's recursion limit.
 ARRAY_DEPTH_MAX = 4
+# Kept arrays are per-layer lists and short tags, thousands of entries at most; a 64 MB header could
+# otherwise become lists of 60M Python objects, gigabytes. An array past what is left of this budget is
+# skipped (its value is None), as the tokenizer's are.
+KEPT_ELEMENTS_MAX = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -69,6 +73,7 @@ class _Cursor:
         self.data = data
         self.pos = 0
         self.format = _format()
+        self.kept_left = KEPT_ELEMENTS_MAX
 
     def take_all(self, fmt: str) -> tuple[Any, ...]:
         size = struct.calcsize(fmt)
@@ -103,6 +108,10 @@ class _Cursor:
                     "Download the model again or pick another file.",
                 )
             itype, count = self.take("<I"), self.take("<Q")
+            if keep and count > self.kept_left:
+                keep = False
+            elif keep:
+                self.kept_left -= count
             fmt = self.format.scalars.get(itype)
             if fmt is not None:
                 size = count * struct.calcsize(fmt)

@@ -57,3 +57,23 @@ def test_arrays_of_arrays_and_strings_are_read() -> None:
         gguf_key("general.words", ARRAY, words),
     )
     assert gguf_metadata(data) == {"general.pairs": [[1, 2], [3]], "general.words": ["a", "bc"]}
+
+
+def test_kept_arrays_past_a_million_entries_are_skipped() -> None:
+    def uint8s(key: str, count: int) -> bytes:
+        return gguf_key(key, ARRAY, gguf_array(GGUFValueType.UINT8, count) + bytes(count))
+
+    # One array of 1M + 1 entries, or two that add up past the budget: a list of millions of Python
+    # objects each before, a gigabyte from a 64 MB header.
+    half = (1 << 19) + 1
+    data = raw_gguf(
+        uint8s("general.big", (1 << 20) + 1),
+        uint8s("general.a", half),
+        uint8s("general.b", half),
+        gguf_key("general.architecture", GGUFValueType.STRING, struct.pack("<Q", 5) + b"llama"),
+        uint8s("general.small", 3),
+    )
+    fields = gguf_metadata(data)
+    assert fields["general.big"] is None and fields["general.b"] is None
+    assert (len(fields["general.a"]), fields["general.small"]) == (half, [0, 0, 0])
+    assert fields["general.architecture"] == "llama"
