@@ -10,6 +10,7 @@ Sliding-window and latent-attention caches are counted as full ones: the estimat
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
@@ -31,6 +32,11 @@ FITS_SHARE = 0.8  # leave a fifth of the memory to the system and other apps
 UNIFIED_GPU_SHARE = 0.75  # what a GPU may take of unified memory (macOS's default wired limit)
 SMALL_MAC_GPU_SHARE = 2 / 3  # ... on Macs with 36 GB or less
 CONTEXT_STEP = 256
+# Bounds for a header's or config's numbers, far past any real model (Llama 3.1 405B has 126 layers,
+# contexts reach millions of tokens): past them a number is damaged or hostile, and a per-layer list of
+# 2**62 entries would exhaust memory.
+LAYERS_MAX = 10_000
+DIM_MAX = 1 << 32
 
 
 class Verdict(Enum):
@@ -125,10 +131,24 @@ def _gb(n: int) -> str:
     return f"{n / GB:.2f} GB"
 
 
-def _int(value: Any, what: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+def _int(value: Any, what: str, most: int = DIM_MAX) -> int:
+    """A count from a header or config: a number from 0 to ``most`` (NaN and infinities refused, as
+    ``int()`` of them raises ValueError or OverflowError)."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or (isinstance(value, float) and not math.isfinite(value))
+        or not 0 <= value <= most
+    ):
         raise ModelError(f"The model's {what} is missing or malformed.", "The fit cannot be estimated.")
     return int(value)
+
+
+def _layers(value: Any) -> int:
+    layers = _int(value, "layer count", LAYERS_MAX)
+    if layers == 0:
+        raise ModelError("The model's layer count is 0.", "The fit cannot be estimated.")
+    return layers
 
 
 def _per_layer(value: Any, layers: int, what: str) -> list[int]:
@@ -156,7 +176,7 @@ def shape_from_gguf(fields: Mapping[str, Any]) -> ModelShape:
     arch = fields.get("general.architecture")
     if not isinstance(arch, str):
         raise ModelError("The GGUF file names no architecture.", "The fit cannot be estimated.")
-    layers = _int(fields.get(f"{arch}.block_count"), "layer count")
+    layers = _layers(fields.get(f"{arch}.block_count"))
     return _shape(
         arch,
         layers,
@@ -171,9 +191,11 @@ def shape_from_gguf(fields: Mapping[str, Any]) -> ModelShape:
 
 def shape_from_config(config: Mapping[str, Any]) -> ModelShape:
     """From a Hugging Face ``config.json`` (vision-language models keep theirs under ``text_config``)."""
+    if not isinstance(config, Mapping):
+        raise ModelError("The model's config.json is not a JSON object.", "The fit cannot be estimated.")
     text = config.get("text_config")
     cfg: Mapping[str, Any] = text if isinstance(text, Mapping) else config
-    layers = _int(cfg.get("num_hidden_layers"), "layer count")
+    layers = _layers(cfg.get("num_hidden_layers"))
     heads = cfg.get("num_attention_heads")
     return _shape(
         str(cfg.get("model_type") or config.get("model_type") or "unknown"),

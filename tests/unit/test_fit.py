@@ -81,6 +81,37 @@ def test_shape_from_an_mlx_config_including_vision_language_ones() -> None:
     )
 
 
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("llama.block_count", float("nan")),  # int() raised ValueError
+        ("llama.block_count", float("inf")),  # ... OverflowError
+        ("llama.block_count", 1 << 62),  # [x] * layers raised MemoryError
+        ("llama.block_count", 0),  # max() of no layers raised ValueError
+        ("llama.embedding_length", float("-inf")),
+        ("llama.context_length", 1e300),
+        ("llama.attention.head_count", [float("nan")] * 32),
+    ],
+)
+def test_a_damaged_header_number_is_a_model_error(key: str, value: object) -> None:
+    with pytest.raises(ModelError, match="The fit cannot be estimated"):
+        shape_from_gguf({**LLAMA3_8B, key: value})
+
+
+def test_a_damaged_config_is_a_model_error() -> None:
+    config = {"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4}
+    for bad in [
+        [config],  # not a JSON object: AttributeError before
+        {**config, "num_hidden_layers": float("inf")},  # json.loads reads Infinity
+        {**config, "num_hidden_layers": 0},
+        {**config, "num_hidden_layers": 10_001},
+        {**config, "hidden_size": float("nan")},
+    ]:
+        with pytest.raises(ModelError, match="The fit cannot be estimated"):
+            shape_from_config(bad)  # type: ignore[arg-type]
+    assert shape_from_config({**config, "num_hidden_layers": 10_000}).layers == 10_000
+
+
 def test_memory_budget_per_kind_of_machine() -> None:
     mac = memory_budget(hw("apple_silicon"), "lemon-mlx")  # 64 GB: GPU may wire three quarters
     assert (mac.kind, mac.usable) == (MemoryKind.UNIFIED, int(64 * GB * 0.75))
