@@ -7,6 +7,7 @@ import json
 import os
 import pty
 import signal
+import struct
 import subprocess
 import sys
 import time
@@ -25,7 +26,7 @@ from tests.conftest import profile_path
 from tests.support.fileserver import Fault
 from tests.support.hubserver import HubRepo, LoopbackHub
 from tests.support.keychain import private_keychain
-from tests.support.modelfiles import gguf_files, mlx_files
+from tests.support.modelfiles import gguf_array, gguf_files, gguf_key, mlx_files, raw_gguf
 from tests.support.testrepos import BIG, SHARDS, TINY_MLX, big_files
 
 Q4 = f"{BIG}:Q4_K_M"
@@ -225,6 +226,41 @@ def test_import_gguf_and_mlx_and_reject_what_is_neither(
     # Removing an imported model forgets it and leaves the user's files alone.
     code, out, _ = run(capsys, "rm", "user.Mine-Q4_0")
     assert code == 0 and "left alone" in out and gguf.exists()
+
+
+def test_hostile_headers_are_refused_on_import_or_leave_the_fit_unknown(
+    hub: LoopbackHub, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    string, array, uint32, float32 = 8, 9, 4, 6  # GGUF value types
+    arch = gguf_key("general.architecture", string, struct.pack("<Q", 5) + b"llama")
+    hostile = {
+        # 2**62 uint32s in a kept key: a struct.error traceback before
+        "huge.gguf": (raw_gguf(gguf_key("general.x", array, gguf_array(uint32, 1 << 62))), "cut short"),
+        # arrays nested 3000 deep: a RecursionError traceback before
+        "deep.gguf": (
+            raw_gguf(gguf_key("tokenizer.x", array, gguf_array(array, 1) * 2999 + gguf_array(uint32, 0))),
+            "nests arrays more than 4 deep",
+        ),
+    }
+    for name, (data, message) in hostile.items():
+        (tmp_path / name).write_bytes(data)
+        code, _, err = run(capsys, "import", str(tmp_path / name))
+        assert code == 1 and message in err and "Traceback" not in err, err
+    # A NaN layer count reads as metadata, so it imports; every `models` run then crashed on its fit.
+    nan = tmp_path / "nan.gguf"
+    nan.write_bytes(raw_gguf(arch, gguf_key("llama.block_count", float32, struct.pack("<f", float("nan")))))
+    # json.loads reads Infinity: an MLX folder did the same with an OverflowError.
+    mlx = tmp_path / "inf-mlx"
+    mlx.mkdir()
+    for name, data in mlx_files().items():
+        (mlx / name).write_bytes(data)
+    config = json.loads((mlx / "config.json").read_text())
+    (mlx / "config.json").write_text(json.dumps({**config, "num_hidden_layers": float("inf")}))
+    assert run(capsys, "import", str(nan))[0] == 0
+    assert run(capsys, "import", str(mlx), "--name", "inf")[0] == 0
+    listed = models(capsys)
+    for name in ["user.nan", "inf"]:
+        assert listed[name]["state"] == "downloaded", listed[name]
 
 
 def test_a_corrupt_user_models_file_is_kept_aside_and_reported(
