@@ -140,8 +140,10 @@ async def probe(http: httpx.AsyncClient, key: str | None) -> Probe:
 
     try:
         status, listing = await _get_json(http, "/v1/models", key)
-    except httpx.TransportError as err:
-        return Probe(RemoteState.UNREACHABLE, f"no answer ({_why(err)})")
+    except httpx.HTTPError as err:
+        # A TransportError is no answer; the rest (a body that does not decode) an answer not to be read.
+        said = "no answer" if isinstance(err, httpx.TransportError) else "an answer it could not read"
+        return Probe(RemoteState.UNREACHABLE, f"{said} ({_why(err)})")
     except TooLarge as err:
         return Probe(RemoteState.UNREACHABLE, str(err))
     if status in (401, 403):
@@ -156,7 +158,7 @@ async def probe(http: httpx.AsyncClient, key: str | None) -> Probe:
     try:
         health_status, data = await _get_json(http, "/api/v1/health", key)
         data = data if health_status == 200 else None
-    except (httpx.TransportError, TooLarge):
+    except (httpx.HTTPError, TooLarge):
         data = None
     if isinstance(data, dict) and isinstance(data.get("all_models_loaded"), list):
         kind = RemoteKind.LEMON_DESK if data.get("server") == SERVER_LEMON_DESK else RemoteKind.LEMONADE
@@ -197,6 +199,8 @@ async def _manage(
         ) from None
     except httpx.TransportError as err:
         raise RequestError(f"The connection to the remote broke during the {verb} ({_why(err)}).") from None
+    except httpx.HTTPError as err:  # it answered, with a body that does not decode (say)
+        raise RequestError(f"The remote's answer to the {verb} could not be read ({_why(err)}).") from None
     if response.status_code != 200:
         detail = error_detail(response.content, response.reason_phrase)
         raise RequestError(
@@ -211,6 +215,6 @@ async def stats(http: httpx.AsyncClient, key: str | None) -> dict[str, Any] | No
 
     try:
         status, data = await _get_json(http, "/api/v1/stats", key)
-    except (httpx.TransportError, TooLarge):
+    except (httpx.HTTPError, TooLarge):
         return None
     return data if status == 200 and isinstance(data, dict) else None

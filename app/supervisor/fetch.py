@@ -292,9 +292,15 @@ def _attempt(
                         throttle.after(len(chunk))
                     if control.stop.is_set():
                         return
-    except (httpx.TransportError, OSError) as err:
+    except (httpx.HTTPError, OSError) as err:
         if control.stop.is_set():
             return
+        if isinstance(err, httpx.TooManyRedirects):
+            # The server answers the same way each time: another attempt would only loop again.
+            raise DownloadError(
+                f"Download of {url} failed: the server redirects it in a loop ({type(err).__name__}).",
+                "Check the address, or try again later: the server may be misconfigured for now.",
+            ) from None
         if isinstance(err, OSError) and err.errno in LOCAL_WRITE_ERRNOS:
             # The disk, not the network: another attempt would fail the same way.
             raise DownloadError(

@@ -99,10 +99,15 @@ class HubClient:
             f"The Hugging Face Hub answered HTTP {status} for {repo_id}.", "Try again in a moment."
         )
 
-    def _unreachable(self, err: httpx.TransportError) -> ModelError:
+    def _unreachable(self, err: httpx.HTTPError) -> ModelError:
+        import httpx
+
+        if isinstance(err, httpx.TransportError):
+            what = f"Could not reach the Hugging Face Hub at {self.endpoint}"
+        else:  # it answered, but with redirects without end or a body that does not decode
+            what = f"The Hugging Face Hub at {self.endpoint} sent an answer the app cannot read"
         return ModelError(
-            f"Could not reach the Hugging Face Hub at {self.endpoint} ({type(err).__name__}).",
-            "Check the connection (or HF_ENDPOINT) and try again.",
+            f"{what} ({type(err).__name__}).", "Check the connection (or HF_ENDPOINT) and try again."
         )
 
     async def _get(self, url: str, repo_id: str | None, path: str | None = None, **kw: Any) -> httpx.Response:
@@ -112,7 +117,7 @@ class HubClient:
             response = await self.client.get(
                 url, headers=self.headers, timeout=_timeout(), follow_redirects=True, **kw
             )
-        except httpx.TransportError as err:
+        except httpx.HTTPError as err:
             raise self._unreachable(err) from None
         self.check(response, repo_id, path)
         return response
@@ -213,7 +218,7 @@ class HubClient:
                         body += piece
                         if len(body) >= skip + end - start:
                             break
-        except httpx.TransportError as err:
+        except httpx.HTTPError as err:
             raise self._unreachable(err) from None
         return bytes(body[skip : skip + end - start])
 

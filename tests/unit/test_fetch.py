@@ -140,3 +140,16 @@ def test_a_body_without_a_length_is_read_to_the_end(served: Served, tmp_path: Pa
     with serve(served) as base:
         assert download(f"{base}/f.bin", tmp_path / "f.bin", sha256=DIGEST) == DIGEST
     assert served.bytes_sent("/f.bin") == [None]
+
+
+def test_a_redirect_loop_fails_at_once_with_its_name(served: Served, tmp_path: Path) -> None:
+    """A server that redirects a file to itself: the app's own error, not httpx's, and no retries."""
+    for _ in range(30):
+        served.arm("/f.bin", Fault(status=302))
+    served.headers["/f.bin"] = {"Location": "/f.bin"}
+    with (
+        serve(served) as base,
+        pytest.raises(DownloadError, match=r"redirects it in a loop \(TooManyRedirects\)"),
+    ):
+        download(f"{base}/f.bin", tmp_path / "f.bin")
+    assert len(served.bytes_sent("/f.bin")) == 21  # httpx's first request and its 20 redirects, once

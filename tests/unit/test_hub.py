@@ -19,6 +19,7 @@ from app.core.refs import parse_ref, select
 from app.store.model_paths import local_gguf_metadata
 from app.supervisor.hub import HubClient
 from app.supervisor.modelmeta import remote_shape
+from tests.support.fileserver import Fault
 from tests.support.hubserver import HubRepo, LoopbackHub, git_blob_id
 from tests.support.modelfiles import gguf_files, mlx_files
 
@@ -125,3 +126,33 @@ def test_metadata_walk_agrees_with_the_gguf_package_reader(tmp_path: Path) -> No
     with pytest.raises(ModelError, match="not a GGUF model"):
         gguf_metadata(b"PK\x03\x04" + bytes(60))
     assert json.dumps(mine)  # plain values only
+
+
+HTTPX_DECODING_ERROR = pytest.mark.leaves_running(
+    "httpx raises DecodingError from aiter_bytes with its inner aiter_raw generator unfinished; the loop's "
+    "GC hook closes it (an aclose() task asyncio.run cancels at exit)"
+)
+
+
+@HTTPX_DECODING_ERROR
+def test_a_hub_answer_that_does_not_decode_is_the_apps_error(hub: LoopbackHub) -> None:
+    """A body marked gzip that is not: httpx's DecodingError is no TransportError."""
+    listing = "/api/models/org/Model-GGUF"
+    hub.served.headers[listing] = {"Content-Encoding": "gzip"}
+    with pytest.raises(
+        ModelError, match=r"sent an answer the app cannot read \(DecodingError\).*HF_ENDPOINT"
+    ):
+        with_hub(lambda h: h.listing("org/Model-GGUF"))
+    file = LoopbackHub.file_path("org/Model-GGUF", "Model-Q4_K_M.gguf")
+    hub.served.headers[file] = {**hub.served.headers[file], "Content-Encoding": "gzip"}
+    with pytest.raises(ModelError, match=r"\(DecodingError\)"):
+        with_hub(lambda h: h.read_range("org/Model-GGUF", "main", "Model-Q4_K_M.gguf", 0, 16))
+
+
+def test_a_hub_that_redirects_in_a_loop_is_the_apps_error(hub: LoopbackHub) -> None:
+    listing = "/api/models/org/Model-GGUF"
+    hub.served.headers[listing] = {"Location": listing}
+    for _ in range(30):
+        hub.served.arm(listing, Fault(status=302))
+    with pytest.raises(ModelError, match=r"sent an answer the app cannot read \(TooManyRedirects\)"):
+        with_hub(lambda h: h.listing("org/Model-GGUF"))

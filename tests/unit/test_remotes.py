@@ -18,8 +18,9 @@ import httpx
 import pytest
 
 from app.cli import main
+from app.client import remote as remote_http
 from app.client.events import ChatDelta, ChatDone
-from app.core.errors import ConfigError, ModelError, RemoteError
+from app.core.errors import ConfigError, ModelError, RemoteError, RequestError
 from app.core.remotes import RemoteKind, RemoteModelStatus, RemoteState
 from app.store import secrets
 from app.store.settings import Settings
@@ -27,6 +28,7 @@ from app.supervisor.api import ApiServer
 from app.supervisor.api import openai as openai_routes
 from app.supervisor.remotes import RemoteChanged, Remotes
 from app.supervisor.router import RequestFinished, Router, RouterEvent
+from tests.support.fileserver import Served, serve
 from tests.support.keychain import private_keychain
 from tests.support.remote_standin import REPLY, StandinRemote
 from tests.support.waiting import until
@@ -529,3 +531,43 @@ def test_a_remote_whose_answer_never_ends_is_unreachable_not_a_hang(
             await standin.stop()
 
     asyncio.run(go())
+
+
+@pytest.mark.leaves_running(
+    "httpx raises DecodingError from aiter_bytes with its inner aiter_raw generator unfinished; the loop's "
+    "GC hook closes it (an aclose() task asyncio.run cancels at exit)"
+)
+def test_a_remote_whose_answers_do_not_decode_is_unreachable_not_a_logged_traceback(
+    lemon_home: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Bodies marked gzip that are not: httpx's DecodingError is no TransportError, and must not reach
+    the watcher's catch-all (which logs a traceback) nor escape a load or the stats."""
+    garbled = {"Content-Encoding": "gzip", "Content-Type": "application/json"}
+    served = Served(files={"/v1/models": b"{}", "/api/v1/stats": b"{}"})
+    served.headers = {"/v1/models": garbled, "/api/v1/stats": garbled}
+
+    async def go(base: str) -> None:
+        remotes = Remotes(lambda _e: None)
+        try:
+            found = await remotes.add("box", base, None)
+            assert found.state is RemoteState.UNREACHABLE, found
+            assert "an answer it could not read (DecodingError" in found.message, found.message
+        finally:
+            await remotes.close()
+        async with remote_http.connection_pool(base) as http:
+            assert await remote_http.stats(http, None) is None
+
+    with caplog.at_level(logging.ERROR), serve(served) as base:
+        asyncio.run(go(base))
+    assert not [r for r in caplog.records if r.exc_info], caplog.text
+
+    # The load is a POST, which the file server does not take: the same answer from a transport.
+    def garbled_answer(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, content=b"not gzip", headers=garbled)
+
+    async def load() -> None:
+        async with httpx.AsyncClient(transport=httpx.MockTransport(garbled_answer)) as http:
+            await remote_http.load(http, None, "smol", 5.0)
+
+    with pytest.raises(RequestError, match=r"answer to the load could not be read \(DecodingError"):
+        asyncio.run(load())
