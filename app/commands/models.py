@@ -31,7 +31,7 @@ BAR_WIDTH = 30
 
 
 def _positive(text: str) -> int:
-    value = int(text) if text.isdigit() else 0
+    value = int(text) if text.isascii() and text.isdigit() else 0  # isdigit alone takes "²"
     if value <= 0:
         raise argparse.ArgumentTypeError(f"{text!r} is not a positive whole number")
     return value

@@ -59,7 +59,9 @@ def parse_endpoint(text: str) -> Endpoint:
         valid = _is_ip(host)
     else:
         valid = bool(_HOST.fullmatch(host))
-    if not sep or not valid or not port_text.isdigit() or not 0 < int(port_text) < 65536:
+    # isascii too: str.isdigit() takes "²", which int() refuses.
+    digits = port_text.isascii() and port_text.isdigit()
+    if not sep or not valid or not digits or not 0 < int(port_text) < 65536:
         raise ConfigError(
             f"{text!r} is not a worker address.",
             "Write host:port, such as 192.168.1.20:50052, and separate workers with commas.",

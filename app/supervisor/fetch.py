@@ -92,9 +92,10 @@ def _total_from(response: httpx.Response, offset: int) -> int | None:
     if response.status_code in (206, 416):
         content_range = response.headers.get("content-range", "")
         total = content_range.rpartition("/")[2]
-        return int(total) if total.isdigit() else None
+        # isascii too: str.isdigit() takes "²", which int() refuses; "*" (unknown) is None as well.
+        return int(total) if total.isascii() and total.isdigit() else None
     length = response.headers.get("content-length")
-    return int(length) + offset if length and length.isdigit() else None
+    return int(length) + offset if length and length.isascii() and length.isdigit() else None
 
 
 @dataclass
@@ -391,7 +392,7 @@ def _body(
         # Through TLS the socket must be the one that decrypts (not TLS inside a proxy's tunnel).
         or (stream.get_extra_info("ssl_object") is not None and not isinstance(sock, ssl.SSLSocket))
         or response.http_version != "HTTP/1.1"
-        or not length.isdigit()
+        or not (length.isascii() and length.isdigit())
     ):
         yield from raw
         return

@@ -206,7 +206,8 @@ class HubClient:
                 skip = start if response.status_code == 200 else 0
                 body = bytearray()
                 length = response.headers.get("Content-Length", "")
-                if response.status_code == 206 and length.isdigit() and int(length) <= end - start:
+                length = length if length.isascii() and length.isdigit() else ""  # isdigit takes "²"
+                if response.status_code == 206 and length and int(length) <= end - start:
                     # The range, and no more: read to its end. A stream left part way is closed later
                     # from another task, which httpcore's connection lock refuses (under qasync it
                     # raised from the finalizer).

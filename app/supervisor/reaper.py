@@ -89,7 +89,7 @@ def reap(engine_pid: int, app_pid: int, poll_s: float = POLL_S) -> bool:
 
 def main(argv: Sequence[str]) -> int:
     """``--reap-engine ENGINE_PID APP_PID``: the helper mode, before any of the app's other imports."""
-    if len(argv) != 2 or not all(arg.isdigit() for arg in argv):
+    if len(argv) != 2 or not all(arg.isascii() and arg.isdigit() for arg in argv):  # isdigit takes "²"
         print(f"usage: {FLAG} ENGINE_PID APP_PID", file=sys.stderr)
         return 2
     reap(int(argv[0]), int(argv[1]))

@@ -378,3 +378,12 @@ def test_pin_and_unpin_are_saved_and_shown(capsys: pytest.CaptureFixture[str]) -
     assert models(capsys)[name]["pinned"] is False
     code, _, err = run(capsys, "pin", "no-such-model")
     assert code == 1 and "There is no model named 'no-such-model'" in err
+
+
+def test_a_count_in_other_digits_is_refused_with_the_apps_message(capsys: pytest.CaptureFixture[str]) -> None:
+    """str.isdigit() takes "²", which int() refuses: the option's own message, not argparse's guess."""
+    with pytest.raises(SystemExit) as exit_:
+        main(["search", "smol", "--limit", "²"])
+    assert exit_.value.code == 2
+    _, err = capsys.readouterr()
+    assert "'²' is not a positive whole number" in err and "Traceback" not in err

@@ -153,3 +153,21 @@ def test_a_redirect_loop_fails_at_once_with_its_name(served: Served, tmp_path: P
     ):
         download(f"{base}/f.bin", tmp_path / "f.bin")
     assert len(served.bytes_sent("/f.bin")) == 21  # httpx's first request and its 20 redirects, once
+
+
+def test_a_content_range_total_in_other_digits_is_an_unknown_total(tmp_path: Path) -> None:
+    """``bytes 0-4/²``: str.isdigit() takes "²", which int() refuses; the size is unknown, not a crash."""
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        # A stream, not content=: the body is read the way a server's is, not already in memory.
+        headers = [(b"Content-Range", b"bytes 0-4/\xb2")]
+        return httpx.Response(206, stream=httpx.ByteStream(b"hello"), headers=headers)
+
+    seen: list[Progress] = []
+
+    async def go() -> str:
+        with httpx.Client(transport=httpx.MockTransport(answer)) as client:
+            return await fetch(client, "http://files/f.bin", tmp_path / "f.bin", on_progress=seen.append)
+
+    assert asyncio.run(go()) == hashlib.sha256(b"hello").hexdigest()
+    assert (tmp_path / "f.bin").read_bytes() == b"hello" and seen[-1].total is None

@@ -31,6 +31,7 @@ from app.store.settings import Settings, save_settings
 from app.supervisor.orphans import process_facts, stop_orphans
 from app.supervisor.process import TEST_NO_PDEATHSIG, free_port
 from app.supervisor.reaper import FLAG, reaper_command
+from app.supervisor.reaper import main as reaper_main
 from app.supervisor.router import Router
 from app.supervisor.supervisor import Supervisor
 from tests.conftest import profile_path
@@ -263,3 +264,9 @@ def test_a_running_engine_has_a_record_until_it_is_reaped(
     assert record.pid == pid and record.app_pid == os.getpid()
     assert record.binary == standin_settings.llama_server_path
     assert after == []
+
+
+def test_the_reapers_helper_mode_refuses_pids_in_other_digits(capsys: pytest.CaptureFixture[str]) -> None:
+    """str.isdigit() takes "²", which int() refuses: the usage line, not a traceback."""
+    assert reaper_main(["²", "1"]) == 2
+    assert f"usage: {FLAG}" in capsys.readouterr().err

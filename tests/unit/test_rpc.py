@@ -44,7 +44,17 @@ def test_worker_addresses() -> None:
     assert parse_endpoint("[::1]:50052") == Endpoint("::1", 50052)
     assert str(Endpoint("::1", 50052)) == "[::1]:50052"
     assert parse_workers("a.lan:1, b.lan:2,") == (Endpoint("a.lan", 1), Endpoint("b.lan", 2))
-    for bad in ("a.lan", "a.lan:0", "a.lan:70000", "a lan:1", ":50052", "a.lan:x", "[nope]:1", "-a:1"):
+    for bad in (
+        "a.lan",
+        "a.lan:0",
+        "a.lan:70000",
+        "a lan:1",
+        ":50052",
+        "a.lan:x",
+        "[nope]:1",
+        "-a:1",
+        "a.lan:²",
+    ):
         with pytest.raises(ConfigError, match="not a worker address"):
             parse_endpoint(bad)
     with pytest.raises(ConfigError, match="listed twice"):
