@@ -10,6 +10,7 @@ A token (``HF_TOKEN`` or the keychain's) goes in ``Authorization: Bearer``.
 from __future__ import annotations
 
 import asyncio
+import math
 import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -64,6 +65,13 @@ def missing_error(repo_id: str, path: str | None = None) -> ModelError:
         f"{what} does not exist on the Hugging Face Hub.",
         "Check the spelling (org/repo:VARIANT); a private repo also needs a token.",
     )
+
+
+def _count(value: object) -> int:
+    """A search hit's downloads or likes; 0 for what is no count (text, a list, Infinity, below 0)."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        return 0
+    return max(int(value), 0)
 
 
 class HubClient:
@@ -140,8 +148,11 @@ class HubClient:
                 )
                 for s in data["siblings"]
             )
+            if any(f.size < 0 for f in files):
+                raise ValueError("a negative size")  # no file has one: this is no listing to trust
             listing = RepoListing(repo_id, str(data["sha"]), files, gated=bool(data.get("gated")))
-        except (KeyError, TypeError, ValueError, AttributeError, RecursionError):
+        # OverflowError: int() of a size of Infinity (or 1e999, which json reads as Infinity).
+        except (KeyError, TypeError, ValueError, OverflowError, AttributeError, RecursionError):
             raise ModelError(
                 f"The Hub's file list for {repo_id} is not what the app expects.", "Try again later."
             ) from None
@@ -163,15 +174,20 @@ class HubClient:
             )
         hits = []
         for item in data:
-            tags = set(item.get("tags") or [])
+            # One hit's odd fields should not sink the search: unreadable tags or name skip the hit.
+            tags = item.get("tags")
+            tags = {t for t in tags if isinstance(t, str)} if isinstance(tags, list) else set()
             kind = GGUF_RECIPE if "gguf" in tags else MLX_RECIPE if "mlx" in tags else None
             if kind is None or (recipe and kind != recipe):
                 continue  # neither format runs here
+            repo_id = item.get("id") or item.get("modelId")
+            if not isinstance(repo_id, str):
+                continue
             hits.append(
                 SearchHit(
-                    str(item.get("id") or item.get("modelId")),
-                    int(item.get("downloads") or 0),
-                    int(item.get("likes") or 0),
+                    repo_id,
+                    _count(item.get("downloads")),
+                    _count(item.get("likes")),
                     kind,
                     bool(item.get("gated")),
                     str(item.get("lastModified") or ""),

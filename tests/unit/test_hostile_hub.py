@@ -7,6 +7,7 @@ checks the pull would go through and write where the name points.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 from pathlib import Path
@@ -116,3 +117,46 @@ def test_a_hub_answer_that_is_not_its_json_is_an_error_not_a_traceback(
     _, err = capsys.readouterr()
     assert "Traceback" not in err
     assert err.startswith("error: The Hub's search results are not what the app expects"), err
+
+
+ODD_SIZES: dict[str, Any] = {
+    "an infinite size": float("inf"),  # json writes Infinity; 1e999 reads back as the same
+    "a negative size": -5,
+}
+
+
+@pytest.mark.parametrize("case", list(ODD_SIZES))
+def test_a_listing_with_a_size_no_file_has_is_refused(
+    hub: LoopbackHub, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, case: str
+) -> None:
+    monkeypatch.setenv("LEMON_DESK_MOCK_HARDWARE", str(profile_path("cpu_only_x86")))
+    serve_listing(hub, "x-Q4_K_M.gguf", lfs={"sha256": SHA256, "size": ODD_SIZES[case]})
+
+    assert main(["pull", f"{REPO}:Q4_K_M"]) == 1
+    _, err = capsys.readouterr()
+    assert "Traceback" not in err
+    assert err.startswith(f"error: The Hub's file list for {REPO} is not what the app expects"), err
+    assert not hub.byte_requests()
+
+
+def test_search_hits_with_unreadable_fields_count_0_or_are_skipped(hub: LoopbackHub) -> None:
+    """One odd hit must not sink a search: counts that are no numbers are 0, a hit without readable
+    tags or name is left out (it cannot be told to run here)."""
+    found = [
+        {"id": "org/text-GGUF", "tags": ["gguf"], "downloads": "lots", "likes": [1]},
+        {"id": "org/inf-GGUF", "tags": ["gguf"], "downloads": float("inf"), "likes": -3},
+        {"id": "org/nested-GGUF", "tags": [["x"], "gguf"], "downloads": 12},
+        {"id": "org/number-tags", "tags": 5},
+        {"id": ["org/list-id"], "tags": ["gguf"]},
+    ]
+    hub.served.routes["/api/models"] = lambda _query: json.dumps(found).encode()
+
+    async def search() -> list[tuple[str, int, int]]:
+        async with httpx.AsyncClient() as client:
+            return [(h.repo_id, h.downloads, h.likes) for h in await HubClient(client).search("org")]
+
+    assert asyncio.run(search()) == [
+        ("org/text-GGUF", 0, 0),
+        ("org/inf-GGUF", 0, 0),
+        ("org/nested-GGUF", 12, 0),
+    ]
