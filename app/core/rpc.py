@@ -193,10 +193,11 @@ class WorkerInfo:
 # llama.cpp's load log at verbosity 4 (``-lv 4``: ``app.core.launch.rpc_args``), after a time and level
 # prefix: "load_tensors: RPC0[127.0.0.1:50052] model buffer size = 46.00 MiB", "llama_kv_cache:
 # RPC0[127.0.0.1:50053] KV buffer size = 84.00 MiB", "load_tensors: CPU_Mapped model buffer size = ...".
-# An RPC buffer names its worker in brackets (the RPCn before it is not the device's number).
+# An RPC buffer names its worker in brackets (the RPCn before it is not the device's number). The size
+# is a decimal number only: "1.2.3" or "." would be a ValueError from float().
 _BUFFER = re.compile(
     r"\s(?P<device>[A-Za-z][\w]*(?:\[(?P<worker>[^\]]+)\])?)\s+(?P<kind>model|KV|compute|output) buffer size"
-    r"\s*=\s*(?P<size>[0-9.]+) MiB"
+    r"\s*=\s*(?P<size>\d+(?:\.\d+)?) MiB"
 )
 _LOCAL_CPU = ("CPU", "CPU_Mapped", "CPU_REPACK")
 

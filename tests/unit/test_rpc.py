@@ -94,6 +94,12 @@ def test_memory_by_device_from_the_engines_load_log() -> None:
     assert by_device["127.0.0.1:50152"] == pytest.approx((33.82 + 96 + 59.05) * MIB, abs=3)
     assert by_device["CPU"] == pytest.approx((28.69 + 0.75 + 43.32) * MIB, abs=3)
     assert memory_by_device(["0.1 I srv  llama_server: model loaded"]) == {}
+    # A size that is no number (a garbled or hostile log line) is no placement, not a ValueError.
+    garbled = [
+        "load_tensors: CPU model buffer size = 1.2.3 MiB",
+        "llama_kv_cache: CUDA0 KV buffer size = . MiB",
+    ]
+    assert memory_by_device(garbled) == {}
 
 
 class StandInWorker:
