@@ -127,12 +127,24 @@ def _file_mode(zip_mode: int) -> int:
     return mode | 0o600
 
 
+def _zip_link(archive: str, zf: zipfile.ZipFile, info: zipfile.ZipInfo) -> str:
+    """A zip symlink's target (the member's bytes). One that is not UTF-8 or holds a NUL byte is no
+    path a release would link to, and os.symlink could not make it anyway: the archive is refused."""
+    try:
+        link = zf.read(info).decode()
+    except UnicodeDecodeError:
+        raise _unsafe(archive, info.filename, "is a symlink whose target is not UTF-8 text") from None
+    if "\0" in link:
+        raise _unsafe(archive, info.filename, "is a symlink whose target holds a NUL byte")
+    return link
+
+
 def _unzip(archive: Path, dest: Path, cancel: threading.Event | None) -> None:
     with zipfile.ZipFile(archive) as zf:
         entries: list[tuple[zipfile.ZipInfo, Entry]] = []
         for info in zf.infolist():
             kind = _zip_kind(info)
-            link = zf.read(info).decode() if kind == "symlink" else ""
+            link = _zip_link(archive.name, zf, info) if kind == "symlink" else ""
             entries.append((info, Entry(info.filename, kind, link)))
         check_entries(archive.name, [entry for _, entry in entries])
         for info, entry in entries:
@@ -163,7 +175,17 @@ def unpack(archive: Path, dest: Path, cancel: threading.Event | None = None) -> 
             _untar(archive, dest, cancel)
         else:
             raise InstallError(f"{archive.name} is not a zip, tar.gz or tar.xz archive.")
-    except (tarfile.TarError, zipfile.BadZipFile, EOFError, zlib.error, lzma.LZMAError) as err:
+    # zipfile refuses a compression method it does not know with NotImplementedError and an encrypted
+    # member with RuntimeError: archives we cannot read, like damaged ones.
+    except (
+        tarfile.TarError,
+        zipfile.BadZipFile,
+        EOFError,
+        zlib.error,
+        lzma.LZMAError,
+        NotImplementedError,
+        RuntimeError,
+    ) as err:
         raise InstallError(
             f"{archive.name} is damaged and cannot be unpacked ({err or type(err).__name__}). "
             "Nothing was installed.",

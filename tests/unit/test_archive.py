@@ -142,6 +142,48 @@ def test_hostile_zip_is_refused(tmp_path: Path, name: str, data: bytes, mode: in
     assert list((tmp_path / "out").iterdir()) == []
 
 
+@pytest.mark.parametrize(
+    "target,why",
+    [(b"\xff\xfe", "is not UTF-8 text"), (b"lib\x00.so", "holds a NUL byte")],
+)
+def test_zip_symlink_whose_target_is_no_path_is_refused(tmp_path: Path, target: bytes, why: str) -> None:
+    archive = tmp_path / "evil.zip"
+    with zipfile.ZipFile(archive, "w") as zf:
+        zip_add(zf, "server", ELF, stat.S_IFREG | 0o755)
+        zip_add(zf, "link", target, stat.S_IFLNK | 0o777)
+    with pytest.raises(InstallError, match=f"'link' is a symlink whose target {why}"):
+        unpack(archive, tmp_path / "out")
+    assert list((tmp_path / "out").iterdir()) == []
+
+
+def patched_zip(path: Path, local: dict[int, int], central: dict[int, int]) -> Path:
+    """A one-member zip with header fields overwritten: {offset: 16-bit value} in each header."""
+    with zipfile.ZipFile(path, "w") as zf:
+        zip_add(zf, "llama-server", ELF, stat.S_IFREG | 0o755)
+    data = bytearray(path.read_bytes())
+    cd = data.find(b"PK\x01\x02")
+    for base, fields in ((0, local), (cd, central)):
+        for offset, value in fields.items():
+            data[base + offset : base + offset + 2] = value.to_bytes(2, "little")
+    path.write_bytes(data)
+    return path
+
+
+@pytest.mark.parametrize(
+    "local,central,why",
+    [
+        ({8: 99}, {10: 99}, "compression method is not supported"),  # method 99: not one zipfile knows
+        ({6: 1}, {8: 1}, "is encrypted"),  # general purpose flag bit 0: encrypted
+    ],
+)
+def test_zip_member_zipfile_cannot_read_is_damaged(
+    tmp_path: Path, local: dict[int, int], central: dict[int, int], why: str
+) -> None:
+    archive = patched_zip(tmp_path / "odd.zip", local, central)
+    with pytest.raises(InstallError, match=f"odd.zip is damaged and cannot be unpacked .*{why}"):
+        unpack(archive, tmp_path / "out")
+
+
 def test_the_last_guard_holds_when_the_member_checks_are_skipped(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
