@@ -16,11 +16,14 @@ folder (``inside``), so a name that slipped past still cannot leave it.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from pathlib import Path
 
 from app.core.refs import RepoFile, RepoListing
 from app.store.files import atomic_write_bytes, inside
+
+_COMMIT = re.compile(r"[0-9a-f]{40}")  # what huggingface_hub writes into refs/<name>
 
 
 def hub_cache_dir(models_dir: str = "") -> Path:
@@ -53,10 +56,13 @@ class RepoCache:
         return inside(self.folder, self.folder / "snapshots" / revision)
 
     def ref(self, name: str = "main") -> str | None:
+        """The commit ``refs/<name>`` names, or None. The file is shared with other tools and may be
+        damaged: one that is not text (a ValueError) or names no commit counts as missing."""
         try:
-            return (self.folder / "refs" / name).read_text().strip() or None
-        except OSError:
+            commit = (self.folder / "refs" / name).read_text().strip()
+        except (OSError, ValueError):
             return None
+        return commit if _COMMIT.fullmatch(commit) else None
 
     def set_ref(self, revision: str, name: str = "main") -> None:
         atomic_write_bytes(self.folder / "refs" / name, revision.encode())

@@ -136,6 +136,20 @@ def test_pull_models_rm_keep_files_other_models_share(
     assert code == 1 and err.startswith("error: There is no model named")
 
 
+@pytest.mark.parametrize("ref", [b"\xff\xfe\x00", b"not a commit id\n"])
+def test_a_damaged_ref_in_the_shared_cache_does_not_stop_the_model_list(
+    hub: LoopbackHub, capsys: pytest.CaptureFixture[str], ref: bytes
+) -> None:
+    """``refs/main`` is written by other tools too: one that is not text or names no commit is ignored."""
+    assert run_json(capsys, "pull", Q8)["state"] == "done"
+    repo = RepoCache(hub_cache_dir(), BIG)
+    commit = repo.ref()
+    assert commit is not None and len(commit) == 40
+    (repo.folder / "refs" / "main").write_bytes(ref)
+    assert repo.ref() is None
+    assert models(capsys)["user.Big-GGUF-Q8_0"]["state"] == "downloaded"
+
+
 def test_catalog_model_and_mlx_repo_pull(hub: LoopbackHub, capsys: pytest.CaptureFixture[str]) -> None:
     report = run_json(capsys, "pull", TINY_MLX)
     assert report["recipe"] == "lemon-mlx" and (Path(report["path"]) / "config.json").is_file()
