@@ -89,7 +89,8 @@ def record_from_json(download_id: str, raw: Any) -> DownloadRecord:
             message=str(raw.get("message", "")),
             done_bytes=int(raw.get("done_bytes", 0)),
         )
-    except (KeyError, TypeError, ValueError) as err:
+    # OverflowError: int() of a size or count that JSON wrote as Infinity (or 1e999)
+    except (KeyError, TypeError, ValueError, OverflowError) as err:
         raise ConfigError(f"Download '{download_id}' is malformed ({err}).") from None
 
 

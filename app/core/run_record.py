@@ -60,7 +60,8 @@ class RunRecord:
                 app_pid=int(data["app_pid"]),
                 app_started=float(data["app_started"]),
             )
-        except (KeyError, TypeError, ValueError) as err:
+        # OverflowError: int() of a pid that JSON wrote as Infinity (or 1e999)
+        except (KeyError, TypeError, ValueError, OverflowError) as err:
             raise ValueError(f"not an engine run record: {err}") from None
 
 

@@ -4,12 +4,11 @@ read is set aside (kept, never deleted) and a new one is started."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 from app.core.bench import BenchRun
-from app.store.files import atomic_write_json, set_aside
+from app.store.files import atomic_write_json, read_json, set_aside
 from app.store.paths import home
 
 FORMAT_VERSION = 1
@@ -31,7 +30,7 @@ def load_runs(path: Path | None = None) -> LoadedRuns:
     if not path.exists():
         return LoadedRuns([])
     try:
-        data = json.loads(path.read_text())
+        data = read_json(path)  # a nesting too deep for the parser is a ValueError here
         if data.get("version") != FORMAT_VERSION:
             raise ValueError(f"unknown format version {data.get('version')!r}")
         return LoadedRuns([BenchRun.from_record(r) for r in data["runs"]])

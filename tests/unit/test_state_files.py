@@ -9,8 +9,11 @@ from pathlib import Path
 import pytest
 
 from app.cli import main
+from app.store.bench_results import bench_path, load_runs
+from app.store.downloads import downloads_path, load_downloads
 from app.store.files import set_aside
 from app.store.model_options import model_options_path
+from app.store.run_records import load_run_records, record_path
 from app.store.settings import load_settings, settings_path
 from app.store.usermodels import load_user_models, user_models_path
 
@@ -32,6 +35,48 @@ def test_a_user_model_with_a_wrong_type_is_set_aside(lemon_home: Path, field: st
     user_models_path().write_text(json.dumps({"schema": 1, "models": {"user.x": entry}}))
     loaded = load_user_models()
     assert loaded.items == {} and "user models file was unreadable" in loaded.warning
+
+
+def write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+
+
+@pytest.mark.parametrize("size,done_bytes", [(float("inf"), 1), (1, float("inf"))])
+def test_a_download_with_an_infinite_count_is_set_aside(
+    lemon_home: Path, size: float, done_bytes: float
+) -> None:
+    record = {
+        "model": "user.x",
+        "state": "done",
+        "repo_id": "org/repo",
+        "revision": "a" * 40,
+        "recipe": "llamacpp",
+        "label": "Q4_0",
+        "main": "x.gguf",
+        "files": [{"path": "x.gguf", "size": size, "sha256": None, "blob_id": None}],
+        "done_bytes": done_bytes,
+    }
+    write(downloads_path(), json.dumps({"schema": 1, "downloads": {"d1": record}}))  # writes Infinity
+    loaded = load_downloads()
+    assert loaded.items == {} and "downloads file was unreadable" in loaded.warning
+    assert len(list(lemon_home.glob("downloads.json.corrupt-*"))) == 1
+
+
+def test_an_engine_run_record_with_an_infinite_pid_is_set_aside(lemon_home: Path) -> None:
+    path = record_path(4242)
+    record = {"engine_id": "e", "binary": "b", "started": 1.0, "exe": "x", "app_pid": 1, "app_started": 1.0}
+    text = json.dumps({**record, "pid": float("inf")})  # writes "pid": Infinity
+    write(path, text)
+    assert load_run_records() == []
+    assert [p.read_text() for p in path.parent.glob(f"{path.name}.corrupt-*")] == [text]
+
+
+def test_bench_results_nested_too_deeply_are_set_aside(lemon_home: Path) -> None:
+    write(bench_path(), DEEP)
+    loaded = load_runs()
+    assert loaded.runs == [] and "nested too deeply" in loaded.warning
+    assert [p.read_text() for p in lemon_home.glob("bench.json.corrupt-*")] == [DEEP]
 
 
 def test_two_files_set_aside_within_a_second_are_both_kept(tmp_path: Path) -> None:
