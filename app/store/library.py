@@ -6,7 +6,6 @@ Model Manager; the downloads themselves are ``app.supervisor.downloads``.
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
@@ -29,6 +28,7 @@ from app.core.refs import (
 )
 from app.store.catalog import load_catalog_json
 from app.store.downloads import download_in_progress, load_downloads, save_downloads
+from app.store.files import read_json
 from app.store.hfcache import RepoCache, hub_cache_dir
 from app.store.model_paths import local_gguf_metadata, model_for_path
 from app.store.settings import Settings
@@ -313,7 +313,7 @@ def _mlx_weights_complete(paths: set[str], index: Path | None) -> bool:
     if index is None or "model.safetensors.index.json" not in paths:
         return any(p.endswith(".safetensors") for p in paths)
     try:
-        weight_map = json.loads(index.read_text())["weight_map"]
+        weight_map = read_json(index)["weight_map"]  # too deep a nesting is a ValueError too
         return bool(weight_map) and set(weight_map.values()) <= paths
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return False
@@ -335,11 +335,11 @@ def _check_gguf_file(path: Path) -> tuple[Path, int]:
 
 def _check_mlx_folder(path: Path) -> int:
     try:
-        config = json.loads((path / "config.json").read_text())
+        config = read_json(path / "config.json")  # too deep a nesting is a ValueError too
     except OSError:
         raise ModelError(f"{path} has no config.json: it is not an MLX model folder.") from None
-    except ValueError:
-        raise ModelError(f"{path / 'config.json'} is not valid JSON.") from None
+    except ValueError as err:
+        raise ModelError(f"{path / 'config.json'} is not valid JSON ({err}).") from None
     if not isinstance(config, dict):
         raise ModelError(f"{path / 'config.json'} is not a JSON object.")
     weights = sorted(path.glob("*.safetensors"))

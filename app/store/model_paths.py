@@ -7,7 +7,6 @@ Names, references and what the Hugging Face cache holds are the library's (``app
 from __future__ import annotations
 
 import functools
-import json
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -26,6 +25,7 @@ from app.core.gguf import (
 from app.core.models import Model
 from app.core.params import safetensors_header_length, safetensors_parameter_count
 from app.core.refs import GGUF_RECIPE
+from app.store.files import read_json
 
 T = TypeVar("T")
 
@@ -102,7 +102,8 @@ def local_shape(recipe: str, main: Path) -> ModelShape:
     """A downloaded or imported model's shape: its GGUF header, or its MLX folder's config.json."""
     if recipe != GGUF_RECIPE:
         try:
-            return shape_from_config(json.loads((main / "config.json").read_text()))
+            # read_json: a nesting too deep for the parser is a ValueError, not a RecursionError
+            return shape_from_config(read_json(main / "config.json"))
         except (OSError, ValueError) as err:
             raise ModelError(f"{main / 'config.json'} is unreadable ({err}).") from None
     stat = main.stat()

@@ -18,8 +18,10 @@ from typing import Any
 import pytest
 
 from app.cli import main
+from app.core.errors import ModelError
 from app.store import secrets
 from app.store.hfcache import RepoCache, hub_cache_dir
+from app.store.model_paths import local_shape
 from app.store.usermodels import user_models_path
 from app.supervisor.fetch import CHUNK
 from tests.conftest import profile_path
@@ -275,6 +277,45 @@ def test_hostile_headers_are_refused_on_import_or_leave_the_fit_unknown(
     listed = models(capsys)
     for name in ["user.nan", "inf"]:
         assert listed[name]["state"] == "downloaded", listed[name]
+
+
+DEEP = "[" * 100_000 + "]" * 100_000  # valid JSON that Python's parser cannot read (RecursionError)
+
+
+@pytest.mark.parametrize(
+    "member,message",
+    [
+        ("config.json", "config.json is not valid JSON (it is nested too deeply to read)."),
+        ("model.safetensors.index.json", "lacks weight shards that its model.safetensors.index.json names"),
+    ],
+)
+def test_import_of_an_mlx_folder_whose_json_is_nested_too_deeply_is_refused(
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    member: str,
+    message: str,
+) -> None:
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf-cache"))
+    mlx = tmp_path / "deep-mlx"
+    mlx.mkdir()
+    for name, data in mlx_files().items():
+        (mlx / name).write_bytes(data)
+    (mlx / member).write_text(DEEP)
+    code, _, err = run(capsys, "import", str(mlx))
+    assert code == 1 and "Traceback" not in err and message in err, err
+    assert "user.deep-mlx" not in models(capsys)
+
+
+def test_the_shape_of_an_mlx_folder_whose_config_is_nested_too_deeply_is_a_model_error(
+    tmp_path: Path,
+) -> None:
+    """An imported folder changed afterwards: the fit check at load time reads its config.json again."""
+    mlx = tmp_path / "deep-mlx"
+    mlx.mkdir()
+    (mlx / "config.json").write_text(DEEP)
+    with pytest.raises(ModelError, match=r"config\.json is unreadable \(it is nested too deeply to read\)"):
+        local_shape("lemon-mlx", mlx)
 
 
 def test_a_corrupt_user_models_file_is_kept_aside_and_reported(
