@@ -6,6 +6,7 @@ and the path of the per-launch API key file, and runs what comes back.
 
 from __future__ import annotations
 
+import re
 import shlex
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -88,8 +89,18 @@ class LaunchPlan:
     device: DeviceType = DeviceType.GPU  # where the engine computes (what a per-device load limit counts)
 
 
+# No engine argument takes a control character, and one holding a NUL cannot even be passed to exec
+# (a ValueError at launch). Tab, newline and carriage return are left: between arguments they are
+# spaces, and a quoted value (a chat template, say) may hold them.
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+
+
 def split_args(text: str) -> tuple[str, ...]:
     """The user's extra engine arguments, split as a shell would."""
+    if control := _CONTROL.search(text):
+        raise ConfigError(
+            f"The extra engine arguments hold a control character ({control.group()!r}).", "Remove it."
+        )
     try:
         return tuple(shlex.split(text))
     except ValueError as err:

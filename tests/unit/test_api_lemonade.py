@@ -407,6 +407,24 @@ def test_a_null_option_on_load_ignores_the_saved_value_for_that_load_only(
     assert cleared == {"llamacpp_backend": "system", "llamacpp_args": "--threads 1"}
 
 
+@pytest.mark.parametrize("args", ["--foo \u0000", "--threads\u001b1"])
+def test_extra_arguments_holding_a_control_character_are_a_400_and_nothing_is_loaded(
+    standin_settings: Settings, tmp_path: Path, args: str
+) -> None:
+    async def body(router: Router, client: httpx.AsyncClient) -> list[Any]:
+        (name,) = models(router, tmp_path, "alpha")
+        load = await client.post("/api/v1/load", json={"model_name": name, "llamacpp_args": args})
+        saved = await client.post(f"/api/v1/models/{name}/options", json={"llamacpp_args": args})
+        health = (await client.get("/api/v1/health")).json()
+        return [load, saved, health["all_models_loaded"]]
+
+    load, saved, loaded = run_api(standin_settings, body)
+    for response in (load, saved):
+        assert response.status_code == 400
+        assert "extra engine arguments hold a control character" in error_of(response)["message"]
+    assert loaded == []
+
+
 # --- models, system, routes ----------------------------------------------------------------------------
 
 
