@@ -51,7 +51,7 @@ class RunRecord:
     def from_json(cls, data: Any) -> RunRecord:
         """Raises ValueError when ``data`` is not a record."""
         try:
-            return cls(
+            record = cls(
                 engine_id=str(data["engine_id"]),
                 binary=str(data["binary"]),
                 pid=int(data["pid"]),
@@ -63,6 +63,10 @@ class RunRecord:
         # OverflowError: int() of a pid that JSON wrote as Infinity (or 1e999)
         except (KeyError, TypeError, ValueError, OverflowError) as err:
             raise ValueError(f"not an engine run record: {err}") from None
+        # psutil refuses a pid below 1 with ValueError, and 0 or less would mean a group to signal
+        if record.pid < 1 or record.app_pid < 1:
+            raise ValueError(f"not an engine run record: pid {record.pid}, app pid {record.app_pid}")
+        return record
 
 
 class Verdict(Enum):

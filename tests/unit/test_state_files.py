@@ -16,6 +16,7 @@ from app.store.model_options import model_options_path
 from app.store.run_records import load_run_records, record_path
 from app.store.settings import load_settings, settings_path
 from app.store.usermodels import load_user_models, user_models_path
+from app.supervisor.orphans import stop_orphans
 
 DEEP = "[" * 100_000 + "]" * 100_000
 
@@ -63,12 +64,19 @@ def test_a_download_with_an_infinite_count_is_set_aside(
     assert len(list(lemon_home.glob("downloads.json.corrupt-*"))) == 1
 
 
-def test_an_engine_run_record_with_an_infinite_pid_is_set_aside(lemon_home: Path) -> None:
+@pytest.mark.parametrize(
+    "pids",
+    [{"pid": float("inf"), "app_pid": 1}, {"pid": 4242, "app_pid": -5}, {"pid": 0, "app_pid": 1}],
+)
+def test_an_engine_run_record_with_an_impossible_pid_is_set_aside(
+    lemon_home: Path, pids: dict[str, float]
+) -> None:
+    """Start-up reads the run records to stop engines an earlier run left (stop_orphans)."""
     path = record_path(4242)
-    record = {"engine_id": "e", "binary": "b", "started": 1.0, "exe": "x", "app_pid": 1, "app_started": 1.0}
-    text = json.dumps({**record, "pid": float("inf")})  # writes "pid": Infinity
+    record = {"engine_id": "e", "binary": "b", "started": 1.0, "exe": "x", "app_started": 1.0}
+    text = json.dumps({**record, **pids})  # float("inf") is written as Infinity
     write(path, text)
-    assert load_run_records() == []
+    assert stop_orphans() == [] and load_run_records() == []
     assert [p.read_text() for p in path.parent.glob(f"{path.name}.corrupt-*")] == [text]
 
 
