@@ -347,6 +347,19 @@ def test_the_local_api_lists_remote_models_and_routes_to_them(lemon_home: Path) 
     with_router(body)
 
 
+async def streamed_through_api(router: Router) -> tuple[httpx.Response, dict[str, Any]]:
+    """A streamed chat with ``@box/smol`` through the local API, and the API's stats after it."""
+    server = ApiServer(router, "127.0.0.1", 0)
+    await server.start()
+    try:
+        async with httpx.AsyncClient(base_url=server.url, trust_env=False, timeout=30) as api:
+            chat = {"model": "@box/smol", "messages": HI, "stream": True}
+            streamed = await api.post("/v1/chat/completions", json=chat)
+            return streamed, (await api.get("/api/v1/stats")).json()
+    finally:
+        await server.stop()
+
+
 def test_a_remote_stream_whose_figures_are_too_deep_to_read_still_reaches_the_client(
     lemon_home: Path,
 ) -> None:
@@ -354,22 +367,14 @@ def test_a_remote_stream_whose_figures_are_too_deep_to_read_still_reaches_the_cl
     too deep) is left unread: the client gets the whole stream, and the request counts without it."""
 
     async def body(router: Router, remote: StandinRemote) -> None:
-        server = ApiServer(router, "127.0.0.1", 0)
-        await server.start()
-        try:
-            async with httpx.AsyncClient(base_url=server.url, trust_env=False, timeout=30) as api:
-                chat = {"model": "@box/smol", "messages": HI, "stream": True}
-                streamed = await api.post("/v1/chat/completions", json=chat)
-                assert streamed.status_code == 200 and streamed.text.rstrip().endswith("data: [DONE]")
-                assert "".join(REPLY) == "".join(
-                    json.loads(line[6:])["choices"][0]["delta"].get("content") or ""
-                    for line in streamed.text.splitlines()
-                    if line.startswith("data: {") and "[[[" not in line
-                )
-                stats = (await api.get("/api/v1/stats")).json()
-                assert (stats["model_name"], stats["output_tokens"]) == ("@box/smol", len(REPLY))
-        finally:
-            await server.stop()
+        streamed, stats = await streamed_through_api(router)
+        assert streamed.status_code == 200 and streamed.text.rstrip().endswith("data: [DONE]")
+        assert "".join(REPLY) == "".join(
+            json.loads(line[6:])["choices"][0]["delta"].get("content") or ""
+            for line in streamed.text.splitlines()
+            if line.startswith("data: {") and "[[[" not in line
+        )
+        assert (stats["model_name"], stats["output_tokens"]) == ("@box/smol", len(REPLY))
 
     with_router(body, usage_json="[" * 100_000 + "]" * 100_000)
 
@@ -386,18 +391,11 @@ def test_a_bug_met_mid_stream_ends_the_stream_with_an_error_event_not_a_broken_r
     monkeypatch.setattr(openai_routes._Watch, "feed", broken)
 
     async def body(router: Router, remote: StandinRemote) -> None:
-        server = ApiServer(router, "127.0.0.1", 0)
-        await server.start()
-        try:
-            async with httpx.AsyncClient(base_url=server.url, trust_env=False, timeout=30) as api:
-                chat = {"model": "@box/smol", "messages": HI, "stream": True}
-                streamed = await api.post("/v1/chat/completions", json=chat)
-                events = [line[6:] for line in streamed.text.splitlines() if line.startswith("data: ")]
-                assert streamed.status_code == 200 and events[-1] == "[DONE]"
-                error = json.loads(events[-2])["error"]
-                assert error["message"] == "The server failed on this request; see its log."
-        finally:
-            await server.stop()
+        streamed, _ = await streamed_through_api(router)
+        events = [line[6:] for line in streamed.text.splitlines() if line.startswith("data: ")]
+        assert streamed.status_code == 200 and events[-1] == "[DONE]"
+        error = json.loads(events[-2])["error"]
+        assert error["message"] == "The server failed on this request; see its log."
 
     with_router(body)
     assert "a bug in the watch" in caplog.text  # the traceback is in the log
