@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from app.client.adapters import DeltaSplitter, EngineAdapter, LlamaCppAdapter, Route, sse_error
 from app.client.events import ChatDelta, ChatDone, ChatEvent, ChatReply
-from app.client.sse import SSEEvent, SSEParser
+from app.client.sse import EventTooLarge, SSEEvent, SSEParser
 from app.core.errors import LemonDeskError, RequestError, UnsupportedRequestError
 from app.core.telemetry import ClientTimes, Telemetry, telemetry_from
 
@@ -249,7 +249,13 @@ class ChatClient:
                             if observer:
                                 observer.data_received()
                             if not stream.done:
-                                for delta in stream.consume(parser.feed(chunk)):
+                                try:
+                                    events = parser.feed(chunk)
+                                except EventTooLarge as err:
+                                    # No engine's: the rest may never end, so it is not read.
+                                    stream._fail(RequestError(f"The engine's stream is unreadable: {err}."))
+                                    break
+                                for delta in stream.consume(events):
                                     yield delta
                         if not stream.done:
                             for delta in stream.consume(parser.close()):

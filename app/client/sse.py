@@ -2,7 +2,9 @@
 
 Chunks may split an event, a line, a ``\\r\\n`` pair or a UTF-8 character anywhere: bytes are split into
 lines first and each line is decoded whole. Comments (heartbeats) are dropped. Unlike a browser, an
-event still pending when the stream ends is delivered, so an engine's last words are not lost.
+event still pending when the stream ends is delivered, so an engine's last words are not lost. A line
+or an event longer than ``MAX_EVENT_BYTES`` is refused (``EventTooLarge``): a server that never ends
+one (a remote is another machine's) would otherwise fill the memory.
 """
 
 from __future__ import annotations
@@ -10,6 +12,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 _BOM = b"\xef\xbb\xbf"
+MAX_EVENT_BYTES = 8 << 20  # an engine's events hold a token, or a reply's last figures: far less
+
+
+class EventTooLarge(ValueError):
+    """A line or an event went on past ``MAX_EVENT_BYTES``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,6 +32,7 @@ class SSEParser:
         self._skip_lf = False  # the last chunk ended in "\r": a "\n" first in the next one ends that line
         self._started = False
         self._data: list[str] = []
+        self._size = 0  # the pending event's data, in characters
         self._event = ""
         self._id: str | None = None
 
@@ -49,6 +57,8 @@ class SSEParser:
             else:
                 self._rest = piece
         self._skip_lf = not self._rest and bool(pieces) and pieces[-1].endswith(b"\r")
+        if len(self._rest) > MAX_EVENT_BYTES:
+            raise EventTooLarge(f"a line went on past {MAX_EVENT_BYTES >> 20} MiB")
         return events
 
     def close(self) -> list[SSEEvent]:
@@ -64,7 +74,7 @@ class SSEParser:
         if not raw:
             if self._data:
                 events.append(SSEEvent("\n".join(self._data), self._event or "message", self._id))
-            self._data, self._event = [], ""
+            self._data, self._size, self._event = [], 0, ""
             return
         if raw[:1] == b":":
             return  # a comment, e.g. a heartbeat
@@ -74,6 +84,9 @@ class SSEParser:
             value = value[1:]
         if name == "data":
             self._data.append(value)
+            self._size += len(value)
+            if self._size > MAX_EVENT_BYTES:
+                raise EventTooLarge(f"an event went on past {MAX_EVENT_BYTES >> 20} MiB")
         elif name == "event":
             self._event = value
         elif name == "id" and "\0" not in value:

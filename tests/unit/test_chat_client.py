@@ -471,3 +471,35 @@ def test_an_answer_whose_body_cannot_be_decoded_is_a_broken_reply() -> None:
                 await collect(client)
 
     asyncio.run(go())
+
+
+@pytest.mark.leaves_running(
+    "the stream is left unread on purpose (it may never end): httpx's body generator stays half-run "
+    "until the loop's GC hook closes it, an aclose() task asyncio.run cancels at exit"
+)
+def test_a_stream_whose_line_never_ends_is_refused_not_read_into_memory() -> None:
+    """A server (a remote is another machine's) that sends one line without end: the reply fails once
+    the line passes the parser's cap, and what follows is not read."""
+    sent = 0
+
+    async def script(w: asyncio.StreamWriter) -> None:
+        nonlocal sent
+        await start_stream(w)
+        await send(w, delta("Hi"))
+        piece = b"x" * (1 << 20)
+        while sent < 64:  # 64 MiB at most, far past the cap: the client stops reading long before
+            await send(w, piece)
+            sent += 1
+
+    async def go() -> list[ChatEvent]:
+        async with engine(script) as (_, url), ChatClient(url, None) as client:
+            events: list[ChatEvent] = []
+            with pytest.raises(
+                RequestError, match="The engine's stream is unreadable: a line went on past 8 MiB"
+            ):
+                async for event in client.stream_chat([{"role": "user", "content": "hi"}]):
+                    events.append(event)
+            return events
+
+    assert asyncio.run(go()) == [ChatDelta("Hi", "")]
+    assert sent < 64

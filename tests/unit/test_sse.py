@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from app.client.sse import SSEEvent, SSEParser
+from app.client.sse import MAX_EVENT_BYTES, EventTooLarge, SSEEvent, SSEParser
 
 
 def parse(*chunks: bytes) -> list[SSEEvent]:
@@ -73,3 +73,20 @@ def test_event_without_a_final_blank_line_is_still_delivered() -> None:
 
 def test_comments_and_empty_events_yield_nothing() -> None:
     assert parse(b": keep-alive\n\n:\n\nevent: x\n\n") == []
+
+
+def test_a_line_or_an_event_without_end_is_refused_past_the_cap() -> None:
+    parser = SSEParser()
+    piece = b"x" * (1 << 20)
+    with pytest.raises(EventTooLarge, match="a line went on past 8 MiB"):
+        for _ in range(MAX_EVENT_BYTES // len(piece) + 1):
+            parser.feed(piece)  # one line that never ends
+    parser = SSEParser()
+    line = b"data: " + piece + b"\n"
+    with pytest.raises(EventTooLarge, match="an event went on past 8 MiB"):
+        for _ in range(MAX_EVENT_BYTES // len(piece) + 1):
+            parser.feed(line)  # data lines, and no blank line to end the event
+    # Just under the cap, an event is an event.
+    parser = SSEParser()
+    big = "y" * (MAX_EVENT_BYTES - 1)
+    assert parser.feed(f"data: {big}\n\n".encode()) == [SSEEvent(big)]
