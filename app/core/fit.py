@@ -10,7 +10,6 @@ Sliding-window and latent-attention caches are counted as full ones: the estimat
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
@@ -19,6 +18,7 @@ from typing import Any
 from app.core.errors import FitError, ModelError
 from app.core.hardware import Hardware
 from app.core.matrix import best_amd_gpu
+from app.core.numbers import finite
 from app.core.refs import MLX_RECIPE, RepoFile
 
 MIB = 1 << 20
@@ -134,12 +134,8 @@ def _gb(n: int) -> str:
 def _int(value: Any, what: str, most: int = DIM_MAX) -> int:
     """A count from a header or config: a number from 0 to ``most`` (NaN and infinities refused, as
     ``int()`` of them raises ValueError or OverflowError)."""
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int | float)
-        or (isinstance(value, float) and not math.isfinite(value))
-        or not 0 <= value <= most
-    ):
+    number = finite(value)
+    if number is None or not 0 <= number <= most:
         raise ModelError(f"The model's {what} is missing or malformed.", "The fit cannot be estimated.")
     return int(value)
 

@@ -7,10 +7,11 @@ user waits for.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
+
+from app.core.numbers import finite
 
 
 @dataclass(frozen=True)
@@ -57,16 +58,9 @@ class ClientTimes:
 
 
 def _number(data: Any, key: str) -> float | None:
-    """A finite number from an engine's figures; anything else there (a remote answers what it likes,
-    JSON allows 1e999 and integers too big for a float) counts as not given."""
-    value = data.get(key) if isinstance(data, Mapping) else None
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    try:
-        number = float(value)
-    except OverflowError:
-        return None
-    return number if math.isfinite(number) else None
+    """A finite number from an engine's figures; anything else there (a remote answers what it likes)
+    counts as not given."""
+    return finite(data.get(key)) if isinstance(data, Mapping) else None
 
 
 def telemetry_from(

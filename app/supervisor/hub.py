@@ -10,7 +10,6 @@ A token (``HF_TOKEN`` or the keychain's) goes in ``Authorization: Bearer``.
 from __future__ import annotations
 
 import asyncio
-import math
 import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -18,6 +17,7 @@ from urllib.parse import quote
 
 from app.core.errors import ModelError
 from app.core.names import check_listing
+from app.core.numbers import finite
 from app.core.refs import GGUF_RECIPE, MLX_RECIPE, RepoFile, RepoListing
 
 if TYPE_CHECKING:
@@ -69,9 +69,8 @@ def missing_error(repo_id: str, path: str | None = None) -> ModelError:
 
 def _count(value: object) -> int:
     """A search hit's downloads or likes; 0 for what is no count (text, a list, Infinity, below 0)."""
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        return 0
-    return max(int(value), 0)
+    number = finite(value)
+    return max(int(number), 0) if number is not None else 0
 
 
 class HubClient:

@@ -146,6 +146,7 @@ def test_search_hits_with_unreadable_fields_count_0_or_are_skipped(hub: Loopback
         {"id": "org/text-GGUF", "tags": ["gguf"], "downloads": "lots", "likes": [1]},
         {"id": "org/inf-GGUF", "tags": ["gguf"], "downloads": float("inf"), "likes": -3},
         {"id": "org/nested-GGUF", "tags": [["x"], "gguf"], "downloads": 12},
+        {"id": "org/huge-GGUF", "tags": ["gguf"], "downloads": 10**400, "likes": 7},  # past any float
         {"id": "org/number-tags", "tags": 5},
         {"id": ["org/list-id"], "tags": ["gguf"]},
     ]
@@ -159,4 +160,5 @@ def test_search_hits_with_unreadable_fields_count_0_or_are_skipped(hub: Loopback
         ("org/text-GGUF", 0, 0),
         ("org/inf-GGUF", 0, 0),
         ("org/nested-GGUF", 12, 0),
+        ("org/huge-GGUF", 0, 7),
     ]
