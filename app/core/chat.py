@@ -6,6 +6,8 @@ import enum
 from dataclasses import dataclass
 from typing import Any
 
+from app.core.numbers import finite
+
 
 class MessageState(enum.Enum):
     COMPLETE = "complete"  # a finished message
@@ -25,20 +27,16 @@ class ChatMessage:
     run_card: dict[str, Any] | None = None  # the RunCard fields of the reply (app.core.runcard), by name
 
 
-def _number(value: Any) -> float | None:
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
-
-
 def format_telemetry(telemetry: dict[str, Any]) -> str:
     """``TTFT 0.21 s · prompt 512 tok/s · decode 31.2 tok/s · 420 tokens``: the parts that are known."""
     parts = []
-    if (ttft := _number(telemetry.get("ttft_s"))) is not None:
+    if (ttft := finite(telemetry.get("ttft_s"))) is not None:
         parts.append(f"TTFT {ttft:.2f} s")
-    if (prompt_tps := _number(telemetry.get("prompt_tps"))) is not None:
+    if (prompt_tps := finite(telemetry.get("prompt_tps"))) is not None:
         parts.append(f"prompt {prompt_tps:,.0f} tok/s")
-    if (decode_tps := _number(telemetry.get("decode_tps"))) is not None:
+    if (decode_tps := finite(telemetry.get("decode_tps"))) is not None:
         parts.append(f"decode {decode_tps:,.1f} tok/s")
-    if (tokens := _number(telemetry.get("completion_tokens"))) is not None:
+    if (tokens := finite(telemetry.get("completion_tokens"))) is not None:
         parts.append(f"{tokens:,.0f} tokens")
     return " · ".join(parts)
 

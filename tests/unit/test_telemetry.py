@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from app.core.chat import format_telemetry
 from app.core.telemetry import ClientTimes, Telemetry, telemetry_from
 
 # Taken from a real llama-server reply (SmolLM2-135M, 2 cores).
@@ -57,3 +58,11 @@ def test_empty_reply_has_zeros_not_errors() -> None:
         "decode_tps": 0.0,
         "cached_tokens": 0,
     }
+
+
+def test_stored_figures_that_are_no_finite_number_are_left_out() -> None:
+    # A reply's telemetry as a damaged or hand-edited history gives it back: shown where it is a number,
+    # left out where it is none (an integer past a float raised OverflowError; Infinity read "inf").
+    stored = {"ttft_s": float("inf"), "prompt_tps": "fast", "decode_tps": 31.25, "completion_tokens": 10**400}
+    assert format_telemetry(stored) == "decode 31.2 tok/s"
+    assert format_telemetry({"ttft_s": 0.214, "completion_tokens": 420}) == "TTFT 0.21 s · 420 tokens"
