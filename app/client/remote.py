@@ -4,8 +4,9 @@ load, unload and its own stats; and the adapter that names the remote's model in
 Replies go through the app's one ``ChatClient``, pointed at the remote's root with its key and
 ``RemoteAdapter``. Every call here is short and bounded (a probe gives up after ``PROBE_TIMEOUT_S``);
 a load waits as long as the settings' load timeout, since the remote may download the model first.
-What a remote sends is read up to ``MAX_ANSWER_BYTES``: a model list without end is refused, not
-held in memory. Nothing here keeps state: ``app.supervisor.remotes`` decides what a probe means over time.
+What a remote sends is read up to ``MAX_ANSWER_BYTES``: a model list, or an answer to a load, without
+end is refused, not held in memory. Nothing here keeps state: ``app.supervisor.remotes`` decides what a
+probe means over time.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from app.client.adapters import DeltaSplitter, Route
-from app.client.chat import error_detail, loopback_ssl
+from app.client.chat import error_detail, loopback_ssl, read_upto
 from app.core.errors import RequestError
 from app.core.remotes import (
     SERVER_LEMON_DESK,
@@ -92,39 +93,33 @@ def _why(err: Exception) -> str:
     return f"{type(err).__name__}: {detail}"[:300] if detail else type(err).__name__
 
 
-async def _request(
+async def _answer(
     http: httpx.AsyncClient, method: str, path: str, key: str | None, **kwargs: Any
-) -> httpx.Response:
-    """One request; a pooled connection the server had closed meanwhile is met by one retry."""
-    import httpx
-
-    try:
-        return await http.request(method, path, headers=auth(key), **kwargs)
-    except httpx.RemoteProtocolError:
-        return await http.request(method, path, headers=auth(key), **kwargs)
-
-
-async def _get_json(http: httpx.AsyncClient, path: str, key: str | None) -> tuple[int, Any]:
-    """GET ``path``: its status and its JSON body (None when it is not JSON), read up to the cap."""
+) -> tuple[httpx.Response, bytes]:
+    """``method path``: the response (its status) and its body, read up to the cap (past it, TooLarge).
+    A pooled connection the server had closed meanwhile is met by one retry."""
     import httpx
 
     for attempt in range(2):
         try:
-            async with http.stream("GET", path, headers=auth(key)) as response:
-                body = bytearray()
-                async for chunk in response.aiter_bytes():
-                    body += chunk
-                    if len(body) > MAX_ANSWER_BYTES:
-                        raise TooLarge(f"its answer to GET {path} went on past {MAX_ANSWER_BYTES >> 20} MiB")
-                status = response.status_code
+            async with http.stream(method, path, headers=auth(key), **kwargs) as response:
+                body = await read_upto(response.aiter_bytes(), MAX_ANSWER_BYTES)
             break
         except httpx.RemoteProtocolError:
-            if attempt:  # a pooled connection the server had closed meanwhile is met by one retry
+            if attempt:
                 raise
+    if len(body) > MAX_ANSWER_BYTES:
+        raise TooLarge(f"its answer to {method} {path} went on past {MAX_ANSWER_BYTES >> 20} MiB")
+    return response, body
+
+
+async def _get_json(http: httpx.AsyncClient, path: str, key: str | None) -> tuple[int, Any]:
+    """GET ``path``: its status and its JSON body (None when it is not JSON), read up to the cap."""
+    response, body = await _answer(http, "GET", path, key)
     try:
-        return status, json.loads(body) if body else None
+        return response.status_code, json.loads(body) if body else None
     except (ValueError, RecursionError):
-        return status, None
+        return response.status_code, None
 
 
 def _said(payload: Any) -> str:
@@ -189,7 +184,7 @@ async def _manage(
 
     timeout = httpx.Timeout(timeout_s, connect=CONNECT_TIMEOUT_S)
     try:
-        response = await _request(
+        response, body = await _answer(
             http, "POST", f"/api/v1/{verb}", key, json={"model_name": model_id}, timeout=timeout
         )
     except httpx.TimeoutException:
@@ -201,8 +196,14 @@ async def _manage(
         raise RequestError(f"The connection to the remote broke during the {verb} ({_why(err)}).") from None
     except httpx.HTTPError as err:  # it answered, with a body that does not decode (say)
         raise RequestError(f"The remote's answer to the {verb} could not be read ({_why(err)}).") from None
+    except TooLarge:
+        raise RequestError(
+            f"The remote's answer to the {verb} of {model_id} went on past {MAX_ANSWER_BYTES >> 20} MiB "
+            "and was not read further.",
+            f"No Lemon Desk or Lemonade Server answers so: check what runs at {http.base_url}.",
+        ) from None
     if response.status_code != 200:
-        detail = error_detail(response.content, response.reason_phrase)
+        detail = error_detail(body, response.reason_phrase)
         raise RequestError(
             f"The remote refused to {verb} {model_id} (HTTP {response.status_code}): {detail}",
             status=response.status_code,

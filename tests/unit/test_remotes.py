@@ -10,7 +10,7 @@ import io
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -529,6 +529,37 @@ def test_a_remote_whose_answer_never_ends_is_unreachable_not_a_hang(
             await standin.stop()
 
     asyncio.run(go())
+
+
+@pytest.mark.leaves_running(
+    "the answer is left unread past the cap on purpose (it may never end): httpx's aiter_bytes and "
+    "aiter_raw stay half-run until the loop's GC hook closes them, an aclose() task asyncio.run cancels"
+)
+@pytest.mark.parametrize("status", [200, 500])
+@pytest.mark.parametrize("verb", ["load", "unload"])
+def test_a_remote_whose_answer_to_a_load_never_ends_is_a_clear_error_not_held_in_memory(
+    verb: str, status: int
+) -> None:
+    """A remote that answers a load (or unload) with a body without end, as a success or as a refusal:
+    the load fails saying so once the answer passes the cap, and the rest is not read."""
+    sent = 0
+
+    async def endless() -> AsyncIterator[bytes]:
+        nonlocal sent
+        while sent < 64:  # 64 MiB at most, far past the cap: the client stops reading long before
+            sent += 1
+            yield b"x" * (1 << 20)
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(status, content=endless())
+
+    async def go() -> None:
+        async with httpx.AsyncClient(base_url="http://box", transport=httpx.MockTransport(answer)) as http:
+            await getattr(remote_http, verb)(http, None, "smol", 5.0)
+
+    with pytest.raises(RequestError, match=f"The remote's answer to the {verb} of smol went on past 8 MiB"):
+        asyncio.run(go())
+    assert sent < 64
 
 
 @pytest.mark.leaves_running(
