@@ -28,6 +28,9 @@ if TYPE_CHECKING:
 
 CONNECT_TIMEOUT_S = 10.0
 CHAT_PATH = "/v1/chat/completions"
+# What is read of a refusal's body: an error message is far shorter, and only its start is quoted. The
+# engine may be a remote (another machine), whose refusal could otherwise go on without end.
+REFUSAL_BYTES = 1 << 20
 
 Messages = Sequence[dict[str, Any]]  # OpenAI chat messages: {"role", "content"}
 
@@ -250,8 +253,8 @@ class ChatClient:
                     ) as response:
                         answered = True
                         if response.status_code != 200:
-                            await response.aread()
-                            raise _refused(response)
+                            refusal = await read_upto(response.aiter_bytes(), REFUSAL_BYTES)
+                            raise _status_error(response.status_code, refusal, response.reason_phrase)
                         parser = SSEParser()
                         # Read to the end even after [DONE] or an error event (the engine ends the body
                         # right after them): breaking off would leave httpx's generators half-run, to be
@@ -350,7 +353,8 @@ class ChatClient:
                     async with relay.post(url, json=body, headers=self._headers, timeout=timeout) as response:
                         answered = True
                         if response.status != 200:
-                            raise _status_error(response.status, await response.read(), response.reason or "")
+                            refusal = await read_upto(response.content.iter_any(), REFUSAL_BYTES)
+                            raise _status_error(response.status, refusal, response.reason or "")
                         yield b""
                         async for chunk in response.content.iter_any():
                             if observer:

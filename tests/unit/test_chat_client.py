@@ -503,3 +503,39 @@ def test_a_stream_whose_line_never_ends_is_refused_not_read_into_memory() -> Non
 
     assert asyncio.run(go()) == [ChatDelta("Hi", "")]
     assert sent < 64
+
+
+LEFT_HALF_READ = pytest.mark.leaves_running(
+    "the refusal is left unread past the cap on purpose (it may never end): httpx's body generators stay "
+    "half-run until the loop's GC hook closes them, an aclose() task asyncio.run cancels at exit"
+)
+
+
+@pytest.mark.parametrize("through", [pytest.param("httpx", marks=LEFT_HALF_READ), "aiohttp"])
+def test_a_refusal_without_end_is_quoted_from_its_start_not_read_into_memory(through: str) -> None:
+    """An engine (or a remote passed on to) refusing with a body without end: the refusal is said, from
+    what the client read of it, and the rest is not read (the chat's stream over httpx, and the local
+    API's forwarding over aiohttp)."""
+    sent = 0
+
+    async def script(w: asyncio.StreamWriter) -> None:
+        nonlocal sent
+        await start_stream(w, "500 Internal Server Error")
+        piece = b"x" * (1 << 20)
+        while sent < 64:  # 64 MiB at most, far past the cap: the client stops reading long before
+            await send(w, piece)
+            sent += 1
+        await end(w)
+
+    async def go() -> None:
+        async with engine(script) as (_, url), ChatClient(url, None) as client:
+            if through == "httpx":
+                await collect(client)
+            else:
+                async with aiohttp.ClientSession() as relay:
+                    async for _chunk in client.forward_stream(Route.CHAT, {"stream": True}, relay):
+                        pass
+
+    with pytest.raises(RequestError, match=r"refused the request \(HTTP 500\): x{500}$"):
+        asyncio.run(go())
+    assert sent < 64
