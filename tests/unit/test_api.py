@@ -22,6 +22,7 @@ from app.core.errors import ConfigError
 from app.store.model_options import ModelOptions
 from app.store.settings import Settings
 from app.supervisor.api import ApiServer
+from app.supervisor.api import openai as openai_routes
 from app.supervisor.router import RequestFinished, RequestSource, Router, RouterEvent
 from tests.support.hubserver import LoopbackHub
 from tests.support.standin import control, make_standin_model
@@ -420,6 +421,28 @@ def test_hostile_bodies_get_a_4xx_and_the_server_stays_up(standin_settings: Sett
     codes, health = run_api(standin_settings, body)
     assert all(400 <= c < 500 for c in codes), codes
     assert health == 200
+
+
+def test_a_whole_reply_past_the_cap_is_a_502_and_the_next_one_passes(
+    standin_settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A reply not streamed is held before it is passed on: one longer than the cap (cut here to 1 MiB
+    from 256, so the test sends little) is refused in OpenAI's shape, never held whole nor a traceback."""
+    monkeypatch.setattr(openai_routes, "MAX_WHOLE_REPLY_BYTES", 1 << 20)
+
+    async def body(router: Router, client: httpx.AsyncClient) -> tuple[str, httpx.Response, httpx.Response]:
+        (name,) = models(router, tmp_path, "wordy", reply="Hi " + "x" * (1 << 20), token_delay_s=0)
+        chat = {"model": name, "messages": HI}
+        too_long = await client.post("/v1/chat/completions", json=chat)
+        return name, too_long, await client.post("/v1/chat/completions", json={**chat, "max_tokens": 1})
+
+    name, too_long, short = run_api(standin_settings, body)
+    assert too_long.status_code == 502
+    error = error_of(too_long)
+    assert (error["type"], error["code"]) == ("server_error", "reply_too_large")
+    said = f"The reply of {name} went on past 1 MiB and was not passed on."
+    assert error["message"].startswith(said), error
+    assert short.status_code == 200 and short.json()["choices"][0]["message"]["content"] == "Hi "
 
 
 def test_engines_stop_with_the_router_after_the_server(standin_settings: Settings, tmp_path: Path) -> None:

@@ -64,6 +64,11 @@ def bad_request(message: str, code: str = "invalid_value") -> ApiError:
     return ApiError(400, message, INVALID, code)
 
 
+def bad_gateway(message: str, code: str = "engine_error") -> ApiError:
+    """The engine or remote a request was passed on to failed it: not the client's to fix."""
+    return ApiError(502, message, UPSTREAM, code)
+
+
 def model_not_found(name: str) -> ApiError:
     return ApiError(
         404, f"There is no model named '{name}'. GET /v1/models lists them.", NOT_FOUND, "model_not_found"
@@ -86,11 +91,11 @@ def from_app_error(err: LemonDeskError) -> ApiError:
         # anything else, its 401 included (the key between app and engine), is the engine's failure.
         if err.status is not None and 400 <= err.status < 500 and err.status != 401:
             return ApiError(err.status, message, INVALID, "engine_refused")
-        return ApiError(502, message, UPSTREAM, "engine_error")
+        return bad_gateway(message)
     if isinstance(err, ConfigError | UnsupportedError | UnsafePathError):
         return ApiError(400, message, INVALID, "invalid_value")
     if isinstance(err, DownloadError | InstallError):
-        return ApiError(502, message, UPSTREAM, "download_failed")
+        return bad_gateway(message, "download_failed")
     if isinstance(err, EngineError):
         return ApiError(503, message, UPSTREAM, "engine_failed")
     if isinstance(err, ModelError):

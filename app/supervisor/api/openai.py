@@ -21,6 +21,7 @@ import aiohttp
 from aiohttp import web
 
 from app.client.adapters import Route
+from app.client.chat import read_upto
 from app.core.engine_state import EngineState
 from app.core.errors import LemonDeskError, RequestError
 from app.core.models import Model
@@ -29,6 +30,7 @@ from app.core.telemetry import ClientTimes, Telemetry, telemetry_from
 from app.supervisor.api.bodies import check_generation, parse_object, required_str
 from app.supervisor.api.errors import (
     ApiError,
+    bad_gateway,
     bad_request,
     from_app_error,
     model_not_found,
@@ -52,6 +54,9 @@ TOKEN_MARKS = tuple(
     f'"{key}"{colon}"'.encode() for key in ("content", "text", "reasoning_content") for colon in (":", ": ")
 )
 PENDING_LIMIT = 1 << 20  # an event longer than this is not one we read figures from
+# A whole (not streamed) reply is held here before it is passed on. Embeddings of many long inputs run to
+# tens of MB (each float is some 20 bytes of JSON); a reply past this is no engine's, and is refused.
+MAX_WHOLE_REPLY_BYTES = 256 << 20
 
 
 def find_model(router: Router, name: str) -> Model:
@@ -294,7 +299,7 @@ class OpenAIRoutes:
                         if not is_remote_model(name):  # the engine closed the connection: open the next
                             self._reconnect(client)
                     else:
-                        response = await self._whole(stream, watch)
+                        response = await self._whole(name, stream, watch)
             answered = True
         finally:
             # A client may hang up as soon as it has [DONE], before the engine's body has ended here
@@ -320,8 +325,14 @@ class OpenAIRoutes:
                 f"{model.name} is a {label} model: it answers /{label} only.", "wrong_model_type"
             )
 
-    async def _whole(self, stream: AsyncGenerator[bytes, None], watch: _Watch) -> web.Response:
-        raw = b"".join([chunk async for chunk in stream])
+    async def _whole(self, name: str, stream: AsyncGenerator[bytes, None], watch: _Watch) -> web.Response:
+        raw = await read_upto(stream, MAX_WHOLE_REPLY_BYTES)
+        if len(raw) > MAX_WHOLE_REPLY_BYTES:
+            raise bad_gateway(
+                f"The reply of {name} went on past {MAX_WHOLE_REPLY_BYTES >> 20} MiB and was not passed on. "
+                "Ask for less at a time (fewer inputs, a shorter reply), or stream the reply.",
+                "reply_too_large",
+            )
         watch.first = watch.first or time.perf_counter()
         watch.whole(raw)
         return web.Response(body=raw, content_type="application/json")
