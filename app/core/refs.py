@@ -10,9 +10,12 @@ config, tokenizer, weights and their index.
 from __future__ import annotations
 
 import fnmatch
+import itertools
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import PurePosixPath
+from typing import NamedTuple
 
 from app.core.errors import ModelError
 
@@ -21,6 +24,9 @@ MLX_RECIPE = "lemon-mlx"
 
 _REPO_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*")
 _SHARD = re.compile(r"-(\d{5})-of-(\d{5})\.gguf$", re.IGNORECASE)
+# The most shards a set may announce. gguf-split's names allow 99,999, but the largest real models come
+# in tens of shards: a name announcing more (a hostile listing's) is a plain file's, not a set to count.
+MAX_SHARDS = 1000
 # The quant at the end of a file stem: Q4_K_M, IQ2_XXS, UD-Q4_K_XL, BF16, F16, MXFP4_MOE, ...
 _QUANT = re.compile(r"(?:UD-)?(?:I?Q\d+(?:_[A-Z0-9]+)*|TQ\d_\d|MXFP4(?:_MOE)?|[BF]F?16|F32)$", re.IGNORECASE)
 # What an MLX engine reads from a repo; READMEs, images and pickled weights stay on the Hub.
@@ -100,12 +106,34 @@ def is_mmproj(path: str) -> bool:
     return is_gguf(path) and "mmproj" in PurePosixPath(path).name.lower()
 
 
+class _Shard(NamedTuple):
+    """What a shard's name ``<prefix>-00002-of-00003.gguf`` says of its set."""
+
+    prefix: str
+    total: int
+    suffix: str  # ".gguf", as the name writes it
+
+    def names(self) -> Iterator[str]:
+        """Every name of the set, first to last."""
+        return (f"{self.prefix}-{n:05d}-of-{self.total:05d}{self.suffix}" for n in range(1, self.total + 1))
+
+
+def _shard(path: str) -> _Shard | None:
+    """The set a shard's name announces; None for a name that is no shard's (or announces more than
+    ``MAX_SHARDS``)."""
+    match = _SHARD.search(path)
+    if match is None or int(match.group(2)) > MAX_SHARDS:
+        return None
+    return _Shard(path[: match.start()], int(match.group(2)), path[match.end() - len(".gguf") :])
+
+
 def _group_key(path: str) -> str:
     """Shards of one quant share a key: their folder, or their name without the shard suffix."""
-    if not _SHARD.search(path):
+    shard = _shard(path)
+    if shard is None:
         return path[: -len(".gguf")]
     parent = str(PurePosixPath(path).parent)
-    return parent if parent != "." else _SHARD.sub("", path)
+    return parent if parent != "." else shard.prefix
 
 
 def _ends_with_variant(key: str, variant: str) -> bool:
@@ -251,27 +279,25 @@ def select(
     return select_mlx(listing)
 
 
+def shard_names(name: str) -> list[str]:
+    """Every name of the shard set ``name`` belongs to, first to last (just ``[name]`` if it is no shard)."""
+    shard = _shard(name)
+    return list(shard.names()) if shard else [name]
+
+
 def shard_set(name: str, names: list[str]) -> list[str]:
     """The names in ``names`` from the same shard set as ``name`` (just ``[name]`` if it is no shard)."""
-    match = _SHARD.search(name)
-    if not match:
+    shard = _shard(name)
+    if shard is None:
         return [name]
-    prefix, total = name[: match.start()], match.group(2)
-    return sorted(
-        n for n in names if (m := _SHARD.search(n)) and n[: m.start()] == prefix and m.group(2) == total
-    )
+    return sorted(n for n in names if _shard(n) == shard)
 
 
 def missing_shards(files: tuple[RepoFile, ...] | list[str]) -> list[str]:
-    """Shards a set of GGUF files announces (``-NNNNN-of-MMMMM``) but does not hold."""
+    """Shards a set of GGUF files announces (``-NNNNN-of-MMMMM``) but does not hold: at most
+    ``MAX_SHARDS`` of them, enough to tell a set is incomplete and to name what it lacks. Each set is
+    counted once, and the count stops there: the work grows with the files, not with what they announce."""
     paths = {f if isinstance(f, str) else f.path for f in files}
-    missing = set()
-    for path in paths:
-        match = _SHARD.search(path)
-        if match:
-            total, suffix = int(match.group(2)), path[match.end() - 5 :]
-            for n in range(1, total + 1):
-                sibling = f"{path[: match.start()]}-{n:05d}-of-{total:05d}{suffix}"
-                if sibling not in paths:
-                    missing.add(sibling)
-    return sorted(missing)
+    sets = sorted({shard for path in paths if (shard := _shard(path))})
+    missing = (name for shard in sets for name in shard.names() if name not in paths)
+    return sorted(itertools.islice(missing, MAX_SHARDS))

@@ -7,7 +7,6 @@ Names, references and what the Hugging Face cache holds are the library's (``app
 from __future__ import annotations
 
 import functools
-import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -24,7 +23,7 @@ from app.core.gguf import (
 )
 from app.core.models import Model
 from app.core.params import safetensors_header_length, safetensors_parameter_count
-from app.core.refs import GGUF_RECIPE
+from app.core.refs import GGUF_RECIPE, shard_names
 from app.store.files import read_json
 
 T = TypeVar("T")
@@ -65,9 +64,6 @@ def _local_gguf(path: Path, parse: Callable[[bytes], T]) -> T:
                 want *= 2
 
 
-SHARD = re.compile(r"-(\d{5})-of-(\d{5})\.gguf$", re.IGNORECASE)
-
-
 def local_parameter_count(recipe: str, main: Path) -> int:
     """A downloaded or imported model's parameters: its GGUF's tensor infos (every shard of a split
     model), or the headers of every safetensors file in its MLX folder."""
@@ -89,13 +85,7 @@ def _local_params(recipe: str, main: Path, size: int, mtime_ns: int) -> int:
         if not total:
             raise ModelError(f"{main} holds no safetensors weights.")
         return total
-    shard = SHARD.search(main.name)
-    paths = [main]
-    if shard is not None:
-        count = int(shard.group(2))
-        stem = main.name[: shard.start()]
-        paths = [main.with_name(f"{stem}-{i:05d}-of-{count:05d}.gguf") for i in range(1, count + 1)]
-    return sum(_local_gguf(path, gguf_parameter_count) for path in paths)
+    return sum(_local_gguf(main.with_name(name), gguf_parameter_count) for name in shard_names(main.name))
 
 
 def local_shape(recipe: str, main: Path) -> ModelShape:

@@ -6,6 +6,7 @@ import pytest
 
 from app.core.errors import ModelError
 from app.core.refs import (
+    MAX_SHARDS,
     HubRef,
     RepoFile,
     RepoListing,
@@ -13,6 +14,7 @@ from app.core.refs import (
     missing_shards,
     parse_ref,
     select,
+    shard_names,
     shard_set,
 )
 
@@ -162,3 +164,21 @@ def test_shard_bookkeeping() -> None:
     assert missing_shards(["y.gguf"]) == []
     assert shard_set("x-00003-of-00003.gguf", names) == ["x-00001-of-00003.gguf", "x-00003-of-00003.gguf"]
     assert shard_set("y.gguf", names) == ["y.gguf"]
+
+
+def test_names_announcing_more_shards_than_any_model_has_cost_no_count() -> None:
+    """A listing (a hostile Hub's) of thousands of names that each announce 99,999 shards: counting
+    every set's members was billions of steps, minutes of a stalled app. Such a name is a plain file's
+    (no model comes in more than MAX_SHARDS shards), and what is counted stops at MAX_SHARDS names."""
+    implausible = [f"d{i}/x-00001-of-99999.gguf" for i in range(5000)]
+    assert missing_shards(implausible) == []
+    assert shard_set(implausible[0], implausible) == [implausible[0]]
+    assert shard_names(implausible[0]) == [implausible[0]]
+
+    plausible = [f"d{i}/x-00001-of-{MAX_SHARDS:05d}.gguf" for i in range(5000)]
+    missing = missing_shards(plausible)
+    assert len(missing) == MAX_SHARDS and missing[:2] == [
+        "d0/x-00002-of-01000.gguf",
+        "d0/x-00003-of-01000.gguf",
+    ]
+    assert shard_names("X-00002-of-00002.GGUF") == ["X-00001-of-00002.GGUF", "X-00002-of-00002.GGUF"]
