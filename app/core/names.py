@@ -94,6 +94,16 @@ def repo_id_problem(repo_id: object) -> str | None:
     return None if ok else "is not a repo id (org/repo)"
 
 
+def check_repo_id(repo_id: str) -> str:
+    """``repo_id`` once it is a Hub repo id (``owner/name``), fit to go into a URL; else a ModelError."""
+    if repo_id_problem(repo_id):
+        raise ModelError(
+            f"{repo_id[:200]!r} is not a Hugging Face repository id.",
+            "A repository id is owner/name, in letters, digits, '-', '_' and '.'.",
+        )
+    return repo_id
+
+
 def listing_problem(listing: RepoListing) -> str | None:
     """What in a listing is not safe to become a path (the first thing found), or None."""
     if why := _hex_problem(listing.revision, _COMMIT, "a commit id (40 lowercase hex digits)"):

@@ -22,7 +22,7 @@ from app.core.errors import ModelError
 GGUF_RECIPE = "llamacpp"
 MLX_RECIPE = "lemon-mlx"
 
-_REPO_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*")
+_REPO_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*", re.ASCII)  # the Hub's ids are ASCII
 _SHARD = re.compile(r"-(\d{5})-of-(\d{5})\.gguf$", re.IGNORECASE)
 # The most shards a set may announce. gguf-split's names allow 99,999, but the largest real models come
 # in tens of shards: a name announcing more (a hostile listing's) is a plain file's, not a set to count.

@@ -4,7 +4,8 @@ Routes (the same ones ``huggingface_hub`` uses), under ``HF_ENDPOINT`` (default 
     GET /api/models/{repo}?blobs=true           files with sizes, git blob ids and LFS SHA-256
     GET /api/models?search=Q&filter=gguf|mlx    search, most downloaded first
     GET /{repo}/resolve/{revision}/{path}       a file's bytes (Range for resume and header reads)
-A token (``HF_TOKEN`` or the keychain's) goes in ``Authorization: Bearer``.
+A token (``HF_TOKEN`` or the keychain's) goes in ``Authorization: Bearer``. A repo id (a search hit's
+comes from the network) goes into a URL only once it is checked to be one.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from app.core.errors import ModelError
-from app.core.names import check_listing
+from app.core.names import check_listing, check_repo_id
 from app.core.numbers import finite
 from app.core.refs import GGUF_RECIPE, MLX_RECIPE, RepoFile, RepoListing
 
@@ -67,6 +68,11 @@ def missing_error(repo_id: str, path: str | None = None) -> ModelError:
     )
 
 
+def _repo_path(repo_id: str) -> str:
+    """A repo id as a URL's path, once it is one: a search hit's id comes from the network."""
+    return quote(check_repo_id(repo_id))
+
+
 def _count(value: object) -> int:
     """A search hit's downloads or likes; 0 for what is no count (text, a list, Infinity, below 0)."""
     number = finite(value)
@@ -86,7 +92,7 @@ class HubClient:
         return {"Authorization": f"Bearer {self.token}"} if self.token else {}
 
     def file_url(self, repo_id: str, revision: str, path: str) -> str:
-        return f"{self.endpoint}/{repo_id}/resolve/{quote(revision, safe='')}/{quote(path)}"
+        return f"{self.endpoint}/{_repo_path(repo_id)}/resolve/{quote(revision, safe='')}/{quote(path)}"
 
     def check(self, response: httpx.Response, repo_id: str | None, path: str | None = None) -> None:
         """Turn a failed answer into the error a user can act on."""
@@ -134,7 +140,7 @@ class HubClient:
 
         Every name in it has been checked (``app.core.names``): none can lead a path out of the cache.
         """
-        url = f"{self.endpoint}/api/models/{repo_id}"
+        url = f"{self.endpoint}/api/models/{_repo_path(repo_id)}"
         response = await self._get(url, repo_id, params={"blobs": "true"})
         try:
             data = response.json()

@@ -17,10 +17,12 @@ import httpx
 import pytest
 
 from app.cli import main
+from app.core.errors import ModelError
+from app.core.refs import RepoListing
 from app.store.hfcache import hub_cache_dir
 from app.supervisor.hub import HubClient
 from tests.conftest import profile_path
-from tests.support.hubserver import LoopbackHub, git_blob_id
+from tests.support.hubserver import HubRepo, LoopbackHub, git_blob_id
 from tests.support.testrepos import big_files
 
 REPO = "hostile-org/Evil-GGUF"
@@ -162,3 +164,36 @@ def test_search_hits_with_unreadable_fields_count_0_or_are_skipped(hub: Loopback
         ("org/nested-GGUF", 12, 0),
         ("org/huge-GGUF", 0, 7),
     ]
+
+
+RULE = "A repository id is owner/name, in letters, digits, '-', '_' and '.'."
+NO_REPO_IDS = [
+    "../../api/whoami-v2",  # climbs to another route of the Hub, token and all
+    "org/name?expand[]=x",  # a query of its own
+    "org/name/tree/main",  # a third segment
+    "org/..",
+    "org",
+    "/org/name",
+    "org/na me",
+    "org/mödel",  # the Hub's ids are ASCII
+]
+
+
+def test_search_hits_whose_ids_are_no_repo_ids_are_refused_before_any_url_is_made(hub: LoopbackHub) -> None:
+    """A search hit's id goes into the URL of its file list: one that is no Hub repo id is that hit's
+    ModelError, and the Hub is not asked for it; a good hit beside them is listed as ever."""
+    hub.add(HubRepo("org/fine-GGUF", {"fine-Q4_0.gguf": b"GGUF"}, tags=("gguf",)))
+    hits = [{"id": repo_id, "tags": ["gguf"]} for repo_id in [*NO_REPO_IDS, "org/fine-GGUF"]]
+    hub.served.routes["/api/models"] = lambda _query: json.dumps(hits).encode()
+
+    async def search_and_list() -> list[RepoListing | ModelError]:
+        async with httpx.AsyncClient() as client:
+            hub_client = HubClient(client)
+            found = await hub_client.search("org")
+            return await hub_client.listings([hit.repo_id for hit in found])
+
+    *refused, fine = asyncio.run(search_and_list())
+    assert isinstance(fine, RepoListing) and fine.repo_id == "org/fine-GGUF"
+    said = [str(err) if isinstance(err, ModelError) else err for err in refused]
+    assert said == [f"{repo_id!r} is not a Hugging Face repository id. {RULE}" for repo_id in NO_REPO_IDS]
+    assert [path for path, _ in hub.served.log] == ["/api/models", "/api/models/org/fine-GGUF"]
