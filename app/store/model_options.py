@@ -1,16 +1,23 @@
-"""Options saved per model (its recipe options and sampling defaults), in ``<home>/model_options.json``."""
+"""Options saved per model (its recipe options and sampling defaults), in ``<home>/model_options.json``.
+
+The file is hand-editable: a value of the wrong type (or a model's entry that is no object) is left
+out with a line in the log and the rest kept; a file that is not the shape at all is set aside.
+"""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+import logging
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from app.core.errors import ConfigError
+from app.core.numbers import finite
 from app.store.paths import home
 from app.store.records import Loaded, load_records, save_records
 
 KEY = "models"
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -25,14 +32,38 @@ class ModelOptions:
     rpc: str = ""  # llama.cpp RPC workers "host:port,..."; "": the Settings' list; "local": none
 
 
-def _parse(name: str, raw: Any) -> ModelOptions:
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 < value <= 1 << 24
+
+
+# Each field's check on a value read from the file, and what the value should be.
+_CHECKS: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "backend": (lambda v: v is None or isinstance(v, str), "a backend name"),
+    "ctx_size": (lambda v: v is None or _count(v), "a number of tokens"),
+    "args": (lambda v: isinstance(v, str), "a string of engine arguments"),
+    "temperature": (lambda v: v is None or finite(v) is not None, "a number"),
+    "top_p": (lambda v: v is None or finite(v) is not None, "a number"),
+    "max_tokens": (lambda v: v is None or _count(v), "a number of tokens"),
+    "pinned": (lambda v: isinstance(v, bool), "true or false"),
+    "rpc": (lambda v: isinstance(v, str), "a list of workers as text"),
+}
+
+
+def _parse(name: str, raw: Any) -> ModelOptions | None:
     if not isinstance(raw, dict):
-        raise ConfigError(f"the options of {name} are not an object")
-    known = {f.name for f in fields(ModelOptions)}
-    try:
-        return ModelOptions(**{k: v for k, v in raw.items() if k in known})
-    except TypeError as err:
-        raise ConfigError(f"the options of {name} are malformed: {err}") from None
+        log.warning("Ignored the saved options of %s: not an object (%s).", name, type(raw).__name__)
+        return None
+    kept = {}
+    for key, value in raw.items():
+        check = _CHECKS.get(key)
+        if check is None:  # a field of another version of the app
+            continue
+        valid, what = check
+        if valid(value):
+            kept[key] = value
+        else:
+            log.warning("Ignored the saved %s of %s: not %s (%s).", key, name, what, type(value).__name__)
+    return ModelOptions(**kept)
 
 
 def model_options_path() -> Path:

@@ -24,15 +24,17 @@ class Loaded(Generic[T]):
     warning: str = ""  # what went wrong reading the file, for the user
 
 
-def load_records(path: Path, key: str, parse: Callable[[str, Any], T], what: str) -> Loaded[T]:
-    """``{"schema": 1, key: {name: raw}}`` parsed item by item with ``parse(name, raw)``."""
+def load_records(path: Path, key: str, parse: Callable[[str, Any], T | None], what: str) -> Loaded[T]:
+    """``{"schema": 1, key: {name: raw}}`` parsed item by item with ``parse(name, raw)``; an item it
+    returns None for is left out (``parse`` says why in the log), one it raises for sets the file aside."""
     if not path.exists():
         return Loaded({})
     try:
         data = read_json(path)
         if not isinstance(data, dict) or not isinstance(data.get(key), dict):
             raise ValueError(f"no '{key}' object")
-        return Loaded({name: parse(name, raw) for name, raw in data[key].items()})
+        parsed = {name: parse(name, raw) for name, raw in data[key].items()}
+        return Loaded({name: item for name, item in parsed.items() if item is not None})
     except (OSError, ValueError, ConfigError) as err:
         backup = set_aside(path)
         return Loaded(

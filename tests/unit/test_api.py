@@ -19,7 +19,8 @@ import pytest
 
 from app.core.engine_state import EngineState
 from app.core.errors import ConfigError
-from app.store.model_options import ModelOptions
+from app.store.library import Library
+from app.store.model_options import ModelOptions, model_options_path
 from app.store.settings import Settings
 from app.supervisor.api import ApiServer
 from app.supervisor.api import openai as openai_routes
@@ -353,6 +354,26 @@ def test_options_are_read_saved_and_reset(standin_settings: Settings, tmp_path: 
     assert (bad, unknown, missing) == (400, 400, 404)
     assert read == saved
     assert reset["saved"] == {} and reset["effective"]["ctx_size"] == -1
+
+
+def test_saved_options_of_the_wrong_type_are_left_out(standin_settings: Settings, tmp_path: Path) -> None:
+    """A hand-edited model_options.json: its odd values are left out, the rest used. They were taken
+    as they were: the load's fit check raised TypeError on a ctx_size of "big", health on a pinned
+    of "yes" (both a 500), and the options said "big"."""
+    name = Library(standin_settings).import_path(make_standin_model(tmp_path, "alpha")).name
+    saved = {"backend": "system", "ctx_size": "big", "args": 5, "pinned": "yes", "rpc": ["x"]}
+    model_options_path().write_text(json.dumps({"schema": 1, "models": {name: saved}}))
+
+    async def body(router: Router, client: httpx.AsyncClient) -> tuple[Any, int, Any]:
+        options = (await client.get(f"/api/v1/models/{name}/options")).json()
+        loaded = await client.post("/api/v1/load", json={"model_name": name})
+        return options, loaded.status_code, (await client.get("/api/v1/health")).json()
+
+    options, loaded, health = run_api(standin_settings, body)
+    assert options["saved"] == {"llamacpp_backend": "system"} and options["effective"]["ctx_size"] == -1
+    assert (
+        loaded == 200 and health["model_loaded"] == name and health["all_models_loaded"][0]["pinned"] is False
+    )
 
 
 def test_pull_streams_progress_from_the_hub_then_delete(standin_settings: Settings, hub: LoopbackHub) -> None:

@@ -1,10 +1,13 @@
 """Damaged state files found by the chaos suite's fuzzer (tests/chaos/test_state_fuzz.py), one by one:
-each is set aside, reported, and kept."""
+each is set aside, reported, and kept; in the hand-editable model options, only the odd values go."""
 
 from __future__ import annotations
 
 import json
+import logging
+from dataclasses import fields
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -12,7 +15,7 @@ from app.cli import main
 from app.store.bench_results import bench_path, load_runs
 from app.store.downloads import downloads_path, load_downloads
 from app.store.files import set_aside
-from app.store.model_options import model_options_path
+from app.store.model_options import ModelOptions, load_model_options, model_options_path
 from app.store.run_records import load_run_records, record_path
 from app.store.settings import load_settings, settings_path
 from app.store.usermodels import load_user_models, user_models_path
@@ -96,12 +99,51 @@ def test_two_files_set_aside_within_a_second_are_both_kept(tmp_path: Path) -> No
     assert first != second and first.read_text() == "first" and second.read_text() == "second"
 
 
+@pytest.mark.parametrize("text", ["{not json", "[]", '{"schema": 1, "models": [{}]}'])
 def test_models_says_when_it_set_the_model_options_aside(
-    lemon_home: Path, capsys: pytest.CaptureFixture[str]
+    lemon_home: Path, capsys: pytest.CaptureFixture[str], text: str
 ) -> None:
-    model_options_path().parent.mkdir(parents=True, exist_ok=True)
-    model_options_path().write_text("{not json")
+    write(model_options_path(), text)
     assert main(["models", "--json"]) == 0
     err = capsys.readouterr().err
     backups = list(lemon_home.glob("model_options.json.corrupt-*"))
     assert len(backups) == 1 and backups[0].name in err
+
+
+def test_model_options_of_the_wrong_type_are_left_out_and_the_rest_kept(
+    lemon_home: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    good: dict[str, Any] = {
+        "backend": "system",
+        "ctx_size": 2048,
+        "args": "--no-mmap",
+        "temperature": 0.5,
+        "top_p": 1,
+        "max_tokens": 64,
+        "pinned": True,
+        "rpc": "local",
+    }
+    assert set(good) == {f.name for f in fields(ModelOptions)}  # every field is read back
+    bad = {
+        "backend": 5,
+        "ctx_size": "big",
+        "args": 5,
+        "temperature": "hot",
+        "top_p": float("inf"),  # written as Infinity
+        "max_tokens": {"a": [[1]]},
+        "pinned": "yes",
+        "rpc": ["x"],
+    }
+    mixed = {**good, "ctx_size": True, "flash": "from a later version"}
+    models = {"user.good": good, "user.bad": bad, "user.list": [good], "user.mixed": mixed}
+    write(model_options_path(), json.dumps({"schema": 1, "models": models}))
+    with caplog.at_level(logging.WARNING, "app.store.model_options"):
+        loaded = load_model_options()
+    assert loaded.warning == "" and not list(lemon_home.glob("model_options.json.corrupt-*"))
+    assert loaded.items == {
+        "user.good": ModelOptions(**good),
+        "user.bad": ModelOptions(),
+        "user.mixed": ModelOptions(**{**good, "ctx_size": None}),
+    }
+    assert len(caplog.records) == len(bad) + 2  # each bad value, the list, the mixed ctx_size
+    assert "Ignored the saved ctx_size of user.bad: not a number of tokens (str)." in caplog.messages
