@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from app.core.numbers import finite
 from app.core.telemetry import Telemetry
 
 _QUANT = re.compile(
@@ -64,8 +65,23 @@ class RunCard:
 
     @staticmethod
     def from_json(data: Mapping[str, Any]) -> RunCard:
+        """The card from its stored fields; a ValueError when one is missing or not of its type (the
+        chat history that keeps them can be damaged or edited by hand)."""
         known = RunCard.__dataclass_fields__
-        return RunCard(**{k: v for k, v in data.items() if k in known})
+        try:
+            card = RunCard(**{k: v for k, v in data.items() if k in known})
+        except TypeError as err:  # a field missing
+            raise ValueError(f"a run card field is missing ({err})") from None
+        texts = (card.model, card.checkpoint, card.quant, card.recipe, card.backend, card.engine_version)
+        counts = (card.prompt_tokens, card.completion_tokens, card.cached_tokens, card.ctx_size or 0)
+        if not (
+            all(isinstance(text, str) for text in (*texts, card.extra_args, card.hardware))
+            and all(isinstance(count, int) and not isinstance(count, bool) for count in counts)
+            and all(finite(figure) is not None for figure in (card.ttft_s, card.prompt_tps, card.decode_tps))
+            and isinstance(card.sampling, dict)
+        ):
+            raise ValueError("a run card field is not of its type")
+        return card
 
     def lines(self) -> list[tuple[str, str]]:
         """(label, value) rows, as the card shows them and the Markdown export writes them."""

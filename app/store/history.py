@@ -4,12 +4,17 @@ The database runs in WAL mode and commits every write at once, so a crash loses 
 had not yet written: a streaming reply is appended when it starts and updated as it grows (the caller
 throttles those updates). Full-text search uses FTS5 when SQLite has it, ``LIKE`` otherwise.
 A file that is not a database is set aside (kept, never deleted) and a new one is started.
+
+SQLite keeps whatever a damaged file or a hand-edit put in a column (NULL, a blob, text for a time), so
+rows are read with care: such text is read as text, such a time as 0, figures or a run card that cannot
+be read as none, and a message whose role is neither user nor assistant is left out; each in the log.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import re
 import sqlite3
 import time
@@ -21,6 +26,7 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from app.core.chat import MessageState
 from app.core.errors import StorageError
+from app.core.numbers import finite
 from app.core.runcard import RunCard
 from app.store.files import atomic_write_bytes, set_aside
 from app.store.paths import home
@@ -30,6 +36,8 @@ R = TypeVar("R")
 
 SCHEMA_VERSION = 2
 DEFAULT_TITLE = "New chat"
+ROLES = ("user", "assistant")  # what the chat pane keeps; the system prompt is the conversation's
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -144,6 +152,89 @@ def _fts_query(text: str) -> str:
     return " ".join(f'"{word}"*' for word in re.findall(r"\w+", text))
 
 
+def _decoded(value: bytes) -> str:
+    """Text SQLite holds that is not UTF-8 (a damaged page, a hand-edit's cast), read with U+FFFD."""
+    return value.decode(errors="replace")
+
+
+def _text(value: Any) -> str:
+    """A text column's value as text: a blob read as UTF-8, NULL as ""."""
+    if isinstance(value, bytes):
+        return _decoded(value)
+    return "" if value is None else str(value)
+
+
+def _time(value: Any) -> float:
+    """A time column's value in seconds since the epoch; 0 when it is no number."""
+    return finite(value) or 0.0
+
+
+def _object(value: Any, what: str, message_id: int) -> dict[str, Any] | None:
+    """A JSON column's object; None for NULL, and (logged) for anything else that is no JSON object."""
+    if value is None:
+        return None
+    try:
+        data = json.loads(_text(value))
+    except (ValueError, RecursionError):
+        data = None
+    if not isinstance(data, dict):
+        log.warning("Ignored the %s of message %s in the chat history: not a JSON object.", what, message_id)
+        return None
+    return data
+
+
+def _telemetry(value: Any, message_id: int) -> dict[str, Any] | None:
+    """A reply's figures: only those that are finite numbers, as the app writes them."""
+    data = _object(value, "figures", message_id)
+    return None if data is None else {k: v for k, v in data.items() if finite(v) is not None}
+
+
+def _run_card(value: Any, message_id: int) -> dict[str, Any] | None:
+    data = _object(value, "run card", message_id)
+    if data is not None:
+        try:
+            RunCard.from_json(data)
+        except ValueError as err:
+            log.warning("Ignored the run card of message %s in the chat history: %s.", message_id, err)
+            return None
+    return data
+
+
+def _summary(row: sqlite3.Row) -> ConversationSummary:
+    return ConversationSummary(
+        row["id"], _text(row["title"]), _time(row["created_at"]), _time(row["updated_at"])
+    )
+
+
+def _message(m: sqlite3.Row) -> StoredMessage | None:
+    role = _text(m["role"])
+    if role not in ROLES:
+        log.warning(
+            "Left out message %s of the chat history: its role %.40r is not one of %s.", m["id"], role, ROLES
+        )
+        return None
+    try:
+        state = MessageState(_text(m["state"]))
+    except ValueError:
+        log.warning(
+            "Read message %s of the chat history as complete: its state %.40r is unknown.",
+            m["id"],
+            m["state"],
+        )
+        state = MessageState.COMPLETE
+    return StoredMessage(
+        m["id"],
+        role,
+        _text(m["content"]),
+        _text(m["reasoning"]),
+        state,
+        _telemetry(m["telemetry"], m["id"]),
+        _text(m["error"]),
+        _time(m["created_at"]),
+        _run_card(m["run_card"], m["id"]),
+    )
+
+
 def _writes(method: Callable[Concatenate[History, P], R]) -> Callable[Concatenate[History, P], R]:
     """A write that SQLite refuses (disk full, read-only, I/O error) is a StorageError saying what to
     do; the database itself stays as it was (the transaction is rolled back)."""
@@ -179,12 +270,14 @@ class History:
                 f"The chat history file was unreadable ({err}); "
                 f"kept it as {backup.name} and started a new one."
             )
+            log.warning("%s", self.warning)
             self._db = self._open()
 
     def _open(self) -> sqlite3.Connection:
         db = sqlite3.connect(self.path, isolation_level=None)
         try:
             db.row_factory = sqlite3.Row
+            db.text_factory = _decoded
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=NORMAL")  # with WAL: durable across an app crash
             db.execute("PRAGMA foreign_keys=ON")
@@ -249,7 +342,7 @@ class History:
         rows = self._db.execute(
             "SELECT id, title, created_at, updated_at FROM conversations ORDER BY updated_at DESC, num DESC"
         )
-        return [ConversationSummary(r["id"], r["title"], r["created_at"], r["updated_at"]) for r in rows]
+        return [_summary(r) for r in rows]
 
     def conversation(self, conversation_id: str) -> Conversation | None:
         row = self._db.execute("SELECT * FROM conversations WHERE id = ?", (conversation_id,)).fetchone()
@@ -258,27 +351,14 @@ class History:
         rows = self._db.execute(
             "SELECT * FROM messages WHERE conversation_id = ? ORDER BY position", (conversation_id,)
         )
-        messages = [
-            StoredMessage(
-                m["id"],
-                m["role"],
-                m["content"],
-                m["reasoning"],
-                MessageState(m["state"]),
-                json.loads(m["telemetry"]) if m["telemetry"] else None,
-                m["error"],
-                m["created_at"],
-                json.loads(m["run_card"]) if m["run_card"] else None,
-            )
-            for m in rows
-        ]
+        messages = [message for m in rows if (message := _message(m)) is not None]
         return Conversation(
             row["id"],
-            row["title"],
-            row["system_prompt"],
-            row["model"],
-            row["created_at"],
-            row["updated_at"],
+            _text(row["title"]),
+            _text(row["system_prompt"]),
+            _text(row["model"]),
+            _time(row["created_at"]),
+            _time(row["updated_at"]),
             messages,
         )
 
@@ -329,7 +409,7 @@ class History:
                 + " ORDER BY updated_at DESC, num DESC",
                 params,
             )
-        return [ConversationSummary(r["id"], r["title"], r["created_at"], r["updated_at"]) for r in rows]
+        return [_summary(r) for r in rows]
 
     # Messages
 
@@ -423,11 +503,12 @@ class History:
         """(when, telemetry) of every reply with figures since ``since`` (seconds since the epoch), oldest
         first: the Telemetry view's per-request history."""
         rows = self._db.execute(
-            "SELECT created_at, telemetry FROM messages WHERE telemetry IS NOT NULL AND created_at >= ?"
+            "SELECT id, created_at, telemetry FROM messages WHERE telemetry IS NOT NULL AND created_at >= ?"
             " ORDER BY created_at",
             (since,),
         )
-        return [(float(r["created_at"]), json.loads(r["telemetry"])) for r in rows]
+        found = [(finite(r["created_at"]), _telemetry(r["telemetry"], r["id"])) for r in rows]
+        return [(when, figures) for when, figures in found if when is not None and figures is not None]
 
     # Export
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import textwrap
@@ -18,7 +19,7 @@ from PySide6.QtWidgets import QFileDialog, QLineEdit, QMessageBox, QWidget
 from pytestqt.qtbot import QtBot
 
 from app.core.chat import MessageState
-from app.store.history import History
+from app.store.history import History, history_path
 from app.ui.chat.keeper import SAVE_INTERVAL_MS, HistoryKeeper
 from app.ui.chat.pane import ChatPane
 from app.ui.chat.sidebar import ConversationList
@@ -120,6 +121,31 @@ def test_a_conversation_is_saved_listed_and_found_after_a_restart(
     assert [m.content for m in stored.messages][-2:] == ["And of Spain?", "Madrid, of course."]
 
 
+def test_a_hand_edited_conversation_is_listed_and_opens(qtbot: QtBot, chat_ui: Callable[[], ChatUI]) -> None:
+    """A title that is a blob and an update time that is text stopped the window at start (the list's
+    first refresh); a reply whose state is unknown or whose figures are a list stopped it opening."""
+    history = History()
+    history.create_conversation("c", "Damaged")
+    history.append_message("c", "user", "hello")
+    reply = history.append_message("c", "assistant", "hi there")
+    history.update_message(reply, "hi there", telemetry={"ttft_s": 0.1})
+    history.close()
+    db = sqlite3.connect(history_path())
+    db.execute("UPDATE conversations SET title = X'4869', updated_at = 'soon'")
+    db.execute("UPDATE messages SET state = 'bogus', telemetry = '[1, 2]' WHERE role = 'assistant'")
+    db.commit()
+    db.close()
+    ui = chat_ui()
+    assert ui.titles() == ["Hi"]
+    ui.sidebar.list.setFocus()
+    ui.sidebar.list.setCurrentRow(0)
+    assert ui.pane.conversation_id == "c"
+    assert [(m.role, m.content, m.state, m.telemetry) for m in ui.pane.messages()] == [
+        ("user", "hello", MessageState.COMPLETE, None),
+        ("assistant", "hi there", MessageState.COMPLETE, None),
+    ]
+
+
 def test_a_streaming_reply_is_written_while_it_arrives(qtbot: QtBot, chat_ui: Callable[[], ChatUI]) -> None:
     ui = chat_ui()
     qtbot.keyClicks(ui.pane.composer, "Tell me a story")
@@ -212,7 +238,7 @@ CRASHING_APP = textwrap.dedent(
     import sys
     from PySide6.QtCore import QTimer
     from PySide6.QtWidgets import QApplication, QWidget
-    from app.store.history import History
+    from app.store.history import History, history_path
     from app.ui.chat.keeper import HistoryKeeper
     from app.ui.chat.pane import ChatPane
     from app.ui.chat.sidebar import ConversationList

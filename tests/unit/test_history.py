@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import sqlite3
 import subprocess
 import sys
@@ -12,7 +13,17 @@ from pathlib import Path
 import pytest
 
 from app.core.chat import MessageState
-from app.store.history import DEFAULT_TITLE, SCHEMA_VERSION, History, history_path
+from app.core.runcard import RunCard
+from app.store.history import (
+    _RUN_CARD_V2,
+    _SCHEMA_V1,
+    DEFAULT_TITLE,
+    SCHEMA_VERSION,
+    History,
+    history_path,
+    to_json,
+    to_markdown,
+)
 
 
 @pytest.fixture
@@ -124,12 +135,14 @@ def test_export_markdown_and_json(history: History, tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("out")) == ["out.json", "out.md"]
 
 
-def test_a_corrupt_file_is_set_aside_and_a_new_history_starts(lemon_home: Path) -> None:
+def test_a_corrupt_file_is_set_aside_and_a_new_history_starts(
+    lemon_home: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     lemon_home.mkdir(parents=True, exist_ok=True)
     history_path().write_bytes(b"this is not a database" * 100)
     store = History()
     try:
-        assert "unreadable" in store.warning
+        assert "unreadable" in store.warning and caplog.messages == [store.warning]
         assert store.list_conversations() == []
         store.create_conversation("x")
         assert [c.id for c in store.list_conversations()] == ["x"]
@@ -191,8 +204,6 @@ def test_a_newer_schema_is_refused_not_overwritten(lemon_home: Path) -> None:
 
 
 def test_a_version_1_database_gains_run_cards(tmp_path: Path) -> None:
-    from app.store.history import _SCHEMA_V1
-
     path = tmp_path / "old.sqlite3"
     db = sqlite3.connect(path)
     db.executescript(_SCHEMA_V1 + "PRAGMA user_version = 1;")
@@ -207,9 +218,66 @@ def test_a_version_1_database_gains_run_cards(tmp_path: Path) -> None:
     try:
         (old,) = history.conversation("c").messages  # type: ignore[union-attr]
         assert (old.content, old.run_card) == ("kept", None)
-        history.update_message(old.id, "kept", run_card={"model": "m", "backend": "cpu"})
+        card = RunCard("m", "org/m-GGUF:Q4_0", "Q4_0", "llamacpp", "cpu", "b1", None, "").to_json()
+        history.update_message(old.id, "kept", run_card=card)
         (new,) = history.conversation("c").messages  # type: ignore[union-attr]
-        assert new.run_card == {"model": "m", "backend": "cpu"}
+        assert new.run_card == card
         assert history._db.execute("PRAGMA user_version").fetchone()[0] == 2
     finally:
         history.close()
+
+
+def test_rows_a_hand_edit_damaged_are_read_for_what_they_hold(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """SQLite keeps whatever is put in a column, and a table made again by hand may allow NULL: text is
+    read as text, a time that is no number as 0, figures and run cards that cannot be read as none, and a
+    message of an unknown role is left out (it would go to the engine with the next question)."""
+    path = tmp_path / "hand.sqlite3"
+    db = sqlite3.connect(path)
+    db.executescript(f"{_SCHEMA_V1.replace(' NOT NULL', '')}; {_RUN_CARD_V2}; PRAGMA user_version = 2;")
+    db.execute(  # a blob for the title, text that is not UTF-8 for the model
+        "INSERT INTO conversations (id, title, model, created_at, updated_at)"
+        " VALUES ('c', X'4869ff', CAST(X'6dff' AS TEXT), 'then', NULL)"
+    )
+    figures = '{"ttft_s": 0.5, "decode_tps": "fast", "prompt_tps": 1e999}'
+    deep = "[" * 100_000 + "]" * 100_000
+    rows = [  # role, content, state, telemetry, created_at, run_card
+        ("user", None, "complete", None, 1.0, None),
+        ("assistant", b"blob \xff", "bogus", "{bad", "yesterday", "[1]"),
+        ("wizard", "from a hand-edit", "complete", None, 3.0, None),
+        ("assistant", "kept", "stopped", figures, 4.0, "{}"),
+        ("assistant", "deep", "complete", b"\x00\xff", 5.0, deep),
+    ]
+    for position, row in enumerate(rows):
+        db.execute(
+            "INSERT INTO messages (conversation_id, position, role, content, state, telemetry, created_at,"
+            " run_card) VALUES ('c', ?, ?, ?, ?, ?, ?, ?)",
+            (position, *row),
+        )
+    db.commit()
+    db.close()
+    store = History(path)
+    try:
+        with caplog.at_level(logging.WARNING, "app.store.history"):
+            (summary,) = store.list_conversations()
+            assert [c.id for c in store.search("blob")] == ["c"]
+            conversation = store.conversation("c")
+            recent = store.recent_telemetry(0)
+    finally:
+        store.close()
+    assert (summary.title, summary.created_at, summary.updated_at) == ("Hi\ufffd", 0, 0)
+    assert conversation is not None and conversation.model == "m\ufffd"
+    read = [
+        (m.role, m.content, m.state, m.telemetry, m.created_at, m.run_card) for m in conversation.messages
+    ]
+    assert read == [
+        ("user", "", MessageState.COMPLETE, None, 1.0, None),
+        ("assistant", "blob \ufffd", MessageState.COMPLETE, None, 0.0, None),
+        ("assistant", "kept", MessageState.STOPPED, {"ttft_s": 0.5}, 4.0, None),
+        ("assistant", "deep", MessageState.COMPLETE, None, 5.0, None),
+    ]
+    assert recent == [(4.0, {"ttft_s": 0.5})]  # the Telemetry view's; "yesterday" is no time
+    assert "from a hand-edit" not in to_markdown(conversation) and json.dumps(to_json(conversation))
+    said = "\n".join(caplog.messages)
+    assert "role 'wizard'" in said and "state 'bogus'" in said and said.count("Ignored the run card") == 3
