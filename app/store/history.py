@@ -3,7 +3,8 @@
 The database runs in WAL mode and commits every write at once, so a crash loses at most what the caller
 had not yet written: a streaming reply is appended when it starts and updated as it grows (the caller
 throttles those updates). Full-text search uses FTS5 when SQLite has it, ``LIKE`` otherwise.
-A file that is not a database is set aside (kept, never deleted) and a new one is started.
+A file that is not a database, or one whose pages are damaged (``PRAGMA quick_check``: tens of ms for
+tens of MB, at start), is set aside (kept, never deleted) and a new one is started.
 
 SQLite keeps whatever a damaged file or a hand-edit put in a column (NULL, a blob, text for a time), so
 rows are read with care: such text is read as text, such a time as 0, figures or a run card that cannot
@@ -282,6 +283,9 @@ class History:
             db.execute("PRAGMA synchronous=NORMAL")  # with WAL: durable across an app crash
             db.execute("PRAGMA foreign_keys=ON")
             db.execute("PRAGMA busy_timeout=5000")
+            (check,) = db.execute("PRAGMA quick_check(1)").fetchone()
+            if check != "ok":  # else the first read of a damaged page would raise, wherever it is
+                raise sqlite3.DatabaseError(f"it is damaged: {check}")
             self._migrate(db)
             self.fts = _fts5_available(db)
             has_fts = db.execute("SELECT 1 FROM sqlite_master WHERE name = 'messages_fts'").fetchone()

@@ -281,3 +281,23 @@ def test_rows_a_hand_edit_damaged_are_read_for_what_they_hold(
     assert "from a hand-edit" not in to_markdown(conversation) and json.dumps(to_json(conversation))
     said = "\n".join(caplog.messages)
     assert "role 'wizard'" in said and "state 'bogus'" in said and said.count("Ignored the run card") == 3
+
+
+def test_a_database_with_damaged_pages_is_set_aside(lemon_home: Path) -> None:
+    """Its header is fine, so it opened; the first read of a damaged page then raised DatabaseError
+    ('database disk image is malformed'), in the window's first listing of the conversations."""
+    store = History()
+    for n in range(50):
+        store.create_conversation(f"c{n}", f"Chat {n}")
+        store.append_message(f"c{n}", "user", "hello " * 100)
+    store.close()
+    data = bytearray(history_path().read_bytes())
+    page = 4096
+    data[3 * page : 4 * page] = b"\xa5" * page
+    history_path().write_bytes(bytes(data))
+    store = History()
+    try:
+        assert "unreadable (it is damaged" in store.warning and store.list_conversations() == []
+    finally:
+        store.close()
+    assert [p.read_bytes() for p in lemon_home.glob("history.sqlite3.corrupt-*")] == [bytes(data)]
