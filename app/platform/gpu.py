@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from app.platform.probe import DRM, read_quietly, run_quietly
+from app.platform.probe import DRM, decimal, read_quietly, run_quietly, whole_number
 
 MIB = 1 << 20
 
@@ -26,20 +26,15 @@ class GpuNow:
     per_process_vram: dict[int, int]  # pid -> bytes, where the driver reports it (NVIDIA)
 
 
-def _int(text: str | None) -> int | None:
-    text = (text or "").strip()
-    return int(text) if text.isdigit() else None
-
-
 def _amd(drm: Path = DRM) -> GpuNow | None:
     busy, used, total = [], 0, 0
     found = False
     for device in sorted(drm.glob("card*/device")):
         if "-" in device.parent.name:
             continue  # card0-DP-1 and such are connectors, not GPUs
-        percent = _int(read_quietly(device / "gpu_busy_percent"))
-        vram_used = _int(read_quietly(device / "mem_info_vram_used"))
-        vram_total = _int(read_quietly(device / "mem_info_vram_total"))
+        percent = whole_number(read_quietly(device / "gpu_busy_percent"))
+        vram_used = whole_number(read_quietly(device / "mem_info_vram_used"))
+        vram_total = whole_number(read_quietly(device / "mem_info_vram_total"))
         if percent is None and vram_total is None:
             continue
         found = True
@@ -91,12 +86,11 @@ def _nvidia_smi() -> GpuNow | None:
         return None
     busy, used, total = [], 0.0, 0.0
     for line in out.strip().splitlines():
-        try:
-            percent, mem_used, mem_total = (float(v) for v in line.split(","))
-        except ValueError:
-            continue
-        busy.append(percent)
-        used, total = used + mem_used, total + mem_total
+        match [decimal(v) for v in line.split(",")]:
+            case [float() as percent, float() as mem_used, float() as mem_total]:
+                busy.append(percent)
+                used, total = used + mem_used, total + mem_total
+            # else a GPU that says "[N/A]" (or anything that is no number): not counted
     if not busy:
         return None
     per_process: dict[int, int] = {}
@@ -104,9 +98,10 @@ def _nvidia_smi() -> GpuNow | None:
         ["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"]
     )
     for line in (apps or "").strip().splitlines():
-        pid, _, mib = line.partition(",")
-        if pid.strip().isdigit() and mib.strip().isdigit():
-            per_process[int(pid)] = per_process.get(int(pid), 0) + int(mib) * MIB
+        pid_text, _, mib_text = line.partition(",")
+        pid, mib = whole_number(pid_text), whole_number(mib_text)
+        if pid is not None and mib is not None:
+            per_process[pid] = per_process.get(pid, 0) + mib * MIB
     return GpuNow(sum(busy) / len(busy), int(used * MIB), int(total * MIB), per_process)
 
 

@@ -6,7 +6,7 @@ import psutil
 
 from app.core.fit import MemoryKind
 from app.core.hardware import Hardware
-from app.platform.probe import DRM, read_quietly, run_quietly
+from app.platform.probe import DRM, decimal, read_quietly, run_quietly, whole_number
 
 MIB = 1 << 20
 
@@ -14,15 +14,16 @@ MIB = 1 << 20
 def _amd_vram_free() -> int | None:
     free = []
     for total_file in DRM.glob("card*/device/mem_info_vram_total"):
-        total, used = read_quietly(total_file), read_quietly(total_file.with_name("mem_info_vram_used"))
-        if total and used and total.strip().isdigit() and used.strip().isdigit():
-            free.append(int(total) - int(used))
+        total = whole_number(read_quietly(total_file))
+        used = whole_number(read_quietly(total_file.with_name("mem_info_vram_used")))
+        if total is not None and used is not None:
+            free.append(total - used)
     return max(free) if free else None
 
 
 def _nvidia_vram_free() -> int | None:
     out = run_quietly(["nvidia-smi", "--query-gpu=memory.free", "--format=csv,noheader,nounits"])
-    values = [float(v) for v in (out or "").split() if v.replace(".", "").isdigit()]
+    values = [value for v in (out or "").split() if (value := decimal(v)) is not None]
     return int(max(values) * MIB) if values else None
 
 

@@ -43,6 +43,20 @@ def read_quietly(path: Path) -> str | None:
         return None
 
 
+def whole_number(text: str | None) -> int | None:
+    """A count a tool or sysfs printed (``16106127360``), or None when it is no such number: only ASCII
+    digits go to int() (``str.isdigit`` takes "²", which int() refuses)."""
+    text = (text or "").strip()
+    return int(text) if text.isascii() and text.isdigit() else None
+
+
+def decimal(text: str | None) -> float | None:
+    """A figure a tool printed (``24564``, ``37.5``), or None when it is no such number (``[N/A]``,
+    ``1.2.3``, ``inf``, digits that are not ASCII)."""
+    text = (text or "").strip()
+    return float(text) if re.fullmatch(r"[0-9]+(?:\.[0-9]+)?", text) else None
+
+
 def _cpu_name(os_name: str) -> str:
     if os_name == "macos":
         return (run_quietly(["sysctl", "-n", "machdep.cpu.brand_string"]) or platform.processor()).strip()
@@ -62,9 +76,9 @@ def _amd_gpus(notes: list[str]) -> list[AmdGpu]:
     if not KFD_NODES.is_dir():
         return []
     vram = sorted(
-        int(text)
+        size
         for card in DRM.glob("card*/device/mem_info_vram_total")
-        if (text := (read_quietly(card) or "").strip()).isdigit()
+        if (size := whole_number(read_quietly(card))) is not None
     )
     gpus = []
     for node in sorted(KFD_NODES.iterdir()):
@@ -73,11 +87,14 @@ def _amd_gpus(notes: list[str]) -> list[AmdGpu]:
             for line in (read_quietly(node / "properties") or "").splitlines()
             if " " in line
         )
-        version = int(props.get("gfx_target_version", "0"))
+        version = whole_number(props.get("gfx_target_version", "0"))
+        if version is None:
+            notes.append(f"Could not read the GPU target of KFD node {node.name}; left it out.")
+            continue
         if version == 0:  # a CPU node
             continue
         name = (read_quietly(node / "name") or "AMD GPU").strip() or "AMD GPU"
-        local_mem = int(props.get("local_mem_size", "0"))
+        local_mem = whole_number(props.get("local_mem_size", "0")) or 0
         # An APU reports no local memory in KFD; its carve-out shows in the DRM node instead.
         integrated = local_mem == 0 or props.get("cpu_cores_count", "0") != "0"
         vram_bytes = local_mem or (vram.pop(0) if vram else 0)
@@ -100,7 +117,7 @@ def _nvidia_gpus(notes: list[str]) -> list[NvidiaGpu]:
     for line in out.strip().splitlines():
         parts = [p.strip() for p in line.split(",")]
         if len(parts) == 3 and re.fullmatch(r"\d+\.\d+", parts[1]):
-            mib = float(parts[2]) if parts[2].replace(".", "").isdigit() else 0.0
+            mib = decimal(parts[2]) or 0.0
             gpus.append(NvidiaGpu(parts[0], parts[1], round(mib / 1024, 1)))
     return gpus
 

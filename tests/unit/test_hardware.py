@@ -15,7 +15,7 @@ import pytest
 
 from app.core.errors import HardwareProfileError
 from app.core.hardware import hardware_from_json
-from app.platform import detect_hardware, probe
+from app.platform import detect_hardware, gpu, memory, probe
 from tests.conftest import profile_path
 
 
@@ -115,6 +115,63 @@ def test_amd_gpus_from_kfd_topology(tmp_path: Path, monkeypatch: pytest.MonkeyPa
         ("gfx1036", 0.5, True),
     ]
     assert notes == []
+
+
+def test_odd_sysfs_numbers_count_as_unknown(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """str.isdigit() takes "²", which int() refuses: such a file raised ValueError from the probe, the
+    sampler and the free-memory check. Now only ASCII digits count; anything else is unknown."""
+    _fake_sysfs(
+        tmp_path,
+        {
+            "1": {"cpu_cores_count": "0", "gfx_target_version": "11050²", "_name": "odd"},
+            "2": {
+                "cpu_cores_count": "0",
+                "gfx_target_version": "110501",
+                "local_mem_size": "²",
+                "_name": "apu",
+            },
+        },
+        vram=[512 * 1024**2],
+    )
+    odd = tmp_path / "drm" / "card1" / "device"  # a second DRM card whose files are not numbers
+    odd.mkdir(parents=True)
+    for name, text in (
+        ("mem_info_vram_total", "1²\n"),
+        ("mem_info_vram_used", "²"),
+        ("gpu_busy_percent", "²"),
+    ):
+        (odd / name).write_text(text)
+    (tmp_path / "drm" / "card0" / "device" / "mem_info_vram_used").write_text("3\n")
+    monkeypatch.setattr(probe, "KFD_NODES", tmp_path / "kfd")
+    monkeypatch.setattr(probe, "DRM", tmp_path / "drm")
+    monkeypatch.setattr(memory, "DRM", tmp_path / "drm")
+    notes: list[str] = []
+    assert [(g.gfx, g.vram_gb, g.integrated) for g in probe._amd_gpus(notes)] == [("gfx1151", 0.5, True)]
+    assert notes == ["Could not read the GPU target of KFD node 1; left it out."]
+    assert gpu._amd(tmp_path / "drm") == gpu.GpuNow(None, 3, 512 * 1024**2, {})
+    assert memory._amd_vram_free() == 512 * 1024**2 - 3
+
+
+def test_odd_nvidia_smi_output_counts_as_unknown(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A fake nvidia-smi (this machine has no NVIDIA GPU) printing figures that are no numbers: '1.2.3'
+    passed the old check and float() raised; '12²3' passed isdigit() and int() raised."""
+    fake = tmp_path / "bin" / "nvidia-smi"
+    fake.parent.mkdir()
+    fake.write_text(
+        "#!/bin/sh\n"
+        'case "$*" in\n'
+        '  *compute_cap*) echo "NVIDIA GeForce RTX 4090, 8.9, 1.2.3";;\n'
+        '  *utilization.gpu*) printf "37, 1024, 24564\\n[N/A], ²4, 24564\\n";;\n'
+        '  *compute-apps*) printf "12²3, 500\\n77, 512\\n";;\n'
+        '  *memory.free*) printf "1.2.3\\n²\\n2048\\n";;\n'
+        "esac\n"
+    )
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake.parent}{os.pathsep}{os.environ['PATH']}")
+    assert [(g.name, g.vram_gb) for g in probe._nvidia_gpus([])] == [("NVIDIA GeForce RTX 4090", 0.0)]
+    mib = 1024**2
+    assert gpu._nvidia_smi() == gpu.GpuNow(37.0, 1024 * mib, 24564 * mib, {77: 512 * mib})
+    assert memory._nvidia_vram_free() == 2048 * mib
 
 
 def test_gfx_target_versions() -> None:
