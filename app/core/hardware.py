@@ -6,6 +6,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from app.core.errors import HardwareProfileError
+from app.core.numbers import finite
 
 OPERATING_SYSTEMS = ("linux", "macos")
 ARCHITECTURES = ("x86_64", "arm64")
@@ -70,54 +71,67 @@ class Hardware:
 
 def _field(obj: dict[str, Any], key: str, kind: type | tuple[type, ...], where: str) -> Any:
     if key not in obj:
-        raise HardwareProfileError(f"Hardware profile: missing field '{where}{key}'.")
+        raise HardwareProfileError(f"missing field '{where}{key}'")
     value = obj[key]
     # bool is an int to Python, but not to a person writing a profile.
     if (isinstance(value, bool) and kind is not bool) or not isinstance(value, kind):
-        raise HardwareProfileError(f"Hardware profile: field '{where}{key}' has the wrong type.")
+        raise HardwareProfileError(f"field '{where}{key}' has the wrong type")
     return value
 
 
 def _list(obj: dict[str, Any], key: str) -> list[dict[str, Any]]:
     items = obj.get(key, [])
     if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
-        raise HardwareProfileError(f"Hardware profile: field '{key}' must be a list of objects.")
+        raise HardwareProfileError(f"field '{key}' must be a list of objects")
     return items
 
 
+def _count(obj: dict[str, Any], key: str, where: str) -> int:
+    value: int = _field(obj, key, int, where)
+    if value < 1:
+        raise HardwareProfileError(f"field '{where}{key}' must be 1 or more")
+    return value
+
+
+def _gb(obj: dict[str, Any], key: str, where: str) -> float:
+    value = finite(_field(obj, key, (int, float), where))
+    if value is None or value < 0:
+        raise HardwareProfileError(f"field '{where}{key}' must be a finite number of GB, 0 or more")
+    return value
+
+
 def hardware_from_json(data: Any) -> Hardware:
-    """Validate a profile; a bad one raises HardwareProfileError naming the field."""
+    """Validate a profile; a bad one raises HardwareProfileError saying which field is wrong and how
+    (the caller names the file)."""
     if not isinstance(data, dict):
-        raise HardwareProfileError("Hardware profile: the file must hold a JSON object.")
+        raise HardwareProfileError("the file must hold a JSON object")
     os_name = _field(data, "os", str, "")
     if os_name not in OPERATING_SYSTEMS:
-        raise HardwareProfileError(
-            f"Hardware profile: field 'os' must be one of {', '.join(OPERATING_SYSTEMS)}."
-        )
+        raise HardwareProfileError(f"field 'os' must be one of {', '.join(OPERATING_SYSTEMS)}")
     arch = _field(data, "arch", str, "")
     if arch not in ARCHITECTURES:
-        raise HardwareProfileError(
-            f"Hardware profile: field 'arch' must be one of {', '.join(ARCHITECTURES)}."
-        )
+        raise HardwareProfileError(f"field 'arch' must be one of {', '.join(ARCHITECTURES)}")
     cpu = _field(data, "cpu", dict, "")
-    number = (int, float)
+    notes = data.get("notes", [])
+    if not isinstance(notes, list) or not all(isinstance(n, str) for n in notes):
+        raise HardwareProfileError("field 'notes' must be a list of strings")
     metal = data.get("metal", {"available": False, "name": ""})
     if not isinstance(metal, dict):
-        raise HardwareProfileError("Hardware profile: field 'metal' must be an object.")
+        raise HardwareProfileError("field 'metal' must be an object")
     return Hardware(
         os=os_name,
         arch=arch,
         cpu=Cpu(
             name=_field(cpu, "name", str, "cpu."),
-            cores=int(_field(cpu, "cores", int, "cpu.")),
-            threads=int(_field(cpu, "threads", int, "cpu.")),
+            cores=_count(cpu, "cores", "cpu."),
+            threads=_count(cpu, "threads", "cpu."),
         ),
-        memory_gb=float(_field(data, "memory_gb", number, "")),
+        memory_gb=_gb(data, "memory_gb", ""),
         amd_gpu=tuple(
             AmdGpu(
                 name=_field(g, "name", str, f"amd_gpu[{i}]."),
                 gfx=_field(g, "gfx", str, f"amd_gpu[{i}]."),
-                vram_gb=float(_field(g, "vram_gb", number, f"amd_gpu[{i}].")),
+                vram_gb=_gb(g, "vram_gb", f"amd_gpu[{i}]."),
                 integrated=_field(g, "integrated", bool, f"amd_gpu[{i}]."),
             )
             for i, g in enumerate(_list(data, "amd_gpu"))
@@ -126,7 +140,7 @@ def hardware_from_json(data: Any) -> Hardware:
             NvidiaGpu(
                 name=_field(g, "name", str, f"nvidia_gpu[{i}]."),
                 compute_capability=_field(g, "compute_capability", str, f"nvidia_gpu[{i}]."),
-                vram_gb=float(_field(g, "vram_gb", number, f"nvidia_gpu[{i}].")),
+                vram_gb=_gb(g, "vram_gb", f"nvidia_gpu[{i}]."),
             )
             for i, g in enumerate(_list(data, "nvidia_gpu"))
         ),
@@ -135,5 +149,5 @@ def hardware_from_json(data: Any) -> Hardware:
             name=str(metal.get("name", "")),
         ),
         render_device=bool(data.get("render_device", False)),
-        notes=tuple(str(n) for n in data.get("notes", [])),
+        notes=tuple(notes),
     )

@@ -152,15 +152,24 @@ def detect_hardware() -> Hardware:
     mock = os.environ.get("LEMON_DESK_MOCK_HARDWARE")
     if not mock:
         return _probe()
+    hint = "Point LEMON_DESK_MOCK_HARDWARE at a valid profile, or unset it to probe this machine."
     try:
-        data = json.loads(Path(mock).read_text())
+        return hardware_from_json(json.loads(Path(mock).read_text()))
     except OSError as err:
-        raise HardwareProfileError(f"Cannot read the hardware profile {mock}: {err.strerror}.") from None
-    except json.JSONDecodeError as err:
         raise HardwareProfileError(
-            f"Hardware profile {mock} is not valid JSON (line {err.lineno})."
+            f"Cannot read the hardware profile {mock}: {err.strerror}.", hint
         ) from None
-    return hardware_from_json(data)
+    except json.JSONDecodeError as err:
+        what = f"it is not valid JSON (line {err.lineno})"
+    except UnicodeDecodeError:
+        what = "it is not UTF-8 text"
+    except RecursionError:
+        what = "it is nested too deeply to read"
+    except HardwareProfileError as err:
+        what = err.message
+    raise HardwareProfileError(
+        f"The hardware profile {mock} (LEMON_DESK_MOCK_HARDWARE) is malformed: {what}.", hint
+    )
 
 
 def find_system_llama_server(configured: str | None = None) -> SystemBinary | None:

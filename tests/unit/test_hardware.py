@@ -211,6 +211,10 @@ def test_mock_profile_replaces_the_probe(monkeypatch: pytest.MonkeyPatch) -> Non
         ),
         (lambda p: p["amd_gpu"][0].pop("gfx"), "missing field 'amd_gpu[0].gfx'"),
         (lambda p: p.update(nvidia_gpu={}), "field 'nvidia_gpu' must be a list of objects"),
+        (lambda p: p.update(memory_gb=float("inf")), "field 'memory_gb' must be a finite number of GB"),
+        (lambda p: p["amd_gpu"][0].update(vram_gb=-1), "field 'amd_gpu[0].vram_gb' must be a finite number"),
+        (lambda p: p["cpu"].update(threads=0), "field 'cpu.threads' must be 1 or more"),
+        (lambda p: p.update(notes=[1]), "field 'notes' must be a list of strings"),
     ],
 )
 def test_bad_profile_names_the_field(mutate, message: str) -> None:  # type: ignore[no-untyped-def]
@@ -224,6 +228,9 @@ def test_profile_round_trips_through_json() -> None:
     data = json.loads(profile_path("amd_nvidia_hybrid").read_text())
     hw = hardware_from_json(data)
     assert hardware_from_json(hw.to_json()) == hw
+
+
+STRIX_HALO = profile_path("strix_halo").read_bytes()
 
 
 def _cli(*args: str, env_extra: dict[str, str]) -> subprocess.CompletedProcess[str]:
@@ -268,15 +275,30 @@ def test_cli_system_info_table() -> None:
     assert "No lemon-mlx build exists for Intel Macs" in done.stdout
 
 
-@pytest.mark.parametrize("content", ["{not json", '{"os": "linux"}'])
-def test_cli_bad_profile_is_one_clear_line(tmp_path: Path, content: str) -> None:
+@pytest.mark.parametrize(
+    ("content", "what"),
+    [
+        (b"{not json", "is not valid JSON (line 1)"),
+        (b'{"os": "linux"}', "missing field 'arch'"),
+        # These were tracebacks: UnicodeDecodeError, RecursionError, OverflowError, TypeError.
+        (b"\xff\xfe{}", "is not UTF-8 text"),
+        (b"[" * 100_000, "is nested too deeply"),
+        (STRIX_HALO.replace(b": 128", b": 1" + b"0" * 400), "field 'memory_gb' must be a finite number"),
+        (STRIX_HALO.replace(b'"nvidia_gpu": []', b'"notes": 5'), "field 'notes' must be a list of strings"),
+    ],
+)
+def test_cli_bad_profile_is_one_clear_line(tmp_path: Path, content: bytes, what: str) -> None:
     bad = tmp_path / "bad.json"
-    bad.write_text(content)
+    bad.write_bytes(content)
     done = _cli("system-info", "--json", env_extra={"LEMON_DESK_MOCK_HARDWARE": str(bad)})
     assert done.returncode != 0
     assert done.stdout == ""
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in done.stderr
+    assert (
+        f"The hardware profile {bad} (LEMON_DESK_MOCK_HARDWARE) is malformed: " in lines[0]
+        and what in lines[0]
+    )
 
 
 def test_backend_versions_override(tmp_path: Path) -> None:
