@@ -171,60 +171,87 @@ class BackendVersions:
         return next((fam for fam, targets in self.rocm_families.items() if gfx in targets), None)
 
 
-def _require(obj: dict[str, Any], key: str, where: str) -> Any:
+_REQUIRED = object()
+
+
+def _field(
+    obj: Any, key: str, where: str, kind: type | tuple[type, ...] = str, default: Any = _REQUIRED
+) -> Any:
+    """``obj[key]``, of type ``kind`` (never a bool); ``default`` when absent, else absent is an error."""
+    if not isinstance(obj, dict):
+        raise ConfigError(f"{where} must be an object")
     if key not in obj:
-        raise ConfigError(f"Backend versions: {where} has no '{key}'.")
-    return obj[key]
+        if default is _REQUIRED:
+            raise ConfigError(f"{where} has no '{key}'")
+        return default
+    value = obj[key]
+    if isinstance(value, bool) or not isinstance(value, kind):
+        raise ConfigError(f"'{key}' in {where} has the wrong type")
+    return value
+
+
+def _strings(values: Any, where: str) -> tuple[str, ...]:
+    if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
+        raise ConfigError(f"{where} must be a list of strings")
+    return tuple(values)
 
 
 def _parse_spec(recipe: str, name: str, raw: Any) -> BackendSpec:
     where = str(BackendKey(recipe, name))
-    if not isinstance(raw, dict):
-        raise ConfigError(f"Backend versions: {where} must be an object.")
     try:
-        kind = BackendKind(raw.get("kind", "release"))
+        kind = BackendKind(_field(raw, "kind", where, default="release"))
     except ValueError:
-        raise ConfigError(f"Backend versions: {where} has an unknown kind {raw.get('kind')!r}.") from None
+        raise ConfigError(f"{where} has an unknown kind {raw.get('kind')!r}") from None
     if kind is BackendKind.SYSTEM:
-        return BackendSpec(recipe, name, kind, binary=str(_require(raw, "binary", where)))
-    version = str(_require(raw, "version", where))
+        return BackendSpec(recipe, name, kind, binary=_field(raw, "binary", where))
+    version = _field(raw, "version", where)
     if kind is BackendKind.PIP:
-        packages = _require(raw, "packages", where)
+        packages = _field(raw, "packages", where, dict)
         return BackendSpec(
             recipe,
             name,
             kind,
             version=version,
-            platforms=tuple(_require(raw, "platforms", where)),
-            packages={os_name: tuple(reqs) for os_name, reqs in packages.items()},
+            platforms=_strings(_field(raw, "platforms", where, list), f"{where}'s platforms"),
+            packages={
+                os_name: _strings(reqs, f"{where}'s {os_name} packages") for os_name, reqs in packages.items()
+            },
         )
+    build = (int, type(None))
     assets = tuple(
         AssetRule(
-            platform=str(_require(a, "platform", where)),
-            name=str(_require(a, "name", where)),
-            min_build=a.get("min_build"),
-            max_build=a.get("max_build"),
+            platform=_field(a, "platform", f"{where} asset {i}"),
+            name=_field(a, "name", f"{where} asset {i}"),
+            min_build=_field(a, "min_build", f"{where} asset {i}", build, None),
+            max_build=_field(a, "max_build", f"{where} asset {i}", build, None),
         )
-        for a in _require(raw, "assets", where)
+        for i, a in enumerate(_field(raw, "assets", where, list))
     )
     return BackendSpec(
         recipe,
         name,
         kind,
         version=version,
-        repo=str(_require(raw, "repo", where)),
+        repo=_field(raw, "repo", where),
         assets=assets,
-        vars={k: str(v) for k, v in raw.get("vars", {}).items()},
-        sha256={k: str(v).lower() for k, v in raw.get("sha256", {}).items()},
+        vars={k: str(v) for k, v in _field(raw, "vars", where, dict, {}).items()},
+        sha256={k: str(v).lower() for k, v in _field(raw, "sha256", where, dict, {}).items()},
     )
 
 
 def parse_backend_versions(data: Any) -> BackendVersions:
-    if not isinstance(data, dict) or not isinstance(data.get("recipes"), dict):
-        raise ConfigError("Backend versions: the file must be an object with a 'recipes' object.")
+    """The pins from ``backend_versions.json``'s JSON; a ConfigError saying what in it is wrong (the
+    caller names the file)."""
+    recipes = _field(data, "recipes", "the file", dict)
     specs = {
-        recipe: {name: _parse_spec(recipe, name, raw) for name, raw in backends.items()}
-        for recipe, backends in data["recipes"].items()
+        recipe: {
+            name: _parse_spec(recipe, name, raw)
+            for name, raw in _field(recipes, recipe, "recipes", dict).items()
+        }
+        for recipe in recipes
     }
-    families = {fam: tuple(targets) for fam, targets in data.get("rocm_families", {}).items()}
+    families = {
+        family: _strings(targets, f"ROCm family {family}")
+        for family, targets in _field(data, "rocm_families", "the file", dict, {}).items()
+    }
     return BackendVersions(specs, families)

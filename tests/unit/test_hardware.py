@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -319,6 +320,74 @@ def test_backend_versions_override(tmp_path: Path) -> None:
     assert json.loads(done.stdout)["recipes"]["llamacpp"]["backends"]["cpu"]["asset"] == (
         "llama-b99999-bin-ubuntu-x64.tar.gz"
     )
+
+
+def _llamacpp(raw: dict[str, Any]) -> Any:
+    return raw["recipes"]["llamacpp"]
+
+
+@pytest.mark.parametrize(
+    ("mutate", "what"),
+    [  # each was a traceback (AttributeError, TypeError) or, for the packages, a list of letters
+        (lambda raw: raw["recipes"].update(llamacpp=[1]), "'llamacpp' in recipes has the wrong type"),
+        (
+            lambda raw: raw.update(rocm_families={"gfx110X": 5}),
+            "ROCm family gfx110X must be a list of strings",
+        ),
+        (lambda raw: _llamacpp(raw)["cpu"].update(assets=[5]), "llamacpp:cpu asset 0 must be an object"),
+        (
+            lambda raw: _llamacpp(raw)["cpu"]["assets"][0].update(min_build="new"),
+            "'min_build' in llamacpp:cpu asset 0 has the wrong type",
+        ),
+        (lambda raw: _llamacpp(raw)["rocm"].update(vars=[1]), "'vars' in llamacpp:rocm has the wrong type"),
+        (
+            lambda raw: raw["recipes"]["lemon-mlx"]["mlx-lm"]["packages"].update(linux="mlx"),
+            "lemon-mlx:mlx-lm's linux packages must be a list of strings",
+        ),
+    ],
+)
+def test_a_malformed_backend_versions_override_is_one_clear_line(  # type: ignore[no-untyped-def]
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], mutate, what: str
+) -> None:
+    from app.cli import main
+    from app.store.catalog import backend_versions_path
+
+    raw = json.loads(backend_versions_path().read_text())
+    mutate(raw)
+    override = tmp_path / "versions.json"
+    override.write_text(json.dumps(raw))
+    monkeypatch.setenv("LEMON_DESK_MOCK_HARDWARE", str(profile_path("cpu_only_x86")))
+    monkeypatch.setenv("LEMON_DESK_BACKEND_VERSIONS", str(override))
+    assert main(["system-info", "--json"]) != 0
+    out, err = capsys.readouterr()
+    assert out == "" and err == (
+        f"error: Cannot use the backend versions file {override} (LEMON_DESK_BACKEND_VERSIONS): {what}. "
+        "Point LEMON_DESK_BACKEND_VERSIONS at a valid file, or unset it to use the bundled pins.\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("content", "what"), [(b"\xff{}", "can't decode byte 0xff"), (b"[" * 100_000, "nested too deeply")]
+)
+def test_a_backend_versions_override_that_is_no_json_is_one_clear_line(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    content: bytes,
+    what: str,
+) -> None:
+    from app.cli import main
+
+    override = tmp_path / "versions.json"
+    override.write_bytes(content)
+    monkeypatch.setenv("LEMON_DESK_MOCK_HARDWARE", str(profile_path("cpu_only_x86")))
+    monkeypatch.setenv("LEMON_DESK_BACKEND_VERSIONS", str(override))
+    assert main(["system-info", "--json"]) != 0
+    err = capsys.readouterr().err
+    assert err.startswith(
+        f"error: Cannot read the backend versions file {override} (LEMON_DESK_BACKEND_VERSIONS): "
+    )
+    assert what in err and err.count("\n") == 1
 
 
 def test_cli_output_into_a_closed_pipe_is_not_a_traceback() -> None:
