@@ -135,6 +135,28 @@ def _given(args: Sequence[str], flags: Sequence[str]) -> bool:
     return any(arg.split("=", 1)[0] in flags for arg in args)
 
 
+def _value(args: Sequence[str], flags: Sequence[str]) -> str | None:
+    """What the last of ``flags`` in ``args`` is given (``-ngl 0`` or ``-ngl=0``), or None."""
+    value = None
+    for at, arg in enumerate(args):
+        flag, equals, rest = arg.partition("=")
+        if flag in flags:
+            value = rest if equals else (args[at + 1] if at + 1 < len(args) else None)
+    return value
+
+
+def engine_device(req: LaunchRequest, hw: Hardware) -> DeviceType:
+    """Where an engine computes, as a per-device load limit counts it. The CPU for the ``cpu`` backend,
+    for mlx-lm off macOS, for a llama.cpp told to offload no layer (``-ngl 0``), and for a llama-server of
+    the user's own on a machine without a GPU (nothing else it could use); the GPU otherwise."""
+    if req.recipe == "llamacpp" and (
+        _value(req.user_args, GPU_LAYERS_FLAGS) == "0"
+        or (req.backend == "system" and not hw.has_gpu and not req.rpc)
+    ):
+        return DeviceType.CPU
+    return device_type(req.backend, hw.os)
+
+
 def rpc_args(workers: Sequence[str], user_args: Sequence[str]) -> tuple[str, ...]:
     """``--rpc`` with every layer offloaded (the workers are devices like GPUs: without ``-ngl`` nothing
     would go to them), and a log verbose enough to say where each buffer went; the user's own ``-ngl``
@@ -257,7 +279,7 @@ def plan_launch(
     if plan is None:
         raise UnsupportedError(f"This build of Lemon Desk cannot launch {req.recipe} engines yet.")
     check_quirk_args(req.user_args, req.quirks, req.recipe, req.architecture)
-    return replace(plan(req, hw, port, key_file, parent_env), device=device_type(req.backend, hw.os))
+    return replace(plan(req, hw, port, key_file, parent_env), device=engine_device(req, hw))
 
 
 def child_environment(parent_env: Mapping[str, str], plan: LaunchPlan) -> dict[str, str]:

@@ -50,8 +50,8 @@ from app.core.fit import (
     memory_budget,
 )
 from app.core.gguf import HEADER_FIRST
-from app.core.launch import DEFAULT_CTX_SIZE, LaunchRequest
-from app.core.lemon_mlx import DeviceType, device_type
+from app.core.launch import DEFAULT_CTX_SIZE, LaunchRequest, engine_device
+from app.core.lemon_mlx import DeviceType
 from app.core.models import Model
 from app.core.policy import (
     CRASH_LIMIT,
@@ -795,7 +795,7 @@ class Router:
 
     async def _launch(self, model: Model, options: LoadOptions, force: bool) -> Engine:
         request = await self.supervisor.launch_request(model, options)
-        device = device_type(request.backend, self.supervisor.hardware.os)
+        device = engine_device(request, self.supervisor.hardware)
         workers = await self._check_workers(request) if request.rpc else []
         if not force:
             await self._check_fit(model, options, sum(w.free_bytes for w in workers))
@@ -1276,4 +1276,4 @@ class Router:
 
 
 def device_of(engine: Engine) -> DeviceType:
-    return device_type(engine.request.backend, engine.hardware.os)
+    return engine_device(engine.request, engine.hardware)

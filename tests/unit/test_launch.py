@@ -17,6 +17,7 @@ from app.core.launch import (
     plan_launch,
     split_args,
 )
+from app.core.lemon_mlx import DeviceType
 from tests.conftest import profile_path
 
 ENGINE_DIR = "/home/u/.local/share/lemon-desk/engines/llamacpp/cpu"
@@ -222,3 +223,20 @@ def test_no_rpc_arguments_without_workers() -> None:
 def test_rpc_in_the_extra_arguments_is_refused() -> None:
     with pytest.raises(ConfigError, match="rpc option"):
         plan_launch(request(user_args=("--rpc", "1.2.3.4:5")), hw("cpu_only_x86"), "1", "k", {})
+
+
+@pytest.mark.parametrize(
+    ("backend", "profile", "extra", "device"),
+    [
+        ("cpu", "nvidia", "", DeviceType.CPU),
+        ("vulkan", "rdna3_radeon_7900", "", DeviceType.GPU),
+        ("vulkan", "rdna3_radeon_7900", "-ngl 0", DeviceType.CPU),
+        ("cuda", "nvidia", "--n-gpu-layers=0", DeviceType.CPU),
+        ("cuda", "nvidia", "-ngl 0 -ngl 99", DeviceType.GPU),  # the last one given wins, as in llama.cpp
+        ("system", "cpu_only_x86", "", DeviceType.CPU),  # nothing else it could compute on
+        ("system", "nvidia", "", DeviceType.GPU),
+    ],
+)
+def test_the_device_a_load_limit_counts(backend: str, profile: str, extra: str, device: DeviceType) -> None:
+    req = request(backend, user_args=split_args(extra))
+    assert plan_launch(req, hw(profile), "8080", "/k", {}).device is device
