@@ -12,11 +12,12 @@ import functools
 import json
 import ssl
 import time
-from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator, Sequence
+from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol
 
 from app.client.adapters import DeltaSplitter, EngineAdapter, LlamaCppAdapter, Route, sse_error
+from app.client.capped import read_upto
 from app.client.events import ChatDelta, ChatDone, ChatEvent, ChatReply
 from app.client.sse import EventTooLarge, SSEEvent, SSEParser
 from app.core.errors import LemonDeskError, RequestError, UnsupportedRequestError
@@ -89,18 +90,6 @@ def _status_error(status: int, content: bytes, reason: str) -> RequestError:
             status=401,
         )
     return RequestError(f"The engine refused the request (HTTP {status}): {detail}", status=status)
-
-
-async def read_upto(chunks: AsyncIterable[bytes], cap: int) -> bytes:
-    """A body read until it ends or passes ``cap`` bytes, and no further: what was read, which is more
-    than ``cap`` (by at most one chunk) when the body went on past it. A body without end (a remote is
-    another machine's server) is not held in memory."""
-    body = bytearray()
-    async for chunk in chunks:
-        body += chunk
-        if len(body) > cap:
-            break
-    return bytes(body)
 
 
 def _refused(response: httpx.Response) -> RequestError:

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from app.client.adapters import DeltaSplitter, Route
-from app.client.chat import error_detail, loopback_ssl, read_upto
+from app.client.capped import read_upto
+from app.client.chat import error_detail, loopback_ssl
 from app.core.errors import RequestError
 from app.core.remotes import (
     SERVER_LEMON_DESK,

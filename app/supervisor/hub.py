@@ -5,17 +5,21 @@ Routes (the same ones ``huggingface_hub`` uses), under ``HF_ENDPOINT`` (default 
     GET /api/models?search=Q&filter=gguf|mlx    search, most downloaded first
     GET /{repo}/resolve/{revision}/{path}       a file's bytes (Range for resume and header reads)
 A token (``HF_TOKEN`` or the keychain's) goes in ``Authorization: Bearer``. A repo id (a search hit's
-comes from the network) goes into a URL only once it is checked to be one.
+comes from the network) goes into a URL only once it is checked to be one. The JSON answers (a file
+list, search results, a repo's JSON file) are read up to ``MAX_ANSWER_BYTES``: a mirror or proxy gone
+wrong that answers without end is refused, not held in memory.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
+from app.client.capped import read_upto
 from app.core.errors import ModelError
 from app.core.names import check_listing, check_repo_id
 from app.core.numbers import finite
@@ -29,6 +33,11 @@ TIMEOUT_S = 30.0
 CONNECT_TIMEOUT_S = 15.0
 RECIPE_TAGS = {GGUF_RECIPE: "gguf", MLX_RECIPE: "mlx"}
 LISTING_CONCURRENCY = 4
+# What is read of a JSON answer. The largest are file lists: with blobs=true each file takes about 230
+# bytes (name, size, blob id, LFS SHA-256), so a repo of ten thousand files lists in about 2 MB, and one
+# of a hundred thousand (few repos hold that many) in about 25 MB; a config or a safetensors index of a
+# hundred thousand tensors is under 10 MB.
+MAX_ANSWER_BYTES = 64 << 20
 
 
 def _timeout() -> httpx.Timeout:
@@ -123,17 +132,28 @@ class HubClient:
             f"{what} ({type(err).__name__}).", "Check the connection (or HF_ENDPOINT) and try again."
         )
 
-    async def _get(self, url: str, repo_id: str | None, path: str | None = None, **kw: Any) -> httpx.Response:
+    async def _get(self, url: str, repo_id: str | None, path: str | None = None, **kw: Any) -> bytes:
+        """The body of an answer ``check`` let through, read up to ``MAX_ANSWER_BYTES``."""
         import httpx
 
         try:
-            response = await self.client.get(
-                url, headers=self.headers, timeout=_timeout(), follow_redirects=True, **kw
-            )
+            async with self.client.stream(
+                "GET", url, headers=self.headers, timeout=_timeout(), follow_redirects=True, **kw
+            ) as response:
+                self.check(response, repo_id, path)
+                body = await read_upto(response.aiter_bytes(), MAX_ANSWER_BYTES)
         except httpx.HTTPError as err:
             raise self._unreachable(err) from None
-        self.check(response, repo_id, path)
-        return response
+        if len(body) > MAX_ANSWER_BYTES:
+            what = (
+                f"{path} in {repo_id}" if path else f"the file list of {repo_id}" if repo_id else "a search"
+            )
+            raise ModelError(
+                f"The Hugging Face Hub's answer for {what} went on past {MAX_ANSWER_BYTES >> 20} MiB "
+                "and was not read further.",
+                f"No real answer is that long: check HF_ENDPOINT (now {self.endpoint}), or try again later.",
+            )
+        return body
 
     async def listing(self, repo_id: str) -> RepoListing:
         """The files on the main branch, with sizes and checksums, and the commit they belong to.
@@ -141,9 +161,9 @@ class HubClient:
         Every name in it has been checked (``app.core.names``): none can lead a path out of the cache.
         """
         url = f"{self.endpoint}/api/models/{_repo_path(repo_id)}"
-        response = await self._get(url, repo_id, params={"blobs": "true"})
+        body = await self._get(url, repo_id, params={"blobs": "true"})
         try:
-            data = response.json()
+            data = json.loads(body)
             files = tuple(
                 RepoFile(
                     path=str(s["rfilename"]),
@@ -167,9 +187,9 @@ class HubClient:
         params: dict[str, Any] = {"search": query, "sort": "downloads", "direction": -1, "limit": limit}
         if recipe:
             params["filter"] = RECIPE_TAGS[recipe]
-        response = await self._get(f"{self.endpoint}/api/models", None, params=params)
+        body = await self._get(f"{self.endpoint}/api/models", None, params=params)
         try:
-            data = response.json()
+            data = json.loads(body)
         except (ValueError, RecursionError):
             data = None
         if not isinstance(data, list) or not all(isinstance(item, dict) for item in data):
@@ -245,8 +265,8 @@ class HubClient:
         return bytes(body[skip : skip + end - start])
 
     async def read_json(self, repo_id: str, revision: str, path: str) -> Any:
-        response = await self._get(self.file_url(repo_id, revision, path), repo_id, path)
+        body = await self._get(self.file_url(repo_id, revision, path), repo_id, path)
         try:
-            return response.json()
+            return json.loads(body)
         except (ValueError, RecursionError):
             raise ModelError(f"{path} in {repo_id} is not valid JSON.") from None

@@ -15,6 +15,7 @@ from app.core.errors import LemonDeskError
 from app.store.model_options import ModelOptions
 from app.store.secrets import set_hf_token
 from app.store.settings import Settings
+from app.supervisor.hub import MAX_ANSWER_BYTES
 from app.supervisor.router import EngineRecovery, Router, RouterEvent
 from tests.chaos.conftest import Row
 from tests.support.fileserver import Fault, Served, serve
@@ -152,3 +153,34 @@ def test_hostile_hub_answers(
         assert leaked == 0
     chaos_row.lost = "nothing written outside the cache"
     print(json.dumps(outcomes, indent=1))
+
+
+@pytest.mark.leaves_running(
+    "the file list is left unread past the cap on purpose (it may never end): httpx's aiter_bytes and "
+    "aiter_raw stay half-run until the loop's GC hook closes them, an aclose() task asyncio.run cancels"
+)
+@pytest.mark.chaos("hostile network (Hub): a file list without end")
+def test_a_hub_file_list_without_end(
+    chaos_row: Row, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, lemon_home: Path
+) -> None:
+    """A mirror or proxy (HF_ENDPOINT) whose file list goes on past the real cap: the pull is refused
+    once the app has read that much, and the rest is not sent for."""
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub-cache"))
+    hub = LoopbackHub()
+    hub.add(HubRepo(REPO, {"Hostile-Q4_K_M.gguf": b"GGUF"}, tags=("gguf",)))
+    listing = f"/api/models/{REPO}"
+    endless = b'{"siblings": [' + b" " * (MAX_ANSWER_BYTES + (32 << 20))
+    hub.served.files[listing] = endless
+    hub.served.throttle[listing] = 1 << 30  # sent in pieces, each counted once written
+    with hub.running() as base:
+        monkeypatch.setenv("HF_ENDPOINT", base)
+        began = time.monotonic()
+        outcome = asyncio.run(pull(f"{REPO}:Q4_K_M", stall_timeout_s=1.0))
+        took = time.monotonic() - began
+    ((_, _, sent, _),) = hub.served.sent
+    assert isinstance(sent, int)
+    chaos_row.add(f"refused in {took:.1f} s" if "went on past 64 MiB" in outcome else outcome)
+    chaos_row.worst = f"sent {sent >> 20} MiB of {len(endless) >> 20}"
+    chaos_row.lost = "nothing: refused before any download"
+    assert "went on past 64 MiB" in outcome and sent < len(endless), (outcome, sent)
+    assert not hub.byte_requests()

@@ -10,6 +10,8 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +22,7 @@ from app.cli import main
 from app.core.errors import ModelError
 from app.core.refs import RepoListing
 from app.store.hfcache import hub_cache_dir
+from app.supervisor import hub as hub_module
 from app.supervisor.hub import HubClient
 from tests.conftest import profile_path
 from tests.support.hubserver import HubRepo, LoopbackHub, git_blob_id
@@ -197,3 +200,49 @@ def test_search_hits_whose_ids_are_no_repo_ids_are_refused_before_any_url_is_mad
     said = [str(err) if isinstance(err, ModelError) else err for err in refused]
     assert said == [f"{repo_id!r} is not a Hugging Face repository id. {RULE}" for repo_id in NO_REPO_IDS]
     assert [path for path, _ in hub.served.log] == ["/api/models", "/api/models/org/fine-GGUF"]
+
+
+# Where each JSON answer is served, what the app asks of it, and how its error names it.
+ENDLESS: dict[str, tuple[str, Callable[[HubClient], Awaitable[object]], str]] = {
+    "a file list": (f"/api/models/{REPO}", lambda h: h.listing(REPO), f"the file list of {REPO}"),
+    "search results": ("/api/models", lambda h: h.search("evil"), "a search"),
+    "a JSON file": (
+        LoopbackHub.file_path(REPO, "config.json"),
+        lambda h: h.read_json(REPO, "main", "config.json"),
+        f"config.json in {REPO}",
+    ),
+}
+
+
+@pytest.mark.leaves_running(
+    "the answer is left unread past the cap on purpose (it may never end): httpx's aiter_bytes and "
+    "aiter_raw stay half-run until the loop's GC hook closes them, an aclose() task asyncio.run cancels"
+)
+@pytest.mark.parametrize("case", list(ENDLESS))
+def test_a_hub_answer_without_end_is_refused_past_the_cap_not_read_into_memory(
+    hub: LoopbackHub, monkeypatch: pytest.MonkeyPatch, case: str
+) -> None:
+    """A Hub, mirror or proxy (HF_ENDPOINT) whose JSON answer goes on and on: the app stops reading once
+    past the cap and says so, with what to do. The cap is 1 MiB here, the answer 32 times that."""
+    monkeypatch.setattr(hub_module, "MAX_ANSWER_BYTES", 1 << 20)
+    path, ask, what = ENDLESS[case]
+    answer = b'{"sha": "' + b"0" * (32 << 20)  # a string that never closes
+    if path in hub.served.routes:
+        hub.served.routes[path] = lambda _query: answer
+    else:
+        hub.served.files[path] = answer
+    hub.served.throttle[path] = 1 << 30  # in pieces, each counted once written
+
+    async def go() -> object:
+        async with httpx.AsyncClient() as client:
+            return await ask(HubClient(client))
+
+    began = time.monotonic()
+    with pytest.raises(ModelError) as refused:
+        asyncio.run(go())
+    assert time.monotonic() - began < 10
+    said = f"The Hugging Face Hub's answer for {what} went on past 1 MiB and was not read further."
+    assert refused.value.message == said
+    assert "check HF_ENDPOINT" in refused.value.hint
+    ((_, _, sent, _),) = hub.served.sent
+    assert isinstance(sent, int) and sent < len(answer) // 2, sent

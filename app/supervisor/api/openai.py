@@ -21,7 +21,7 @@ import aiohttp
 from aiohttp import web
 
 from app.client.adapters import Route
-from app.client.chat import read_upto
+from app.client.capped import read_upto
 from app.core.engine_state import EngineState
 from app.core.errors import LemonDeskError, RequestError
 from app.core.models import Model
