@@ -32,6 +32,10 @@ CHAT_PATH = "/v1/chat/completions"
 # What is read of a refusal's body: an error message is far shorter, and only its start is quoted. The
 # engine may be a remote (another machine), whose refusal could otherwise go on without end.
 REFUSAL_BYTES = 1 << 20
+# What is read of a whole (non-streamed) answer: a reply's text is a few hundred KB at most (a long
+# context's worth), its JSON a few times that. The engine may be a remote (another machine), whose
+# answer could otherwise go on without end.
+MAX_ANSWER_BYTES = 64 << 20
 
 Messages = Sequence[dict[str, Any]]  # OpenAI chat messages: {"role", "content"}
 
@@ -92,8 +96,19 @@ def _status_error(status: int, content: bytes, reason: str) -> RequestError:
     return RequestError(f"The engine refused the request (HTTP {status}): {detail}", status=status)
 
 
-def _refused(response: httpx.Response) -> RequestError:
-    return _status_error(response.status_code, response.content, response.reason_phrase)
+async def read_answer(response: httpx.Response) -> bytes:
+    """An engine's whole answer, read inside its stream: a refusal's body up to ``REFUSAL_BYTES`` (only
+    its start is quoted), any other up to ``MAX_ANSWER_BYTES``, past which it is a RequestError."""
+    if response.status_code != 200:
+        return await read_upto(response.aiter_bytes(), REFUSAL_BYTES)
+    body = await read_upto(response.aiter_bytes(), MAX_ANSWER_BYTES)
+    if len(body) > MAX_ANSWER_BYTES:
+        raise RequestError(
+            f"The engine's answer to {response.request.url.path} went on past {MAX_ANSWER_BYTES >> 20} MiB "
+            "and was not read further.",
+            "No model answers at that length: reload the model, or check the remote it runs on.",
+        )
+    return body
 
 
 class _Stream:
@@ -364,7 +379,8 @@ class ChatClient:
                 observer.request_finished()
 
     async def chat(self, messages: Messages, **params: Any) -> ChatReply:
-        """One whole reply, without streaming; gives up after ``request_timeout_s``."""
+        """One whole reply, without streaming, read up to ``MAX_ANSWER_BYTES``; gives up after
+        ``request_timeout_s``."""
         import httpx
 
         body = self._body(messages, False, params)
@@ -375,9 +391,10 @@ class ChatClient:
             self._telemetry.request_started()
         sent = time.perf_counter()
         try:
-            response = await self._http.post(
-                CHAT_PATH, json=body, headers=self._headers, timeout=self._request_timeout
-            )
+            async with self._http.stream(
+                "POST", CHAT_PATH, json=body, headers=self._headers, timeout=self._request_timeout
+            ) as response:
+                answer = await read_answer(response)
         except httpx.TimeoutException:
             raise RequestError(
                 f"The engine did not answer within {self._request_timeout.read:g} s.",
@@ -392,14 +409,15 @@ class ChatClient:
                 observer.request_finished()
         end = time.perf_counter()
         if response.status_code != 200:
-            raise _refused(response)
+            raise _status_error(response.status_code, answer, response.reason_phrase)
         try:
-            payload = response.json()
+            payload = json.loads(answer)
             choice = payload["choices"][0]
             message = choice.get("message") or {}
             content, reasoning = _text(message.get("content")), _text(message.get("reasoning_content"))
         except (ValueError, KeyError, IndexError, TypeError, AttributeError, RecursionError):
-            raise RequestError(f"The engine sent an unreadable reply: {response.text[:200]!r}") from None
+            text = answer[:200].decode("utf-8", "replace")
+            raise RequestError(f"The engine sent an unreadable reply: {text!r}") from None
         splitter = self._adapter.splitter()
         if splitter is not None:
             parts = [*splitter.feed(ChatDelta(content, reasoning)), *splitter.flush()]

@@ -17,7 +17,7 @@ import aiohttp
 import httpx
 import pytest
 
-from app.client import remote
+from app.client import chat, remote
 from app.client.adapters import Route
 from app.client.chat import ChatClient, error_detail
 from app.client.events import ChatDelta, ChatDone, ChatEvent
@@ -81,6 +81,23 @@ async def send(writer: asyncio.StreamWriter, data: bytes) -> None:
 async def end(writer: asyncio.StreamWriter) -> None:
     writer.write(b"0\r\n\r\n")
     await writer.drain()
+
+
+class Flood:
+    """A body without end, as far as a client with a cap can tell: 1 MiB pieces, 64 at most (far past
+    every cap), then the end of the chunked body. ``sent`` counts the pieces that went out."""
+
+    PIECES = 64
+
+    def __init__(self) -> None:
+        self.sent = 0
+
+    async def pour(self, writer: asyncio.StreamWriter) -> None:
+        piece = b"x" * (1 << 20)
+        while self.sent < self.PIECES:
+            await send(writer, piece)
+            self.sent += 1
+        await end(writer)
 
 
 @asynccontextmanager
@@ -480,16 +497,12 @@ def test_an_answer_whose_body_cannot_be_decoded_is_a_broken_reply() -> None:
 def test_a_stream_whose_line_never_ends_is_refused_not_read_into_memory() -> None:
     """A server (a remote is another machine's) that sends one line without end: the reply fails once
     the line passes the parser's cap, and what follows is not read."""
-    sent = 0
+    flood = Flood()
 
     async def script(w: asyncio.StreamWriter) -> None:
-        nonlocal sent
         await start_stream(w)
         await send(w, delta("Hi"))
-        piece = b"x" * (1 << 20)
-        while sent < 64:  # 64 MiB at most, far past the cap: the client stops reading long before
-            await send(w, piece)
-            sent += 1
+        await flood.pour(w)
 
     async def go() -> list[ChatEvent]:
         async with engine(script) as (_, url), ChatClient(url, None) as client:
@@ -502,7 +515,7 @@ def test_a_stream_whose_line_never_ends_is_refused_not_read_into_memory() -> Non
             return events
 
     assert asyncio.run(go()) == [ChatDelta("Hi", "")]
-    assert sent < 64
+    assert flood.sent < Flood.PIECES
 
 
 LEFT_HALF_READ = pytest.mark.leaves_running(
@@ -511,26 +524,23 @@ LEFT_HALF_READ = pytest.mark.leaves_running(
 )
 
 
-@pytest.mark.parametrize("through", [pytest.param("httpx", marks=LEFT_HALF_READ), "aiohttp"])
+@pytest.mark.parametrize("through", [pytest.param("httpx", marks=LEFT_HALF_READ), "aiohttp", "whole reply"])
 def test_a_refusal_without_end_is_quoted_from_its_start_not_read_into_memory(through: str) -> None:
     """An engine (or a remote passed on to) refusing with a body without end: the refusal is said, from
-    what the client read of it, and the rest is not read (the chat's stream over httpx, and the local
-    API's forwarding over aiohttp)."""
-    sent = 0
+    what the client read of it, and the rest is not read (the chat's stream and a whole reply over httpx,
+    and the local API's forwarding over aiohttp)."""
+    flood = Flood()
 
     async def script(w: asyncio.StreamWriter) -> None:
-        nonlocal sent
         await start_stream(w, "500 Internal Server Error")
-        piece = b"x" * (1 << 20)
-        while sent < 64:  # 64 MiB at most, far past the cap: the client stops reading long before
-            await send(w, piece)
-            sent += 1
-        await end(w)
+        await flood.pour(w)
 
     async def go() -> None:
         async with engine(script) as (_, url), ChatClient(url, None) as client:
             if through == "httpx":
                 await collect(client)
+            elif through == "whole reply":
+                await client.chat([{"role": "user", "content": "hi"}])
             else:
                 async with aiohttp.ClientSession() as relay:
                     async for _chunk in client.forward_stream(Route.CHAT, {"stream": True}, relay):
@@ -538,4 +548,28 @@ def test_a_refusal_without_end_is_quoted_from_its_start_not_read_into_memory(thr
 
     with pytest.raises(RequestError, match=r"refused the request \(HTTP 500\): x{500}$"):
         asyncio.run(go())
-    assert sent < 64
+    assert flood.sent < Flood.PIECES
+
+
+def test_a_whole_reply_without_end_is_refused_past_the_cap_not_read_into_memory(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An engine (a remote is another machine's) whose non-streamed reply goes on and on: the chat fails
+    saying so once the reply passes the cap (1 MiB here), and the rest is not read."""
+    monkeypatch.setattr(chat, "MAX_ANSWER_BYTES", 1 << 20)
+    flood = Flood()
+
+    async def script(w: asyncio.StreamWriter) -> None:
+        w.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n")
+        await send(w, b'{"choices": [{"message": {"content": "')
+        await flood.pour(w)
+
+    async def go() -> None:
+        async with engine(script) as (_, url), ChatClient(url, None) as client:
+            await client.chat([{"role": "user", "content": "hi"}])
+
+    with pytest.raises(
+        RequestError, match="The engine's answer to /v1/chat/completions went on past 1 MiB and was not read"
+    ):
+        asyncio.run(go())
+    assert flood.sent < Flood.PIECES
