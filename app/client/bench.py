@@ -9,14 +9,16 @@
 
 from __future__ import annotations
 
+import json
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
+from app.client.chat import read_answer
 from app.core.bench import BENCH_SEED, Sample
 from app.core.errors import RequestError
 
 if TYPE_CHECKING:
-    pass
+    import httpx
 
 # Plain words that tokenize the same wherever they are cut between (space-led words).
 FILLER = (
@@ -43,19 +45,24 @@ class BenchClient:
     ) -> None:
         await self._http.aclose()
 
+    async def _ask(self, method: str, path: str, **kwargs: Any) -> tuple[httpx.Response, bytes]:
+        """The engine's answer and its body, read as ``read_answer`` reads a whole reply: a broken
+        engine's answer without end is not held in memory."""
+        async with self._http.stream(method, path, **kwargs) as response:
+            return response, await read_answer(response)
+
     async def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         import httpx
 
         try:
-            response = await self._http.post(path, json=body)
+            response, answer = await self._ask("POST", path, json=body)
         except httpx.TransportError as err:
             raise RequestError(f"The engine did not answer {path} ({type(err).__name__}).") from None
         if response.status_code != 200:
-            raise RequestError(
-                f"The engine refused {path} (HTTP {response.status_code}): {response.text[:300]}"
-            )
+            said = answer[:300].decode("utf-8", "replace")
+            raise RequestError(f"The engine refused {path} (HTTP {response.status_code}): {said}")
         try:
-            data = response.json()
+            data = json.loads(answer)
         except (ValueError, RecursionError):
             data = None
         if not isinstance(data, dict):
@@ -68,9 +75,9 @@ class BenchClient:
         import httpx
 
         try:
-            response = await self._http.get("/props")
-            data = response.json() if response.status_code == 200 else {}
-        except (httpx.HTTPError, ValueError, RecursionError):
+            response, answer = await self._ask("GET", "/props")
+            data = json.loads(answer) if response.status_code == 200 else {}
+        except (httpx.HTTPError, RequestError, ValueError, RecursionError):
             return ""
         info = str(data.get("build_info") or "") if isinstance(data, dict) else ""
         return "" if info.startswith("b0-") else info  # "b0-unknown": built without its git tag

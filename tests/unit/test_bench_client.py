@@ -6,18 +6,26 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
-from typing import Any
+from collections.abc import Awaitable, Callable
 
 import pytest
 from aiohttp import web
 
+from app.client import chat
 from app.client.bench import BenchClient
 from app.core.errors import RequestError
 
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
-async def _serving(answers: dict[str, Any]) -> tuple[web.AppRunner, str]:
-    async def answer(request: web.Request) -> web.Response:
-        return web.Response(text=answers[request.path], content_type="application/json")
+
+async def _serving(answers: dict[str, str | Handler]) -> tuple[web.AppRunner, str]:
+    """A server answering each path with its text, or its handler's answer."""
+
+    async def answer(request: web.Request) -> web.StreamResponse:
+        said = answers[request.path]
+        if callable(said):
+            return await said(request)
+        return web.Response(text=said, content_type="application/json")
 
     app = web.Application()
     for path in answers:
@@ -58,3 +66,41 @@ def test_an_engine_gone_has_no_version_to_tell() -> None:
             return await client.version()
 
     assert asyncio.run(go()) == ""
+
+
+@pytest.mark.leaves_running(
+    "the answer is left unread past the cap on purpose (it may never end): httpx's aiter_bytes and "
+    "aiter_raw stay half-run until the loop's GC hook closes them, an aclose() task asyncio.run cancels"
+)
+def test_an_answer_without_end_is_refused_past_the_cap_not_read_into_memory(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An engine broken into answering /tokenize without end: the bench fails saying so once the answer
+    passes the cap of a whole reply (1 MiB here), and the rest is not read."""
+    monkeypatch.setattr(chat, "MAX_ANSWER_BYTES", 1 << 20)
+    sent = 0
+
+    async def endless(request: web.Request) -> web.StreamResponse:
+        nonlocal sent
+        response = web.StreamResponse(headers={"Content-Type": "application/json"})
+        await response.prepare(request)
+        piece = b"x" * (1 << 20)
+        try:
+            while sent < 64:  # 64 MiB at most, far past the cap: the client stops reading long before
+                await response.write(piece)
+                sent += 1
+        except ConnectionError:  # the client hung up, as it should
+            pass
+        return response
+
+    async def go() -> None:
+        runner, url = await _serving({"/tokenize": endless})
+        try:
+            async with BenchClient(url, None) as client:
+                await client.tokenize("hello")
+        finally:
+            await runner.cleanup()
+
+    with pytest.raises(RequestError, match="The engine's answer to /tokenize went on past 1 MiB"):
+        asyncio.run(go())
+    assert sent < 64
