@@ -63,13 +63,24 @@ def _number(data: Any, key: str) -> float | None:
     return finite(data.get(key)) if isinstance(data, Mapping) else None
 
 
+# The Responses API's names for chat's usage figures.
+RESPONSES_USAGE = {
+    "input_tokens": "prompt_tokens",
+    "output_tokens": "completion_tokens",
+    "input_tokens_details": "prompt_tokens_details",
+}
+
+
 def telemetry_from(
     times: ClientTimes,
     timings: Mapping[str, Any] | None = None,
     usage: Mapping[str, Any] | None = None,
 ) -> Telemetry:
-    """Combine the engine's ``timings``/``usage`` (either may be missing) with the client's times."""
+    """Combine the engine's ``timings``/``usage`` (either may be missing; ``usage`` in chat's names or
+    the Responses API's) with the client's times."""
     ttft = (times.first_token - times.sent) if times.first_token is not None else 0.0
+    if isinstance(usage, Mapping):
+        usage = {RESPONSES_USAGE.get(key, key): value for key, value in usage.items()}
 
     prompt_tokens = _number(usage, "prompt_tokens")
     if prompt_tokens is None:

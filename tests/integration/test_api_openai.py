@@ -7,6 +7,7 @@ import concurrent.futures
 import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import openai
@@ -111,6 +112,38 @@ def test_stats_count_what_llama_servers_prompt_cache_served(served: Serving) -> 
     assert stats["input_tokens"] + stats["cache_tokens"] == stats["prompt_tokens"]
     assert stats["request_count_total"] == 2 and stats["cache_tokens_total"] == stats["cache_tokens"]
     assert stats["prompt_tokens_total"] > stats["prompt_tokens"]
+
+
+def test_stats_count_responses_whole_and_streamed(served: Serving) -> None:
+    """The Responses API names its usage input_tokens/output_tokens, and a streamed reply carries it inside
+    its response.completed event's response (llama-server puts its timings beside it)."""
+    api = client(served)
+
+    def stats() -> dict[str, Any]:
+        return dict(httpx.get(f"{served.url}/api/v1/stats", trust_env=False).json())
+
+    chat = api.chat.completions.create(model=MODEL, messages=HELLO, max_tokens=4, temperature=0)
+    reply = api.responses.create(model=MODEL, input="Hello", max_output_tokens=6, temperature=0)
+    whole = stats()
+    counting = "Count from one to ten in words."
+    events = list(api.responses.create(model=MODEL, input=counting, max_output_tokens=8, stream=True))
+    streamed = stats()
+
+    assert reply.usage is not None and reply.usage.output_tokens > 0
+    assert whole["prompt_tokens"] == reply.usage.input_tokens > 0
+    assert whole["output_tokens"] == reply.usage.output_tokens
+    # No timings come with a whole reply: its decode speed is not measured (not tokens over the few
+    # microseconds between its arrival and its figures being read).
+    assert whole["tokens_per_second"] == 0.0 and whole["time_to_first_token"] > 0
+    assert chat.usage is not None and whole["request_count_total"] == 2
+    assert whole["output_tokens_total"] == chat.usage.completion_tokens + reply.usage.output_tokens
+    completed = events[-1]
+    assert completed.type == "response.completed" and completed.response.usage is not None
+    usage = completed.response.usage
+    assert streamed["prompt_tokens"] == usage.input_tokens
+    assert streamed["output_tokens"] == usage.output_tokens
+    assert streamed["tokens_per_second"] > 0 and streamed["request_count_total"] == 3
+    assert streamed["output_tokens_total"] == whole["output_tokens_total"] + usage.output_tokens
 
 
 def test_five_concurrent_requests_are_all_answered(served: Serving) -> None:

@@ -175,6 +175,38 @@ def test_streams_pass_through_and_feed_telemetry_tagged_api(
     assert [(f.source, f.telemetry.completion_tokens) for f in finished] == [(RequestSource.API, 5)]
 
 
+# llama-server's stream for POST /v1/responses, shortened: text comes as "delta":"..." events, and the
+# figures in response.completed, its usage inside "response" and its timings beside it.
+RESPONSES_STREAM = [
+    b'event: response.created\ndata: {"type":"response.created","response":{"id":"resp_1",'
+    b'"object":"response","status":"in_progress"}}\n\n',
+    b'event: response.content_part.added\ndata: {"type":"response.content_part.added","item_id":"msg_1",'
+    b'"part":{"type":"output_text","text":""}}\n\n',
+    b'event: response.output_text.delta\ndata: {"type":"response.output_text.delta","item_id":"msg_1",'
+    b'"delta":"Hello"}\n\n',
+    b'event: response.output_text.delta\ndata: {"type":"response.output_text.delta","item_id":"msg_1",'
+    b'"delta":"!"}\n\n',
+    b'event: response.output_text.done\ndata: {"type":"response.output_text.done","item_id":"msg_1",'
+    b'"text":"Hello!"}\n\n',
+    b'event: response.completed\ndata: {"type":"response.completed","response":{"id":"resp_1",'
+    b'"object":"response","status":"completed","usage":{"input_tokens":31,"output_tokens":2,'
+    b'"total_tokens":33,"input_tokens_details":{"cached_tokens":30}}},"timings":{"cache_n":30,'
+    b'"prompt_n":1,"prompt_per_second":89.1,"predicted_n":2,"predicted_per_second":89.8}}\n\n',
+]
+
+
+def test_a_responses_stream_gives_its_first_token_and_figures() -> None:
+    watch = openai_routes._Watch()
+    first_token = []
+    for chunk in RESPONSES_STREAM:
+        watch.feed(chunk)
+        first_token.append(watch.first is not None)
+    assert first_token == [False, False, True, True, True, True]  # the first delta, not the end's text
+    telemetry = watch.telemetry()
+    assert (telemetry.prompt_tokens, telemetry.cached_tokens, telemetry.completion_tokens) == (31, 30, 2)
+    assert telemetry.decode_tps == 89.8
+
+
 def test_a_client_that_goes_away_stops_the_generation(standin_settings: Settings, tmp_path: Path) -> None:
     async def body(router: Router, client: httpx.AsyncClient) -> bool:
         (name,) = models(router, tmp_path, "slow", tokens=2000, token_delay_s=0.01)

@@ -47,6 +47,14 @@ def test_usage_only_gives_prompt_speed_from_ttft() -> None:
     assert t.decode_tps == round(4 / 0.75, 3)
 
 
+def test_the_responses_apis_usage_counts_under_its_own_names() -> None:
+    # A whole reply of llama-server's /v1/responses: usage without timings, its first token at its end.
+    usage = {"input_tokens": 31, "output_tokens": 6, "input_tokens_details": {"cached_tokens": 24}}
+    t = telemetry_from(ClientTimes(0.0, 0.5, 0.5, 1), usage=usage)
+    assert (t.prompt_tokens, t.completion_tokens, t.cached_tokens) == (31, 6, 24)
+    assert t.decode_tps == 0.0  # not measured
+
+
 def test_empty_reply_has_zeros_not_errors() -> None:
     t = telemetry_from(ClientTimes(0.0, None, 1.0, 0))
     assert t == Telemetry(0.0, 0, 0.0, 0, 0.0)

@@ -49,9 +49,12 @@ log = logging.getLogger(__name__)
 
 CREATED = 1_700_000_000  # OpenAI's "created": models here have no creation date worth telling
 SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-# A delta with text in it, as llama-server writes JSON (no spaces) and as Python's json module does.
+# A delta with text in it, as llama-server writes JSON (no spaces) and as Python's json module does; a
+# Responses API stream's deltas are strings ("delta":"..."), a chat stream's objects ("delta":{...}).
 TOKEN_MARKS = tuple(
-    f'"{key}"{colon}"'.encode() for key in ("content", "text", "reasoning_content") for colon in (":", ": ")
+    f'"{key}"{colon}"'.encode()
+    for key in ("content", "text", "reasoning_content", "delta")
+    for colon in (":", ": ")
 )
 PENDING_LIMIT = 1 << 20  # an event longer than this is not one we read figures from
 # A whole (not streamed) reply is held here before it is passed on. Embeddings of many long inputs run to
@@ -149,6 +152,7 @@ class _Watch:
     def __init__(self) -> None:
         self.sent = time.perf_counter()
         self.first: float | None = None
+        self.end: float | None = None  # a whole reply's arrival (a stream ends when its figures are read)
         self.events = 0
         self.done = False  # the engine sent [DONE]
         self.timings: dict[str, Any] | None = None
@@ -178,7 +182,10 @@ class _Watch:
         except (ValueError, RecursionError):
             return
         if isinstance(payload, dict):
+            reply = payload.get("response")  # a Responses API event's (response.completed: with its usage)
             timings, usage = payload.get("timings"), payload.get("usage")
+            if usage is None and isinstance(reply, dict):
+                usage = reply.get("usage")
             self.timings = timings if isinstance(timings, dict) else self.timings
             self.usage = usage if isinstance(usage, dict) else self.usage
 
@@ -191,7 +198,7 @@ class _Watch:
         return False
 
     def telemetry(self) -> Telemetry:
-        end = time.perf_counter()
+        end = self.end if self.end is not None else time.perf_counter()
         first = self.first if self.first is not None else (end if self.events else None)
         return telemetry_from(
             ClientTimes(self.sent, first, end, max(self.events - 2, 0)), self.timings, self.usage
@@ -333,7 +340,10 @@ class OpenAIRoutes:
                 "Ask for less at a time (fewer inputs, a shorter reply), or stream the reply.",
                 "reply_too_large",
             )
-        watch.first = watch.first or time.perf_counter()
+        # Its first token and its end arrive together: no decode speed is measured here, as in the chat's
+        # whole replies (the engine's timings give it, when it sends them).
+        watch.end = time.perf_counter()
+        watch.first = watch.first or watch.end
         watch.whole(raw)
         return web.Response(body=raw, content_type="application/json")
 
