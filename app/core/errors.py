@@ -9,6 +9,7 @@ LemonDeskError                  what happened + what to do (``hint``)
 ├── InstallError                download / verify / unpack of an engine failed
 ├── StorageError                a file the app keeps could not be written (disk full, read-only)
 ├── ModelError                  a model reference, file or download is unusable
+│   └── HubUnreachableError     the Hugging Face Hub did not answer (or not readably)
 ├── UnsafePathError             a name from outside would put a file outside its folder (refused)
 ├── EngineError                 an engine failed to start, crashed or hung
 │   └── WorkerError             an RPC worker is unreachable, busy or speaks another protocol
@@ -68,6 +69,11 @@ class StorageError(LemonDeskError):
 
 class ModelError(LemonDeskError):
     """A model reference, file or download is unusable."""
+
+
+class HubUnreachableError(ModelError):
+    """The Hugging Face Hub could not be reached, or sent an answer that does not read: nothing is known
+    of the model asked for."""
 
 
 class UnsafePathError(LemonDeskError):

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from app.client.capped import read_upto
-from app.core.errors import ModelError
+from app.core.errors import HubUnreachableError, ModelError
 from app.core.names import check_listing, check_repo_id
 from app.core.numbers import finite
 from app.core.refs import GGUF_RECIPE, MLX_RECIPE, RepoFile, RepoListing
@@ -121,14 +121,14 @@ class HubClient:
             f"The Hugging Face Hub answered HTTP {status} for {repo_id}.", "Try again in a moment."
         )
 
-    def _unreachable(self, err: httpx.HTTPError) -> ModelError:
+    def _unreachable(self, err: httpx.HTTPError) -> HubUnreachableError:
         import httpx
 
         if isinstance(err, httpx.TransportError):
             what = f"Could not reach the Hugging Face Hub at {self.endpoint}"
         else:  # it answered, but with redirects without end or a body that does not decode
             what = f"The Hugging Face Hub at {self.endpoint} sent an answer the app cannot read"
-        return ModelError(
+        return HubUnreachableError(
             f"{what} ({type(err).__name__}).", "Check the connection (or HF_ENDPOINT) and try again."
         )
 

@@ -232,6 +232,32 @@ def test_a_bad_definition_is_a_400_naming_what_is_wrong_and_registers_nothing(
     assert user_models() == {} and hub.byte_requests() == []
 
 
+def test_a_pull_the_hub_cannot_answer_is_a_502_and_its_body_is_checked_first(
+    standin_settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # discard port: nothing listens
+    definition = {"model_name": "user.Big", "checkpoint": f"{BIG}:Q8_0", "recipe": "llamacpp"}
+
+    async def body(router: Router, client: httpx.AsyncClient) -> list[httpx.Response]:
+        bodies = [
+            definition,
+            {**definition, "stream": True},
+            {**definition, "subscribe": "no"},
+            {**definition, "stream": True, "subscribe": False},
+        ]
+        return [await client.post("/api/v1/pull", json=b) for b in bodies]
+
+    whole, streamed, bad_subscribe, jobless = run_api(standin_settings, body)
+    for unreachable in (whole, streamed):
+        error = error_of(unreachable)
+        assert unreachable.status_code == 502 and error["type"] == "server_error", error
+        assert error["code"] == "hub_unreachable" and "Could not reach the Hugging Face" in error["message"]
+    # Refused before the Hub is asked: a 400, not the 502 above.
+    assert bad_subscribe.status_code == 400 and "'subscribe'" in error_of(bad_subscribe)["message"]
+    assert jobless.status_code == 400 and error_of(jobless)["code"] == "unsupported"
+    assert user_models() == {}
+
+
 def test_a_name_registered_with_other_files_is_refused(standin_settings: Settings, hub: LoopbackHub) -> None:
     async def body(router: Router, client: httpx.AsyncClient) -> list[Any]:
         base = {"model_name": "user.Big", "recipe": "llamacpp"}

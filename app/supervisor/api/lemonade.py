@@ -124,7 +124,8 @@ class LemonadeRoutes:
         body = await self._body(request)
         name = required_str(body, "model_name")
         stream = optional(body, "stream", "bool")
-        if stream and optional(body, "subscribe", "bool") is False:
+        subscribe = optional(body, "subscribe", "bool")  # Lemonade's: it applies to a stream only
+        if stream and subscribe is False:
             raise bad_request(
                 "Server-owned download jobs ('subscribe': false) are not kept here. Pull with 'stream': "
                 "true to follow the download; it goes on if the connection drops (`lemon-desk downloads`).",
