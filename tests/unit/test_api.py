@@ -476,6 +476,45 @@ def test_hostile_bodies_get_a_4xx_and_the_server_stays_up(standin_settings: Sett
     assert health == 200
 
 
+def test_whole_numbers_past_what_llama_server_takes_are_a_400_naming_the_field_and_range(
+    standin_settings: Settings, tmp_path: Path
+) -> None:
+    """llama-server reads them as C ints: 2**31 came back as "Value must be between -1 <= value <=
+    2147483647, but got -2147483648"."""
+    huge = 99999999999999999999999
+    routes = {
+        "max_tokens": "chat/completions",
+        "max_completion_tokens": "chat/completions",
+        "n": "chat/completions",
+        "top_k": "completions",
+        "seed": "completions",
+        "max_output_tokens": "responses",
+    }
+
+    async def body(router: Router, client: httpx.AsyncClient) -> tuple[list[Any], int]:
+        (name,) = models(router, tmp_path, "alpha")
+        request = {"model": name, "messages": HI, "prompt": "hi", "input": "hi"}
+        refused = [
+            (field, await client.post(f"/v1/{route}", json={**request, field: value}))
+            for field, route in routes.items()
+            for value in (huge, 2**63 if field == "seed" else 2**31)
+        ]
+        refused.append(("n", await client.post("/v1/chat/completions", json={**request, "n": 0})))
+        edges = {"max_tokens": 2**31 - 1, "seed": 2**63 - 1, "top_k": -(2**31), "n": 1}
+        taken = await client.post("/v1/completions", json={**request, **edges})
+        return refused, taken.status_code
+
+    refused, taken = run_api(standin_settings, body)
+    ranges = {"n": "from 1 to 2147483647", "top_k": "from -2147483648 to 2147483647"}
+    ranges["seed"] = "from -9223372036854775808 to 9223372036854775807"
+    for field, response in refused:
+        error = error_of(response)
+        assert response.status_code == 400 and error["type"] == "invalid_request_error", (field, error)
+        said = ranges.get(field, "from 0 to 2147483647")
+        assert error["message"] == f"'{field}' must be a whole number {said}.", error
+    assert taken == 200
+
+
 def test_a_whole_reply_past_the_cap_is_a_502_and_the_next_one_passes(
     standin_settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -1,6 +1,6 @@
 """Request bodies checked where they enter: JSON that is an object, and the fields the API reads (or
-passes on to an engine) of the types OpenAI and Lemonade give them. Anything else is a 400 that names
-the field; a body is never half-read into a 500.
+passes on to an engine) of the types OpenAI and Lemonade give them, whole numbers within what the engine
+takes. Anything else is a 400 that names the field; a body is never half-read into a 500.
 
 Fields the API does not know (``tools``, ``response_format``, llama.cpp's own samplers) pass through to
 the engine untouched.
@@ -50,7 +50,6 @@ def optional(body: dict[str, Any], field: str, kind: str) -> Any:
         "str": (isinstance(value, str), "a string"),
         "bool": (isinstance(value, bool), "true or false"),
         "int": (_is_int(value), "a whole number"),
-        "count": (_is_int(value) and value >= 0, "a whole number, 0 or more"),
         "number": (_is_number(value), "a number"),
         "object": (isinstance(value, dict), "an object"),
         "list": (isinstance(value, list), "a list"),
@@ -58,6 +57,14 @@ def optional(body: dict[str, Any], field: str, kind: str) -> Any:
     ok, what = checks[kind]
     _expect(body, field, ok, what)
     return value
+
+
+def _whole_number(body: dict[str, Any], field: str, low: int, high: int) -> None:
+    """``body[field]``, when present and not null, is a whole number from ``low`` to ``high``."""
+    value = body.get(field)
+    if value is not None:
+        ok = _is_int(value) and low <= value <= high
+        _expect(body, field, ok, f"a whole number from {low} to {high}")
 
 
 def required_str(body: dict[str, Any], field: str) -> str:
@@ -71,21 +78,28 @@ def required_str(body: dict[str, Any], field: str) -> str:
 # What OpenAI's generation routes take, by type; checked before the engine sees the body.
 _GENERATION_FIELDS = {
     "stream": "bool",
-    "max_tokens": "count",
-    "max_completion_tokens": "count",
     "temperature": "number",
     "top_p": "number",
-    "top_k": "int",
-    "seed": "int",
-    "n": "count",
     "presence_penalty": "number",
     "frequency_penalty": "number",
     "stream_options": "object",
     "tools": "list",
     "response_format": "object",
     "repeat_penalty": "number",  # llama.cpp's, which Lemonade documents
-    "max_output_tokens": "count",  # the Responses API's max_tokens
     "echo": "bool",
+}
+# The whole numbers, in the range llama-server takes. It reads them as C ints: a larger number wraps, and
+# is refused as another ("between -1 <= value <= 2147483647, but got -2147483648") or, for top_k, used as
+# one. n's top is the engine's slot count, which it names itself. A seed may be any of OpenAI's 64-bit
+# ones (llama-server keeps 32 bits of it).
+C_INT_MAX = 2**31 - 1
+_WHOLE_NUMBERS = {
+    "max_tokens": (0, C_INT_MAX),
+    "max_completion_tokens": (0, C_INT_MAX),
+    "max_output_tokens": (0, C_INT_MAX),  # the Responses API's max_tokens
+    "n": (1, C_INT_MAX),
+    "top_k": (-C_INT_MAX - 1, C_INT_MAX),
+    "seed": (-(2**63), 2**63 - 1),
 }
 
 
@@ -105,7 +119,7 @@ def _check_inputs(body: dict[str, Any], route: str) -> None:
         raise bad_request("'documents' is required.", "missing_field")
     ok = isinstance(documents, list) and bool(documents) and all(isinstance(d, str) for d in documents)
     _expect(body, "documents", ok, "a non-empty list of strings")
-    optional(body, "top_n", "count")
+    _whole_number(body, "top_n", 0, C_INT_MAX)
 
 
 def check_generation(body: dict[str, Any], route: str) -> None:
@@ -116,6 +130,8 @@ def check_generation(body: dict[str, Any], route: str) -> None:
         return
     for field, kind in _GENERATION_FIELDS.items():
         optional(body, field, kind)
+    for field, (low, high) in _WHOLE_NUMBERS.items():
+        _whole_number(body, field, low, high)
     options = body.get("stream_options")
     if isinstance(options, dict):
         optional(options, "include_usage", "bool")
