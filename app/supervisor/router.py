@@ -274,6 +274,7 @@ class Router:
         self.warnings += self.remotes.warnings
         self._models: dict[str, Model] = {}  # what each engine runs, for restarts
         self._load_options: dict[str, LoadOptions] = {}
+        self._pins: dict[str, bool] = {}  # pins a running model's load set for itself alone (not saved)
         self._used: dict[str, float] = {}  # last load or request
         self._busy: Counter[str] = Counter()  # requests in flight
         self._streaming: Counter[str] = Counter()  # replies streaming to their readers (first token sent)
@@ -342,9 +343,18 @@ class Router:
         self._store_options(name, dataclasses.replace(options, pinned=self.options(name).pinned))
 
     def set_pinned(self, name: str, pinned: bool) -> None:
-        """A pinned model is never evicted or unloaded when idle; saved with its options."""
+        """A pinned model is never evicted or unloaded when idle; saved with its options (a pin its load
+        set for itself alone gives way)."""
         self.library.resolve(name)  # an unknown name is an error, not a stray option
+        self._pins.pop(name, None)
         self._store_options(name, dataclasses.replace(self.options(name), pinned=pinned))
+
+    def pinned(self, name: str) -> bool:
+        """Whether a model is pinned: as its load asked when that load pinned it for itself alone
+        (``load(pinned=...)``), else as saved."""
+        if name in self._pins and name in self.supervisor.engines:
+            return self._pins[name]
+        return self.options(name).pinned
 
     def _store_options(self, name: str, options: ModelOptions) -> None:
         self._options[name] = options
@@ -407,7 +417,7 @@ class Router:
             phase=phase.phase if phase else None,
             engine=self.engine_state(name),
             error=self._errors.get(name, ""),
-            pinned=self.options(name).pinned,
+            pinned=self.pinned(name),
         )
 
     def _download_done(self, record: DownloadRecord) -> int:
@@ -690,13 +700,19 @@ class Router:
     # --- one-click load -------------------------------------------------------------------------------
 
     def load(
-        self, model: str | Model, options: ModelOptions | None = None, *, force: bool = False
+        self,
+        model: str | Model,
+        options: ModelOptions | None = None,
+        *,
+        force: bool = False,
+        pinned: bool | None = None,
     ) -> asyncio.Task[Engine]:
         """Load a model, downloading it and installing its backend first when needed, under the policy.
 
         One ``LoadProgress`` per phase. A load of the same model under way is replaced. Cancelling the
         task at any phase leaves nothing half made: a partial download is deleted, an install undone,
-        a starting engine stopped. ``force`` skips the check against the memory free now.
+        a starting engine stopped. ``force`` skips the check against the memory free now. ``pinned``:
+        pinned or not while this load runs, whatever is saved (None: as saved).
         """
         if isinstance(model, str):
             model = self.library.resolve(model)
@@ -707,7 +723,7 @@ class Router:
         previous = self._loads.get(name)
         if previous is not None:
             previous.cancel()
-        task = asyncio.ensure_future(self._load(model, options or self.options(name), force))
+        task = asyncio.ensure_future(self._load(model, options or self.options(name), force, pinned))
         self._loads[name] = task
         task.add_done_callback(lambda t: self._loads.pop(name, None) if self._loads.get(name) is t else None)
         return task
@@ -718,7 +734,8 @@ class Router:
         last = self._load_options.get(name)
         remaining = [w for w in (last.rpc if last else ()) if w not in workers]
         options = dataclasses.replace(self.options(name), rpc=",".join(remaining) or LOCAL_ONLY)
-        return self.load(self._models.get(name) or name, options)  # a local file is known by its last load
+        # A local file is known by its last load; a pin that load set for itself holds for this one.
+        return self.load(self._models.get(name) or name, options, pinned=self._pins.get(name))
 
     def cancel_load(self, name: str) -> bool:
         task = self._loads.get(name)
@@ -732,7 +749,7 @@ class Router:
         self._emit(progress)
         self._changed(name)
 
-    async def _load(self, model: Model, options: ModelOptions, force: bool) -> Engine:
+    async def _load(self, model: Model, options: ModelOptions, force: bool, pinned: bool | None) -> Engine:
         name = model.name
         self._errors.pop(name, None)
         downloading = False
@@ -747,6 +764,9 @@ class Router:
             request = self.launch_options(model, options)
             await self._install_backend(model, request)
             self._set_phase(name, LoadPhase.LOADING)
+            self._pins.pop(name, None)
+            if pinned is not None:
+                self._pins[name] = pinned
             return await self._launch(model, request, force)
         except asyncio.CancelledError:
             if downloading and self._downloads is not None:
@@ -823,7 +843,7 @@ class Router:
     def _running(self) -> list[LoadedModel]:
         live = (EngineState.STARTING, EngineState.READY)
         return [
-            LoadedModel(name, device_of(engine), self.options(name).pinned, self._used.get(name, 0.0))
+            LoadedModel(name, device_of(engine), self.pinned(name), self._used.get(name, 0.0))
             for name, engine in self.supervisor.engines.items()
             if engine.state in live
         ]
@@ -846,7 +866,7 @@ class Router:
         if free is None:
             return
         free += on_workers
-        others = [(n, self._rss(n)) for n in self.loaded() if n != model.name and not self.options(n).pinned]
+        others = [(n, self._rss(n)) for n in self.loaded() if n != model.name and not self.pinned(n)]
         check_live_fit(model.name, fit, free, largest_context(local.size, shape, free, model.recipe), others)
 
     def _rss(self, name: str) -> int:
@@ -874,6 +894,7 @@ class Router:
         await self.supervisor.unload(name)
         self._models.pop(name, None)
         self._used.pop(name, None)
+        self._pins.pop(name, None)
         self._changed(name)
 
     async def unload_all(self) -> None:
@@ -1153,7 +1174,7 @@ class Router:
         idle = [
             name
             for name in self.loaded()
-            if not self.options(name).pinned
+            if not self.pinned(name)
             and not self._busy[name]
             and now - self._used.get(name, now) >= minutes * 60
         ]

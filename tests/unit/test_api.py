@@ -20,7 +20,7 @@ import pytest
 from app.core.engine_state import EngineState
 from app.core.errors import ConfigError
 from app.store.library import Library
-from app.store.model_options import ModelOptions, model_options_path
+from app.store.model_options import ModelOptions, load_model_options, model_options_path
 from app.store.settings import Settings
 from app.supervisor.api import ApiServer
 from app.supervisor.api import openai as openai_routes
@@ -145,6 +145,30 @@ def test_a_load_that_only_pinned_models_block_is_409(standin_settings: Settings,
 
     loaded, error, status = run_api(standin_settings, body)
     assert loaded == 200 and status == 409 and "pinned" in error["message"]
+
+
+def test_a_loads_pin_is_for_that_load_unless_saved(standin_settings: Settings, tmp_path: Path) -> None:
+    """Lemonade's rule for every load option, pinned included: kept only with save_options."""
+
+    async def body(router: Router, client: httpx.AsyncClient) -> list[Any]:
+        a, b = models(router, tmp_path, "alpha", "beta")
+        load = "/api/v1/load"
+        steps: list[Any] = [(await client.post(load, json={"model_name": a, "pinned": True})).status_code]
+        health = (await client.get("/api/v1/health")).json()
+        steps.append([(m["model_name"], m["pinned"]) for m in health["all_models_loaded"]])
+        steps.append(router.options(a).pinned)  # nothing saved
+        steps.append((await client.post(load, json={"model_name": a})).status_code)  # still pinned
+        steps.append((await client.post(load, json={"model_name": b})).status_code)
+        await client.post("/api/v1/unload")
+        steps.append((await client.post(load, json={"model_name": b})).status_code)  # a's pin went with it
+        saved = {"model_name": a, "pinned": True, "save_options": True}
+        steps.append((await client.post(load, json=saved)).status_code)
+        return steps
+
+    steps = run_api(standin_settings, body)
+    assert steps == [200, [("user.alpha", True)], False, 200, 409, 200, 200]
+    assert load_model_options().items["user.alpha"].pinned is True
+    assert not load_model_options().items["user.beta"].pinned
 
 
 # --- generation ----------------------------------------------------------------------------------------

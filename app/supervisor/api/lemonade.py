@@ -96,10 +96,13 @@ class LemonadeRoutes:
         asked = requested(model.recipe, body, saved)
         if save:
             self.router.save_options(name, asked.keep(saved))
-        if pinned is not None:
-            self.router.set_pinned(name, pinned)
+            if pinned is not None:
+                self.router.set_pinned(name, pinned)
+        # Like the other options, a pin is for this load unless saved (Lemonade's rule); not named, a
+        # running model keeps its own.
+        pin = self.router.pinned(name) if pinned is None else pinned
         # Shielded: a client that gives up waiting does not cancel the load for everyone else.
-        await asyncio.shield(self.router.load(name, asked.apply(saved)))
+        await asyncio.shield(self.router.load(name, asked.apply(saved), pinned=pin))
         return _success(f"Loaded model: {name}")
 
     async def unload(self, request: web.Request) -> web.Response:
@@ -260,7 +263,7 @@ class LemonadeRoutes:
             "backend": engine.request.backend,
             "device": _device(engine),
             "type": model_type(model),
-            "pinned": router.options(name).pinned,
+            "pinned": router.pinned(name),
             "last_use": router.last_used(name),
             "is_busy": router.busy(name),
             "is_streaming": router.streaming(name),
