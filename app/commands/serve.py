@@ -53,7 +53,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         settings = dataclasses.replace(settings, max_loaded_models=caps.to_json())
     if args.rpc is not None:
         settings = dataclasses.replace(settings, rpc_workers=checked_rpc(args))
-    return asyncio.run(_serve(Router(settings), args.host, args.port, key))
+    router = Router(settings, raise_limit="start serve again with a higher --max-loaded-models")
+    return asyncio.run(_serve(router, args.host, args.port, key))
 
 
 async def _serve(router: Router, host: str, port: int, key: str | None) -> int:

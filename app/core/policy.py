@@ -17,6 +17,8 @@ from app.core.errors import ConfigError, PolicyError
 from app.core.lemon_mlx import DeviceType
 
 DEVICE_KEYS = {d.value: d for d in DeviceType}
+# How a user raises the limit, in the window's words (``lemon-desk serve`` names its flag instead).
+RAISE_LIMIT = "raise the limit in Settings"
 
 # Recovery of a process that dies (an engine, an RPC worker): started again after these delays, until
 # it dies CRASH_LIMIT times within CRASH_WINDOW_S; a run this long restarts the backoff at its first step.
@@ -109,11 +111,13 @@ def _breach(
     return None
 
 
-def plan_evictions(loaded: Sequence[LoadedModel], name: str, device: DeviceType, caps: Caps) -> list[str]:
+def plan_evictions(
+    loaded: Sequence[LoadedModel], name: str, device: DeviceType, caps: Caps, raise_limit: str = RAISE_LIMIT
+) -> list[str]:
     """The models to unload, least recently used first, so that ``name`` may load on ``device``.
 
     ``name`` itself is not counted (it is reloaded in place). Raises PolicyError when pinned models
-    alone stand in the way.
+    alone stand in the way, its hint ending with ``raise_limit``.
     """
     staying = sorted((m for m in loaded if m.name != name), key=lambda m: m.last_used)
     evict: list[str] = []
@@ -124,7 +128,7 @@ def plan_evictions(loaded: Sequence[LoadedModel], name: str, device: DeviceType,
             raise PolicyError(
                 f"{name} cannot load: the limit of loaded models ({caps.describe()}) is reached and the "
                 f"models in the way are pinned: {pinned}.",
-                "Unpin or unload one of them, or raise the limit in Settings.",
+                f"Unpin or unload one of them, or {raise_limit}.",
                 pinned=tuple(m.name for m in counted),
             )
         staying.remove(victim)

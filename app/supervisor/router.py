@@ -56,6 +56,7 @@ from app.core.models import Model
 from app.core.policy import (
     CRASH_LIMIT,
     CRASH_WINDOW_S,
+    RAISE_LIMIT,
     RESTART_BACKOFF_S,
     STABLE_S,
     LoadedModel,
@@ -257,8 +258,10 @@ class Router:
         *,
         library: Library | None = None,
         clock: Callable[[], float] = time.monotonic,
+        raise_limit: str = RAISE_LIMIT,
     ) -> None:
         self.settings = settings
+        self.raise_limit = raise_limit  # how the front end's user raises max_loaded_models, for a refusal
         self.library = library or Library(settings)
         self.supervisor = Supervisor(
             settings, resolve_model=lambda m: self.library.location(m), resolve_projector=self._projector
@@ -823,7 +826,7 @@ class Router:
             self._room = asyncio.Lock()
         async with self._room:
             caps = parse_caps(self.settings.max_loaded_models)
-            for victim in plan_evictions(self._running(), model.name, device, caps):
+            for victim in plan_evictions(self._running(), model.name, device, caps, self.raise_limit):
                 log.info("unloading %s to make room for %s", victim, model.name)
                 await self.unload(victim)
             self._models[model.name] = model

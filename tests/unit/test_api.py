@@ -145,6 +145,7 @@ def test_a_load_that_only_pinned_models_block_is_409(standin_settings: Settings,
 
     loaded, error, status = run_api(standin_settings, body)
     assert loaded == 200 and status == 409 and "pinned" in error["message"]
+    assert "raise the limit in Settings" in error["message"]  # the window's words (serve's: test_serve.py)
 
 
 def test_a_loads_pin_is_for_that_load_unless_saved(standin_settings: Settings, tmp_path: Path) -> None:

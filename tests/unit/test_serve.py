@@ -1,0 +1,36 @@
+"""``lemon-desk serve`` as a real child process (tests/support/serve.py) over the stand-in engine: what it
+says in its own words, where the window would say others."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import httpx
+import pytest
+
+from app.store.library import Library
+from app.store.model_options import ModelOptions, save_model_options
+from app.store.settings import Settings, save_settings
+from tests.support.serve import serving
+from tests.support.standin import make_standin_model
+
+
+@pytest.fixture
+def standin_models(standin_settings: Settings, tmp_path: Path) -> list[str]:
+    """Two stand-in models, run by the stand-in engine as the `system` backend, for a child to serve."""
+    save_settings(standin_settings)
+    library = Library(standin_settings)
+    names = [library.import_path(make_standin_model(tmp_path, name)).name for name in ("alpha", "beta")]
+    save_model_options({name: ModelOptions(backend="system") for name in names})
+    return names
+
+
+def test_a_load_only_pinned_models_block_says_to_raise_serves_limit(standin_models: list[str]) -> None:
+    alpha, beta = standin_models
+    with serving("--max-loaded-models", "1") as served, httpx.Client(trust_env=False, timeout=30) as api:
+        pinned = api.post(f"{served.url}/api/v1/load", json={"model_name": alpha, "pinned": True})
+        refused = api.post(f"{served.url}/api/v1/load", json={"model_name": beta})
+    assert pinned.status_code == 200
+    error = refused.json()["error"]
+    assert refused.status_code == 409 and error["code"] == "model_pinned"
+    assert "--max-loaded-models" in error["message"] and "Settings" not in error["message"]
