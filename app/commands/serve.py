@@ -1,5 +1,5 @@
 """``lemon-desk serve``: the local API without the window. Prints one line with the URL once it
-listens; SIGINT or SIGTERM stops every engine and exits 0.
+listens (``--json``: one JSON object); SIGINT or SIGTERM stops every engine and exits 0.
 
 The key comes from ``--api-key`` or ``LEMON_DESK_API_KEY``; it is never printed or logged, and never
 reaches an engine (each engine has its own key, from a file).
@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
+import json
 import os
 import signal
 import sys
@@ -39,6 +40,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--max-loaded-models", metavar="N|JSON", help='a total, or per-device caps: \'{"gpu": 1, "cpu": 2}\''
     )
     add_rpc_argument(parser)
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help="say where it listens as one JSON line (whether a key is needed, not the key)",
+    )
     parser.set_defaults(handler=cmd_serve)
 
 
@@ -54,10 +60,27 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if args.rpc is not None:
         settings = dataclasses.replace(settings, rpc_workers=checked_rpc(args))
     router = Router(settings, raise_limit="start serve again with a higher --max-loaded-models")
-    return asyncio.run(_serve(router, args.host, args.port, key))
+    return asyncio.run(_serve(router, args.host, args.port, key, args.json))
 
 
-async def _serve(router: Router, host: str, port: int, key: str | None) -> int:
+def _listening_line(server: ApiServer, key_required: bool, as_json: bool) -> str:
+    """What serve prints once it listens: the URLs, or with ``as_json`` one object (never the key)."""
+    openai, lemonade = f"{server.url}/v1/", f"{server.url}/api/v1/"
+    if not as_json:
+        return f"Lemon Desk API listening on {openai} (Lemonade: {lemonade})"
+    return json.dumps(
+        {
+            "url": server.url,
+            "openai_url": openai,
+            "lemonade_url": lemonade,
+            "host": server.host,
+            "port": server.port,
+            "key_required": key_required,
+        }
+    )
+
+
+async def _serve(router: Router, host: str, port: int, key: str | None, as_json: bool) -> int:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
@@ -68,10 +91,7 @@ async def _serve(router: Router, host: str, port: int, key: str | None) -> int:
             await server.start()
             router.remotes.watch()  # their models are listed and served as @NAME/MODEL
             try:
-                print(
-                    f"Lemon Desk API listening on {server.url}/v1/ (Lemonade: {server.url}/api/v1/)",
-                    flush=True,
-                )
+                print(_listening_line(server, key is not None, as_json), flush=True)
                 await stop.wait()
                 print("stopping", file=sys.stderr, flush=True)
             finally:

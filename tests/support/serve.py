@@ -1,8 +1,9 @@
 """``lemon-desk serve`` as a real child process for tests: started on a free port, its URL read from the
-one line it prints, stopped with SIGTERM (and checked to exit 0)."""
+one line it prints (text, or with ``--json`` an object), stopped with SIGTERM (and checked to exit 0)."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import selectors
@@ -21,6 +22,14 @@ URL_LINE = re.compile(r"(http://\S+?)/v1/")
 class Serving:
     proc: subprocess.Popen[str]
     url: str  # http://127.0.0.1:PORT, without a prefix
+    line: str  # the line serve printed once it listened
+
+
+def _url(line: str) -> str | None:
+    if line.startswith("{"):
+        return str(json.loads(line)["url"])
+    match = URL_LINE.search(line)
+    return match.group(1) if match else None
 
 
 def _first_line(proc: subprocess.Popen[str], timeout_s: float) -> str:
@@ -44,12 +53,12 @@ def serving(*args: str, env: dict[str, str] | None = None, timeout_s: float = 60
     )
     try:
         line = _first_line(proc, timeout_s)
-        match = URL_LINE.search(line)
-        if match is None:
+        url = _url(line)
+        if url is None:
             proc.kill()
             _, err = proc.communicate(timeout=10)
             raise AssertionError(f"serve printed {line!r}; stderr: {err}")
-        yield Serving(proc, match.group(1))
+        yield Serving(proc, url, line)
     finally:
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)

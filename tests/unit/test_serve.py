@@ -3,6 +3,7 @@ says in its own words, where the window would say others."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import httpx
@@ -34,3 +35,22 @@ def test_a_load_only_pinned_models_block_says_to_raise_serves_limit(standin_mode
     error = refused.json()["error"]
     assert refused.status_code == 409 and error["code"] == "model_pinned"
     assert "--max-loaded-models" in error["message"] and "Settings" not in error["message"]
+
+
+@pytest.mark.parametrize("key", [None, "s3cret-key-0123"])
+def test_json_says_where_it_listens_in_one_object_and_never_the_key(key: str | None) -> None:
+    env = {"LEMON_DESK_API_KEY": key} if key else {}
+    with serving("--json", env=env) as served:
+        listening = json.loads(served.line)
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        models = httpx.get(f"{listening['openai_url']}models", headers=headers, trust_env=False)
+    port = int(served.url.rsplit(":", 1)[1])
+    assert listening == {
+        "url": f"http://127.0.0.1:{port}",
+        "openai_url": f"http://127.0.0.1:{port}/v1/",
+        "lemonade_url": f"http://127.0.0.1:{port}/api/v1/",
+        "host": "127.0.0.1",
+        "port": port,
+        "key_required": key is not None,
+    }
+    assert models.status_code == 200 and (key is None or key not in served.line)
