@@ -4,6 +4,8 @@ says in its own words, where the window would say others."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import httpx
@@ -54,3 +56,17 @@ def test_json_says_where_it_listens_in_one_object_and_never_the_key(key: str | N
         "key_required": key is not None,
     }
     assert models.status_code == 200 and (key is None or key not in served.line)
+
+
+@pytest.mark.parametrize(
+    ("host", "said"),
+    [
+        ("nosuchhost.invalid", "the host name nosuchhost.invalid does not resolve"),
+        ("192.0.2.1", "192.0.2.1 is not an address of this machine"),  # TEST-NET-1: no machine's
+    ],
+)
+def test_a_host_it_cannot_listen_on_is_blamed_not_the_port(host: str, said: str) -> None:
+    command = [sys.executable, "-m", "app", "serve", "--host", host, "--port", "0", "--api-key", "k"]
+    refused = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
+    assert refused.returncode == 1 and said in refused.stderr, refused.stderr
+    assert "--host" in refused.stderr and "port" not in refused.stderr.replace(f"{host}:0", "")

@@ -10,8 +10,10 @@ the key (constant-time compare; the key is never logged), then the size limit.
 
 from __future__ import annotations
 
+import errno
 import hmac
 import logging
+import socket
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
@@ -145,14 +147,26 @@ class ApiServer:
             await site.start()
         except OSError as err:
             await runner.cleanup()
-            raise ConfigError(
-                f"The local API could not listen on {self.host}:{self.port}: {err.strerror or err}.",
-                "Another program may be using the port; pick another with --port.",
-            ) from None
+            raise self._cannot_listen(err) from None
         self._runner = runner
         if self.port == 0:
             self.port = int(runner.addresses[0][1])
         log.info("the local API listens on %s", self.url)
+
+    def _cannot_listen(self, err: OSError) -> ConfigError:
+        """Why the address cannot be had, blaming the host or the port as the error says."""
+        where = f"The local API could not listen on {self.host}:{self.port}"
+        other_host = "Give --host an address of this machine, such as 127.0.0.1."
+        if isinstance(err, socket.gaierror):
+            return ConfigError(
+                f"{where}: the host name {self.host} does not resolve ({err.strerror}).", other_host
+            )
+        if err.errno == errno.EADDRNOTAVAIL:
+            return ConfigError(f"{where}: {self.host} is not an address of this machine.", other_host)
+        return ConfigError(
+            f"{where}: {err.strerror or err}.",
+            "Another program may be using the port; pick another with --port.",
+        )
 
     async def stop(self) -> None:
         runner, self._runner = self._runner, None
