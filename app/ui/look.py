@@ -1,12 +1,14 @@
 """The window's shared look: colours that work on light and dark palettes, recipe badges, fit marks,
-icons (the desktop's icon theme where it has one, Qt's own standard icons otherwise)."""
+icons (the desktop's icon theme where it has one, Qt's own standard icons otherwise), one-line labels
+that elide."""
 
 from __future__ import annotations
 
 from PySide6.QtCore import QModelIndex, QPersistentModelIndex, QRect, QSize, Qt
-from PySide6.QtGui import QColor, QGuiApplication, QIcon, QPainter, QPalette
+from PySide6.QtGui import QColor, QGuiApplication, QIcon, QPainter, QPaintEvent, QPalette, QResizeEvent
 from PySide6.QtWidgets import (
     QApplication,
+    QLabel,
     QLineEdit,
     QStyle,
     QStyledItemDelegate,
@@ -148,3 +150,46 @@ class BadgeDelegate(QStyledItemDelegate):
             metrics = option.fontMetrics
             hint.setWidth(metrics.horizontalAdvance(badge[0]) + 20)
         return hint
+
+
+class ElidedLabel(QLabel):
+    """One line of plain text that shows what fits and ends in "…", the whole text in its tooltip when
+    cut. It asks for no width of its own: a long text (a chat's title, an engine's error) never widens
+    the window or squeezes what sits beside it. Its first line only: the rest is for the tooltip."""
+
+    def __init__(self, text: str = "", parent: QWidget | None = None) -> None:
+        super().__init__(text, parent)
+        self.setTextFormat(Qt.TextFormat.PlainText)
+        self._tip()
+
+    def setText(self, text: str) -> None:
+        super().setText(text)
+        self._tip()
+
+    def minimumSizeHint(self) -> QSize:
+        return QSize(0, super().minimumSizeHint().height())
+
+    def shown_text(self) -> str:
+        """What the label shows at its width now."""
+        line = self.text().split("\n", 1)[0]
+        width = self.contentsRect().width()
+        return self.fontMetrics().elidedText(line, Qt.TextElideMode.ElideRight, width)
+
+    def paintEvent(self, event: QPaintEvent) -> None:
+        painter = QPainter(self)
+        self.style().drawItemText(
+            painter,
+            self.contentsRect(),
+            self.alignment(),
+            self.palette(),
+            self.isEnabled(),
+            self.shown_text(),
+            self.foregroundRole(),
+        )
+
+    def resizeEvent(self, event: QResizeEvent) -> None:
+        super().resizeEvent(event)
+        self._tip()
+
+    def _tip(self) -> None:
+        self.setToolTip(self.text() if self.shown_text() != self.text() else "")

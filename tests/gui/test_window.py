@@ -9,10 +9,12 @@ import subprocess
 import sys
 
 import qasync
-from PySide6.QtCore import QObject
-from PySide6.QtWidgets import QApplication
+from PySide6.QtCore import QObject, Qt
+from PySide6.QtWidgets import QApplication, QLineEdit
 from pytestqt.qtbot import QtBot
 
+from app.store.history import History
+from app.ui.chat.keeper import HistoryKeeper
 from app.ui.launch import QuitOnSignals
 from app.ui.main_window import WINDOW_TITLE, MainWindow
 
@@ -76,3 +78,39 @@ def test_a_signal_before_the_event_loop_runs_quits_once_it_does(qapp: QApplicati
         assert quits == [0, 1]  # once the loop runs, at once
     finally:
         signals.close()
+
+
+def test_a_long_chat_title_is_elided_and_the_panes_keep_their_size(qtbot: QtBot) -> None:
+    """Renamed with F2 to a long title, a chat's header ends in "…" (the whole title in its tooltip) and
+    the list shows no horizontal scroll bar: the models, the options and the chat keep their widths."""
+    window = MainWindow()
+    qtbot.addWidget(window)
+    history = History()
+    try:
+        history.create_conversation("lemons", "Lemons", "")
+        HistoryKeeper(history, window.chat, window.conversations)
+        window.show()
+        qtbot.waitExposed(window)
+        window.activateWindow()
+        qtbot.waitUntil(window.isActiveWindow)
+        sizes = window.splitter.sizes()
+        listed = window.conversations.list
+        listed.setCurrentRow(0)
+        listed.setFocus()
+        qtbot.keyClick(listed, Qt.Key.Key_F2)
+        editor = listed.findChild(QLineEdit)
+        assert editor is not None
+        title = "Renamed ünïcødé chat with a very very long title that keeps going and going and going along"
+        editor.setText(title)
+        qtbot.keyClick(editor, Qt.Key.Key_Return)
+        qtbot.waitUntil(lambda: window.chat.title.text() == title)
+        qtbot.wait(50)  # a layout pass
+
+        assert window.splitter.sizes() == sizes
+        shown = window.chat.title.shown_text()
+        assert shown.endswith("…") and title.startswith(shown[:-1]) and window.chat.title.toolTip() == title
+        assert listed.item(0).text() == title and listed.horizontalScrollBar().maximum() == 0
+        reload = window.models.load_button
+        assert reload.width() >= reload.sizeHint().width()
+    finally:
+        history.close()

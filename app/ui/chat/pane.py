@@ -37,6 +37,7 @@ from PySide6.QtWidgets import (
 from app.core.chat import ChatMessage, MessageState
 from app.ui.chat.markdown_view import current_theme
 from app.ui.chat.transcript import MessageView, TranscriptView
+from app.ui.look import ElidedLabel
 
 FRAME_MS = 16
 TICK_CPU_S = 0.0015  # the UI-thread CPU time one turn of the loop spends rendering before it yields
@@ -117,7 +118,7 @@ class ChatPane(QWidget):
         self._after_paint.reached.connect(self._catch_up)
         muted = current_theme().muted
 
-        self.title = QLabel("New chat", self)
+        self.title = ElidedLabel("New chat", self)
         self.title.setStyleSheet("font-weight: 600; font-size: 14px;")
         self.new_chat_button = QToolButton(self)
         self.new_chat_button.setText("New chat")

@@ -61,6 +61,8 @@ class ConversationList(QWidget):
         top.addWidget(self.new_button)
 
         self.list = QListWidget(self)
+        # A long title ends in "…" (the whole of it in the tooltip), rather than widen the list.
+        self.list.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.list.setEditTriggers(
             QListWidget.EditTrigger.EditKeyPressed | QListWidget.EditTrigger.DoubleClicked
         )
