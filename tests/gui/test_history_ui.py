@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QFileDialog, QLineEdit, QMessageBox, QWidget
+from PySide6.QtWidgets import QApplication, QFileDialog, QLineEdit, QMessageBox, QWidget
 from pytestqt.qtbot import QtBot
 
 from app.core.chat import MessageState
@@ -210,6 +210,42 @@ def test_search_rename_and_delete_from_the_list(qtbot: QtBot, chat_ui: Callable[
     qtbot.waitUntil(lambda: ui.titles() == ["Rust lifetimes"])
     assert ui.history.conversation(egg_id) is None
     assert ui.pane.conversation_id != egg_id and ui.pane.messages() == []  # it was open: a new chat now
+
+
+def test_delete_and_f2_act_on_a_chat_just_clicked_but_not_while_typing(
+    qtbot: QtBot, chat_ui: Callable[[], ChatUI]
+) -> None:
+    """Clicking a chat in the list leaves the focus there, so Delete and F2 act on it; in the message
+    box, Delete deletes a character, never a chat."""
+    ui = chat_ui()
+    chat(qtbot, ui, "Boiling eggs", "Nine minutes.")
+    qtbot.keyClick(ui.pane.composer, Qt.Key.Key_N, Qt.KeyboardModifier.ControlModifier)
+    chat(qtbot, ui, "Rust lifetimes", "How long references live.")
+    listed = ui.sidebar.list
+    assert ui.titles() == ["Rust lifetimes", "Boiling eggs"] and listed.currentRow() == 0
+    egg_id = listed.item(1).data(Qt.ItemDataRole.UserRole)
+
+    where = listed.visualItemRect(listed.item(1)).center()
+    qtbot.mouseClick(listed.viewport(), Qt.MouseButton.LeftButton, pos=where)
+    qtbot.waitUntil(lambda: ui.pane.conversation_id == egg_id)
+    focused = QApplication.focusWidget()
+    assert focused is listed
+    qtbot.keyClick(focused, Qt.Key.Key_Delete)
+    box = ui.sidebar.dialog
+    assert isinstance(box, QMessageBox) and "Boiling eggs" in box.text()
+    qtbot.mouseClick(box.button(QMessageBox.StandardButton.Cancel), Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: ui.sidebar.dialog is None)
+    qtbot.keyClick(listed, Qt.Key.Key_F2)
+    editor = listed.findChild(QLineEdit)
+    assert editor is not None and editor.text() == "Boiling eggs"
+    qtbot.keyClick(editor, Qt.Key.Key_Escape)
+
+    ui.pane.composer.setFocus()
+    qtbot.keyClicks(ui.pane.composer, "abc")
+    qtbot.keyClick(ui.pane.composer, Qt.Key.Key_Home)
+    qtbot.keyClick(ui.pane.composer, Qt.Key.Key_Delete)
+    assert ui.pane.composer.toPlainText() == "bc" and ui.sidebar.dialog is None
+    assert ui.titles() == ["Rust lifetimes", "Boiling eggs"]
 
 
 @pytest.mark.parametrize("fmt", ["markdown", "json"])

@@ -230,10 +230,12 @@ class ChatPane(QWidget):
         if self.state is not PaneState.IDLE:
             self.stop()
         self.show_conversation(uuid.uuid4().hex, "New chat", "", [])
+        self.composer.setFocus()
 
     def show_conversation(
         self, conversation_id: str, title: str, system_prompt: str, messages: list[ChatMessage]
     ) -> None:
+        """Focus stays where it is: a chat picked in the list keeps the list's keys (arrows, F2, Delete)."""
         if self.state is not PaneState.IDLE:
             self.stop()
         self._cancel_edit()
@@ -245,7 +247,6 @@ class ChatPane(QWidget):
         for message in messages:
             self._add(message)
         self._update_actions()
-        self.composer.setFocus()
         self.conversation_changed.emit(conversation_id)
 
     def refresh_theme(self) -> None:
