@@ -127,9 +127,7 @@ class MainWindow(QMainWindow):
         self.chat.reply_finished.connect(self._reply_finished)
 
         menu = self.menuBar().addMenu("&File")
-        new_chat = menu.addAction("New chat")
-        new_chat.setToolTip("Ctrl+N")
-        new_chat.triggered.connect(self.chat.new_conversation)
+        menu.addAction(self.chat.new_chat_action)
         self.settings_action = QAction("Settings…", self)
         self.settings_action.setShortcut(QKeySequence(QKeySequence.StandardKey.Preferences))
         if self.settings_action.shortcut().isEmpty():

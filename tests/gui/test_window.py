@@ -10,7 +10,8 @@ import sys
 
 import qasync
 from PySide6.QtCore import QObject, Qt
-from PySide6.QtWidgets import QApplication, QLineEdit
+from PySide6.QtGui import QKeySequence
+from PySide6.QtWidgets import QApplication, QLineEdit, QMenu
 from pytestqt.qtbot import QtBot
 
 from app.store.history import History
@@ -114,3 +115,22 @@ def test_a_long_chat_title_is_elided_and_the_panes_keep_their_size(qtbot: QtBot)
         assert reload.width() >= reload.sizeHint().width()
     finally:
         history.close()
+
+
+def test_file_new_chat_shows_ctrl_n_and_the_key_still_starts_a_new_chat(qtbot: QtBot) -> None:
+    window = MainWindow()
+    qtbot.addWidget(window)
+    window.show()
+    qtbot.waitExposed(window)
+    window.activateWindow()
+    qtbot.waitUntil(window.isActiveWindow)
+    file_menu = window.menuBar().actions()[0].menu()
+    assert isinstance(file_menu, QMenu)
+    new_chat = next(a for a in file_menu.actions() if a.text() == "New chat")
+    assert new_chat.shortcut() == QKeySequence(QKeySequence.StandardKey.New)
+
+    before = window.chat.conversation_id
+    window.models.tree.setFocus()
+    qtbot.keyClick(window.models.tree, Qt.Key.Key_N, Qt.KeyboardModifier.ControlModifier)
+    assert window.chat.conversation_id != before  # one shortcut for the key: not ambiguous
+    assert window.chat.composer.hasFocus()

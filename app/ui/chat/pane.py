@@ -20,7 +20,7 @@ import uuid
 from typing import Any
 
 from PySide6.QtCore import QCoreApplication, QEvent, QObject, Qt, QTimer, Signal
-from PySide6.QtGui import QKeyEvent, QKeySequence, QShortcut
+from PySide6.QtGui import QAction, QKeyEvent, QKeySequence, QShortcut
 from PySide6.QtWidgets import (
     QDoubleSpinBox,
     QFormLayout,
@@ -205,8 +205,12 @@ class ChatPane(QWidget):
         stop = QShortcut(QKeySequence(Qt.Key.Key_Escape), self)
         stop.setContext(Qt.ShortcutContext.WidgetWithChildrenShortcut)
         stop.activated.connect(self._escape)
-        new_chat = QShortcut(QKeySequence(QKeySequence.StandardKey.New), self)
-        new_chat.activated.connect(self.new_conversation)
+        # One action for Ctrl+N: the window's File menu shows this one (a second shortcut would make
+        # the key ambiguous, and neither would fire).
+        self.new_chat_action = QAction("New chat", self)
+        self.new_chat_action.setShortcut(QKeySequence(QKeySequence.StandardKey.New))
+        self.new_chat_action.triggered.connect(self.new_conversation)
+        self.addAction(self.new_chat_action)
         self.composer.setFocus()
 
     # What the bridge and the history read
