@@ -187,11 +187,13 @@ class ModelManager(QWidget):
             self.tree.addTopLevelItem(item)
         for remote in self._remotes:
             self.tree.addTopLevelItem(self._remote_group(remote))
-        self.tree.blockSignals(False)
         self._apply_filters()
-        if current:
+        if current:  # the same row again, not a new choice: the options panel keeps what was typed in it
             self.select(current)
+        self.tree.blockSignals(False)
         self._update_buttons()
+        if current:
+            self._want_fit(current)
 
     def _remote_group(self, remote: RemoteSnapshot) -> QTreeWidgetItem:
         kind = remote.kind.value if remote.kind else ""
@@ -382,9 +384,12 @@ class ModelManager(QWidget):
         if current is not None and current.data(0, NAME_ROLE):
             name = str(current.data(0, NAME_ROLE))
             self.model_selected.emit(name)
-            row = self._rows.get(name)
-            if row is not None and row.fit is not None and not row.fit_exact and not row.fit_note:
-                self.fit_wanted.emit(name)
+            self._want_fit(name)
+
+    def _want_fit(self, name: str) -> None:
+        row = self._rows.get(name)
+        if row is not None and row.fit is not None and not row.fit_exact and not row.fit_note:
+            self.fit_wanted.emit(name)
 
     def _act(self, action: Callable[[str], object]) -> None:
         if name := self.selected():

@@ -1,0 +1,36 @@
+"""A load that fails, as the window shows it: the options as the user typed them (to fix in place). The
+engine is the stand-in (tests/support/standin_engine.py) told to exit while loading, as llama-server does
+on a bad argument."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from pytestqt.qtbot import QtBot
+
+from app.core.status import Status
+from app.store.settings import Settings, save_settings
+from app.ui.desktop import DesktopApp
+from tests.support.standin import make_standin_model
+
+
+def test_a_failed_load_keeps_the_typed_arguments(
+    qtbot: QtBot, desktop: Callable[[], DesktopApp], standin_settings: Settings, tmp_path: Path
+) -> None:
+    save_settings(standin_settings)
+    app = desktop()
+    window, models, options = app.window, app.window.models, app.window.options
+    with qtbot.waitSignal(app.bridge.model_added) as added:
+        models.add(str(make_standin_model(tmp_path, "dies", crash_on_load=True)))
+    name = added.args[0]
+    qtbot.waitUntil(lambda: options.model == name)
+    options.backend.setCurrentIndex(options.backend.findData("system"))
+    options.args.setText("--no-such-flag")
+
+    options.load_button.click()
+    qtbot.waitUntil(lambda: models.row(name).status.status is Status.FAILED, timeout=30_000)
+    qtbot.waitUntil(lambda: window.statusBar().currentMessage().startswith(f"{name} did not load"))
+
+    assert options.args.text() == "--no-such-flag", "kept, to be fixed in place"
+    assert options.backend.currentData() == "system"
