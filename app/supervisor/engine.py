@@ -260,7 +260,7 @@ class Engine:
                 raise EngineError(
                     f"{self.name} exited while loading {self._model_name()} "
                     f"({describe_exit(self.process.exited.result())}).",
-                    "Its last words are below.",
+                    "Its last words say why.",
                     self.last_output(),
                 )
             with contextlib.suppress(httpx.HTTPError):

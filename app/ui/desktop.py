@@ -558,7 +558,7 @@ class DesktopApp(QObject):
         self.dialog = None
 
     def _show_notification(self, title: str, message: str) -> None:
-        self.window.statusBar().showMessage(f"{title}: {message}", STATUS_MESSAGE_MS)
+        self.window.show_message(f"{title}: {message}", STATUS_MESSAGE_MS)
 
     def _warn(self, message: str) -> None:
         box = QMessageBox(

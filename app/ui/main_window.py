@@ -23,6 +23,7 @@ from app.ui.chat.sidebar import ConversationList
 from app.ui.downloads_panel import DownloadsPanel
 from app.ui.hub_search import HubSearch
 from app.ui.logs_view import LogsView
+from app.ui.look import SPACING, ElidedLabel
 from app.ui.model_manager import ModelManager
 from app.ui.options_panel import OptionsPanel
 from app.ui.telemetry_view import TelemetryView
@@ -114,14 +115,15 @@ class MainWindow(QMainWindow):
         self.splitter.setSizes(DEFAULT_SPLIT)
         self.setCentralWidget(self.splitter)
 
-        self.model_status = QLabel("No model loaded", self)
-        self.engine_status = QLabel("", self)
+        # Elided: a long line (an engine's error) never widens the window or runs into the figures.
+        self.model_status = ElidedLabel("No model loaded", self)
+        self.engine_status = ElidedLabel("", self)
         self.telemetry_status = QLabel("", self)
         self.usage_status = QLabel("", self)
         self.usage_status.setToolTip("The engine's CPU use and resident memory")
         status = self.statusBar()
         status.addWidget(self.model_status)
-        status.addWidget(self.engine_status)
+        status.addWidget(self.engine_status, 1)
         status.addPermanentWidget(self.telemetry_status)
         status.addPermanentWidget(self.usage_status)
         self.chat.reply_finished.connect(self._reply_finished)
@@ -171,6 +173,15 @@ class MainWindow(QMainWindow):
 
     def set_engine_status(self, text: str) -> None:
         self.engine_status.setText(text)
+
+    def show_message(self, text: str, timeout_ms: int) -> None:
+        """A passing message in the status bar: its first line, ending in "…" where the figures on the
+        right begin (QStatusBar draws a message whole, cut off mid-word where they start)."""
+        status = self.statusBar()
+        figures = [w.x() for w in (self.telemetry_status, self.usage_status) if w.isVisible() and w.width()]
+        room = min(figures, default=status.width()) - 2 * SPACING
+        line = status.fontMetrics().elidedText(text.split("\n", 1)[0], Qt.TextElideMode.ElideRight, room)
+        status.showMessage(line, timeout_ms)
 
     def show_usage(self, cpu_percent: float, rss: int) -> None:
         self.usage_status.setText(f"CPU {cpu_percent:.0f}% · {rss / MB:,.0f} MB" if rss else "")

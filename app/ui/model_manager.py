@@ -1,5 +1,6 @@
 """The Model Manager: every catalog and user model with its recipe badge, size, state and fit mark
-(the numbers in its tooltip); a search box and filters; actions on the selected row. Fed the router's
+(the numbers in its tooltip); a search box and filters; actions on the selected row; below the list, why
+the selected model failed (a load's error with the engine's last words, a download's). Fed the router's
 ``ModelView``s by the bridge (each with the one status every front end shows); it only emits intents.
 
 Below them, a group per remote server ("Remote NAME", its state said plainly: reachable, unreachable
@@ -12,7 +13,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QPoint, Qt, Signal
-from PySide6.QtGui import QColor
+from PySide6.QtGui import QColor, QFontDatabase, QTextCursor
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
@@ -22,6 +23,7 @@ from PySide6.QtWidgets import (
     QLabel,
     QLineEdit,
     QMenu,
+    QPlainTextEdit,
     QPushButton,
     QStyle,
     QTreeWidget,
@@ -55,6 +57,7 @@ BUSY = (Status.DOWNLOADING, Status.INSTALLING, Status.LOADING)  # a one-click lo
 COLUMNS = ["Model", "Recipe", "Size", "State", "Fit"]
 FIT_COLUMN = 4
 REMOTE_TROUBLE = (RemoteModelStatus.UNREACHABLE, RemoteModelStatus.REFUSED)
+LAST_WORDS_LINES = 6  # an engine's last words shown below the list at once; the earlier ones scroll
 
 
 class ModelManager(QWidget):
@@ -99,6 +102,18 @@ class ModelManager(QWidget):
         self.empty.setWordWrap(True)
         self.empty.setStyleSheet(f"color: {muted_colour()}; padding: {SPACING}px;")
         self.empty.hide()
+        self.problem = QLabel("", self)  # why the selected model failed
+        self.problem.setWordWrap(True)
+        self.problem.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.problem.setStyleSheet(f"color: {fit_colour(None)};")
+        self.problem.hide()
+        self.last_words = QPlainTextEdit(self)  # what its engine said last, as in the Logs tab
+        self.last_words.setReadOnly(True)
+        self.last_words.setLineWrapMode(QPlainTextEdit.LineWrapMode.NoWrap)
+        self.last_words.setFont(QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont))
+        lines = LAST_WORDS_LINES * self.last_words.fontMetrics().lineSpacing()
+        self.last_words.setMaximumHeight(lines + 2 * self.last_words.frameWidth() + 8)
+        self.last_words.hide()
         self.tree.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
         self.tree.customContextMenuRequested.connect(self._context_menu)
         self.tree.currentItemChanged.connect(self._current_changed)
@@ -143,6 +158,8 @@ class ModelManager(QWidget):
         layout.addLayout(filters)
         layout.addWidget(self.tree, 1)
         layout.addWidget(self.empty, 1)
+        layout.addWidget(self.problem)
+        layout.addWidget(self.last_words)
         layout.addLayout(actions)
         layout.addWidget(self.add_button)
         self.search.textChanged.connect(self._apply_filters)
@@ -358,6 +375,7 @@ class ModelManager(QWidget):
             return
         row = self._rows.get(self.selected())
         state = row.status.status if row else None
+        self._show_problem(row.status.message if row is not None and state in ERRORS else "")
         # Load is one click: it downloads the model and installs its backend first when needed.
         self.load_button.setEnabled(row is not None and state not in BUSY)
         self.load_button.setText("Reload" if state is Status.LOADED else "Load")
@@ -370,8 +388,27 @@ class ModelManager(QWidget):
         self.download_button.setEnabled(row is not None and (downloading or not row.on_disk))
         self.delete_button.setEnabled(row is not None and (row.on_disk or row.model.user) and not downloading)
 
+    def _show_problem(self, why: str) -> None:
+        """Why the selected model failed: what happened (its first line), then the engine's last words
+        scrolled to their end, where the cause is; the selected row stays in sight above them."""
+        head, _, words = why.partition("\n")
+        if (head, words) == (self.problem.text(), self.last_words.toPlainText()):
+            return  # unchanged: a selection in the text is kept
+        self.problem.setText(head)
+        self.problem.setVisible(bool(head))
+        self.last_words.setPlainText(words)
+        self.last_words.setVisible(bool(words))
+        layout = self.layout()
+        if layout is not None:
+            layout.activate()  # the list's new height, for the two scrolls below
+        self.last_words.moveCursor(QTextCursor.MoveOperation.End)
+        current = self.tree.currentItem()
+        if current is not None:
+            self.tree.scrollToItem(current)
+
     def _update_remote_buttons(self, view: RemoteModelView) -> None:
         """A remote's model loads and unloads on its remote; its files are the remote's."""
+        self._show_problem("")
         self.load_button.setText("Load")
         self.load_button.setEnabled(view.status is RemoteModelStatus.AVAILABLE)
         self.unload_button.setEnabled(view.status is RemoteModelStatus.LOADED)
