@@ -35,6 +35,7 @@ from app.store.model_options import ModelOptions
 from app.store.paths import home
 from app.store.settings import Settings, load_settings, save_settings
 from app.ui.main_window import MainWindow
+from app.ui.model_manager import BUSY
 from app.ui.settings_dialog import SettingsDialog, TokenAction, TokenChange
 from app.ui.telemetry_view import WINDOW_S
 from app.ui.tray import Tray
@@ -105,6 +106,7 @@ class DesktopApp(QObject):
         self._quit_task: asyncio.Task[None] | None = None
         self._telemetry_loaded = False  # the Telemetry tab has the history's per-reply figures
         self._welcome = WelcomeState.UNKNOWN
+        self._loading = ""  # the model whose one-click load the status bar follows
         self.history: History  # these three are made by start(), once the window shows
         self.keeper: HistoryKeeper
         self.bridge: Bridge
@@ -286,6 +288,7 @@ class DesktopApp(QObject):
 
     def _rows_changed(self, rows: list[ModelView]) -> None:
         self._first_run(rows)
+        self._load_ended(rows)
         self.window.set_rows(rows)
         loaded = {r.name for r in rows if r.status.status is Status.LOADED}
         pinned = frozenset(r.name for r in rows if r.status.pinned)
@@ -376,7 +379,19 @@ class DesktopApp(QObject):
         """One line per phase of a one-click load, in the engine status."""
         share = f" {100 * progress.done // progress.total}%" if progress.total else ""
         detail = f" ({progress.detail})" if progress.detail else ""
+        self._loading = progress.model
         self.window.set_engine_status(f"{progress.model}: {progress.phase.value}{share}{detail}")
+
+    def _load_ended(self, rows: list[ModelView]) -> None:
+        """The status bar follows a one-click load to its end: a load that failed or was cancelled says
+        so there, in place of its last phase ("downloading"); a loaded model keeps the engine's line."""
+        row = next((r for r in rows if r.name == self._loading), None)
+        if row is None or row.status.status in BUSY:
+            return
+        self._loading = ""
+        if row.status.status is not Status.LOADED:
+            why = row.status.message.split("\n", 1)[0]
+            self.window.set_engine_status(f"{row.name} {row.status.text}" + (f": {why}" if why else ""))
 
     def _confirm_force_load(self, name: str, message: str) -> None:
         box = QMessageBox(

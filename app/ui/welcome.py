@@ -55,6 +55,8 @@ class Welcome(QWidget):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.model = ""
+        self._why = ""  # why this model: the suggestion's reason
+        self._note = ""  # why the Hub could not be asked, when it could not
         self.title = QLabel("Welcome to Lemon Desk", self)
         self.title.setStyleSheet("font-size: 22px; font-weight: 600;")
         self.title.setWordWrap(True)
@@ -147,6 +149,7 @@ class Welcome(QWidget):
             (self.reason, inside),
             (self.line, inside),
         ):
+            label.setMinimumHeight(0)  # a label's height for a width is never below its minimum: unset it
             label.setMinimumHeight(label.heightForWidth(width) if label.text() else 0)
         self._outer.invalidate()
         self._outer.activate()
@@ -177,7 +180,8 @@ class Welcome(QWidget):
         )
         self.facts.setText(" · ".join(facts))
         self.facts.setToolTip(fit.summary())
-        self.reason.setText(suggestion.reason + (f"\n{suggestion.note}" if suggestion.note else ""))
+        self._why, self._note = suggestion.reason, suggestion.note
+        self.reason.setText(self._why + (f"\n{self._note}" if self._note else ""))
         self.button.setEnabled(True)
         self._fit_text()
 
@@ -197,6 +201,10 @@ class Welcome(QWidget):
         self._fit_text()
 
     def set_failed(self, message: str) -> None:
+        """Why the one click failed, below the button; a note above that says the same goes (the Hub
+        that could not be reached for the suggestion could not be for the download either)."""
+        if self._note and self._note in message:
+            self.reason.setText(self._why)
         self.progress.hide()
         self.line.show()
         self.line.setStyleSheet(f"color: {fit_colour(None)};")

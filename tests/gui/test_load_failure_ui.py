@@ -48,5 +48,5 @@ def test_a_failed_load_shows_the_engines_last_words_and_keeps_the_typed_argument
     assert window.statusBar().fontMetrics().horizontalAdvance(message) < figures
     window.statusBar().clearMessage()  # the engine's line shows again
     qtbot.waitUntil(window.engine_status.isVisible)
-    assert window.engine_status.text().startswith("Engine failed: ")
+    assert window.engine_status.text().startswith(f"{name} failed: llama-server exited while loading")
     assert window.engine_status.geometry().right() < figures

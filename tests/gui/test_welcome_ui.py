@@ -8,6 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from PySide6.QtCore import QRect, Qt
 from pytestqt.qtbot import QtBot
 
 from app.ui.desktop import DesktopApp
@@ -33,6 +34,15 @@ def test_without_the_hub_the_welcome_says_why_and_its_button_can_be_tried_again(
     qtbot.waitUntil(lambda: welcome.button.text() == "Try again", timeout=30_000)
     assert welcome.button.isEnabled() and "Could not reach the Hugging Face Hub" in welcome.line.text()
     assert window.center.currentWidget() is welcome
+    assert "Could not reach" not in welcome.reason.text(), "told once, as the failure"
+    assert "runs on the CPU" in welcome.reason.text(), "why this model is still said"
+    reason = welcome.reason
+    wrapped = reason.fontMetrics().boundingRect(
+        QRect(0, 0, reason.width(), 10_000), Qt.TextFlag.TextWordWrap, reason.text()
+    )
+    assert reason.height() <= wrapped.height() + 2, "its shorter text leaves no gap around it"
+    status = window.engine_status.text()
+    assert status.startswith("Qwen3-0.6B-GGUF failed: Could not reach the Hugging Face Hub"), status
 
 
 def test_a_model_imported_while_the_welcome_shows_takes_it_away(
