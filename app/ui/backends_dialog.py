@@ -1,5 +1,6 @@
 """The Backends view: every recipe's backends with state and version, and install / update / uninstall,
-each with a progress bar and Cancel. It only emits intents; the bridge reports progress back."""
+each with a progress bar and Cancel; under a backend, why it is unsupported here, and how its last
+install went. It only emits intents; the bridge reports progress back."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from PySide6.QtCore import Signal
+from PySide6.QtGui import QResizeEvent
 from PySide6.QtWidgets import (
     QDialog,
     QDialogButtonBox,
@@ -19,6 +21,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.core.backends import BackendKey, BackendState
+from app.ui.look import SPACING, muted_colour
 from app.ui.options_panel import STATE_WORDS
 
 if TYPE_CHECKING:
@@ -34,7 +37,8 @@ class BackendRow:
     uninstall: QPushButton
     progress: QProgressBar
     cancel: QPushButton
-    message: QLabel
+    reason: QLabel  # why it is unsupported here
+    message: QLabel  # how the last install went
 
 
 class BackendsDialog(QDialog):
@@ -64,6 +68,9 @@ class BackendsDialog(QDialog):
                 row = self.rows.get(BackendKey(recipe, name)) or self._add_row(recipe, name)
                 row.state.setText(STATE_WORDS[status.state])
                 row.state.setToolTip(status.message)
+                unsupported = status.state is BackendState.UNSUPPORTED
+                row.reason.setText(status.message if unsupported else "")
+                row.reason.setVisible(unsupported and bool(status.message))
                 installed = status.installed_version or ""
                 row.version.setText(
                     f"{installed} → {status.version}"
@@ -78,8 +85,9 @@ class BackendsDialog(QDialog):
                 row.uninstall.setEnabled(
                     not busy and status.state in (BackendState.INSTALLED, BackendState.UPDATE_REQUIRED)
                 )
-                if status.state is BackendState.UNSUPPORTED:
+                if unsupported:
                     row.install.setToolTip(status.message)
+        self._fit_text()
 
     def set_progress(self, event: InstallProgress) -> None:
         row = self.rows.get(event.key)
@@ -102,6 +110,26 @@ class BackendsDialog(QDialog):
         self._busy(row, False)
         row.message.setText(message or "Installed.")
         row.message.setVisible(True)
+        self._fit_text()
+
+    def resizeEvent(self, event: QResizeEvent) -> None:
+        super().resizeEvent(event)
+        self._fit_text()
+
+    def _fit_text(self) -> None:
+        """Each wrapped line under a row gets the height its text needs across the rows' width: a grid
+        gives a wrapped label only its minimum height, which cut an install's error short and drew it
+        over the row above. A label's height for a width is never below its minimum: unset it first.
+        Not before the dialog shows: its width is not known until then (showing it fits them)."""
+        layout = self.layout()
+        if layout is None or not self.isVisible():
+            return
+        margins = layout.contentsMargins()
+        width = max(1, self.width() - margins.left() - margins.right())
+        for row in self.rows.values():
+            for label in (row.reason, row.message):
+                label.setMinimumHeight(0)
+                label.setMinimumHeight(label.heightForWidth(width) if label.text() else 0)
 
     def _busy(self, row: BackendRow, busy: bool) -> None:
         row.progress.setVisible(busy)
@@ -119,8 +147,12 @@ class BackendsDialog(QDialog):
             QProgressBar(self),
             QPushButton("Cancel", self),
             QLabel(self),
+            QLabel(self),
         )
-        row.message.setWordWrap(True)
+        for note in (row.reason, row.message):  # under the row, set in from its name
+            note.setWordWrap(True)
+            note.setIndent(2 * SPACING)
+        row.reason.setStyleSheet(f"color: {muted_colour()};")
         row.install.clicked.connect(lambda: self._start(recipe, backend))
         row.uninstall.clicked.connect(lambda: self.uninstall_requested.emit(recipe, backend))
         row.cancel.clicked.connect(lambda: self.cancel_requested.emit(recipe, backend))
@@ -136,9 +168,11 @@ class BackendsDialog(QDialog):
             )
         ):
             self.grid.addWidget(widget, r, column)
-        self.grid.addWidget(row.message, r + 1, 0, 1, 7)
+        self.grid.addWidget(row.reason, r + 1, 0, 1, 7)
+        self.grid.addWidget(row.message, r + 2, 0, 1, 7)
         row.progress.hide()
         row.cancel.hide()
+        row.reason.hide()
         row.message.hide()
         self.rows[BackendKey(recipe, backend)] = row
         return row

@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 CTX_MIN_LOG2, CTX_MAX_LOG2, CTX_STEPS_PER_DOUBLING = 9, 18, 4  # 512 to 262,144 tokens
 STATE_WORDS = {
     BackendState.INSTALLED: "installed",
-    BackendState.INSTALLABLE: "not installed",
+    BackendState.INSTALLABLE: "installable",
     BackendState.UPDATE_REQUIRED: "update required",
     BackendState.UNSUPPORTED: "unsupported",
 }

@@ -39,7 +39,7 @@ def test_install_from_the_backends_view_with_progress(
     dialog = app.backends
     assert dialog is not None and dialog.isVisible()
     row = dialog.rows[KEY]
-    assert row.state.text() == "not installed" and row.version.text() == TAG
+    assert row.state.text() == "installable" and row.version.text() == TAG
     assert row.install.isEnabled() and not row.uninstall.isEnabled()
     assert not dialog.rows[BackendKey("llamacpp", "cuda")].install.isEnabled()
     progress: list[tuple[str, int, int]] = []
@@ -57,7 +57,7 @@ def test_install_from_the_backends_view_with_progress(
     assert manifest is not None and manifest.version == TAG
 
     row.uninstall.click()
-    qtbot.waitUntil(lambda: row.state.text() == "not installed")
+    qtbot.waitUntil(lambda: row.state.text() == "installable")
     assert not install_dir("llamacpp", "cpu").exists()
 
 
@@ -84,4 +84,4 @@ def test_cancel_leaves_nothing_installed(
     assert not row.progress.isVisible() and not row.cancel.isVisible()
     assert not install_dir("llamacpp", "cpu").exists() and not staging_dir().exists()
     qtbot.waitUntil(lambda: row.install.isEnabled())  # once the backends are read again
-    assert row.state.text() == "not installed"
+    assert row.state.text() == "installable"
