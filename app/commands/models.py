@@ -13,6 +13,7 @@ from app.commands.output import load_settings_noting_problems, print_json, table
 from app.core.downloads import DownloadRecord
 from app.core.errors import ModelError
 from app.core.fit import DEFAULT_CONTEXT, FitEstimate
+from app.core.names import MODEL_NAME_RULE
 from app.core.params import format_params
 from app.core.refs import GGUF_RECIPE, MLX_RECIPE, FileSet
 from app.core.remotes import RemoteState
@@ -71,7 +72,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
     imp = sub.add_parser("import", help="register a local GGUF file or MLX folder")
     imp.add_argument("path", type=Path)
-    imp.add_argument("--name", help="the model's name (default: user.<file or folder name>)")
+    imp.add_argument(
+        "--name",
+        help=f"the model's name ({MODEL_NAME_RULE}), put in the user. namespace (default: the file's name)",
+    )
     imp.set_defaults(handler=cmd_import)
 
 

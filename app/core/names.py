@@ -15,6 +15,7 @@ and ``-``, at most 128 characters after Lemonade's ``user.`` namespace.
 from __future__ import annotations
 
 import re
+import unicodedata
 
 from app.core.errors import ModelError
 from app.core.refs import HubRef, RepoListing, parse_ref
@@ -23,7 +24,9 @@ _COMMIT = re.compile(r"[0-9a-f]{40}")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 _BLOB_ID = _COMMIT
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
-_MODEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+_MODEL_NAME_MAX = 128
+_MODEL_NAME = re.compile(rf"[A-Za-z0-9][A-Za-z0-9._-]{{0,{_MODEL_NAME_MAX - 1}}}")
+_NOT_IN_MODEL_NAME = re.compile(r"[^A-Za-z0-9._-]+")
 USER_PREFIX = "user."  # Lemonade's namespace for the models a user registers
 MODEL_NAME_RULE = "letters, digits, '.', '_', '-'; at most 128"
 _PLAIN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
@@ -79,6 +82,20 @@ def model_name_problem(name: object) -> str | None:
     if not _MODEL_NAME.fullmatch(bare) or ".." in bare:
         return f"{name!r} is not a model name ({MODEL_NAME_RULE})"
     return None
+
+
+def in_user_namespace(name: str) -> str:
+    """``name`` in Lemonade's ``user.`` namespace: the prefix is added when it is not there."""
+    return name if name.startswith(USER_PREFIX) else USER_PREFIX + name
+
+
+def model_name_from(text: str) -> str:
+    """A model name made from ``text`` (a file or folder name): accents dropped, each run of other
+    characters made one '-', no '..', starting with a letter or digit, at most 128; "model" when
+    nothing is left."""
+    ascii_text = unicodedata.normalize("NFKD", text).encode("ascii", "ignore").decode()
+    name = re.sub(r"\.{2,}", ".", _NOT_IN_MODEL_NAME.sub("-", ascii_text))
+    return name.lstrip("._-")[:_MODEL_NAME_MAX] or "model"
 
 
 def _hex_problem(value: object, pattern: re.Pattern[str], what: str) -> str | None:

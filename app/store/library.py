@@ -15,7 +15,7 @@ from typing import Any
 from app.core.downloads import INTERRUPTED, DownloadRecord, DownloadState
 from app.core.errors import ModelError
 from app.core.models import Model, catalog_from_json
-from app.core.names import USER_PREFIX
+from app.core.names import USER_PREFIX, in_user_namespace, model_name_from, model_name_problem
 from app.core.refs import (
     GGUF_RECIPE,
     MLX_RECIPE,
@@ -293,6 +293,10 @@ class Library:
         return {f.path for f in files.files} if files else set()
 
     def import_path(self, path: Path, name: str | None = None) -> Model:
+        """Register a local GGUF file or MLX folder as a user model named ``name`` (default: its file or
+        folder name, made a model name), in the ``user.`` namespace as the local API names them."""
+        if name is not None and (why := model_name_problem(name)):
+            raise ModelError(f"{why}.", "Choose another name with --name.")
         path = path.expanduser().resolve()
         if not path.exists():
             raise ModelError(f"{path} does not exist.")
@@ -300,7 +304,7 @@ class Library:
             recipe, size = MLX_RECIPE, _check_mlx_folder(path)
         else:
             recipe, (path, size) = GGUF_RECIPE, _check_gguf_file(path)
-        name = name or f"{USER_PREFIX}{path.stem if path.is_file() else path.name}"
+        name = in_user_namespace(name or model_name_from(path.stem if path.is_file() else path.name))
         if name in self.models():
             raise ModelError(f"A model named {name} exists already.", "Choose another name with --name.")
         model = Model(name, recipe, str(path), size_gb=round(size / GB, 3), user=True)

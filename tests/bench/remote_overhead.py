@@ -3,8 +3,8 @@ llama-server directly, on the real llama-server and SmolLM2-135M, all on loopbac
 what the app's hops cost, not a network's).
 
 - direct: a llama-server started here with the same options as B's engine;
-- one hop: B's local API (`lemon-desk serve`, a real child process) naming ``smol``;
-- two hops: A's local API (another `serve`, with B added as the remote ``b``) naming ``@b/smol``: A's
+- one hop: B's local API (`lemon-desk serve`, a real child process) naming ``user.smol``;
+- two hops: A's local API (another `serve`, with B added as the remote ``b``) naming ``@b/user.smol``: A's
   router hands the request to its remote client, which sends it to B, which sends it to its engine.
 
 On a machine with few cores the hops' own work competes with the engine for the CPU (on two machines
@@ -46,7 +46,7 @@ from tests.conftest import profile_path
 from tests.support.llama import llama_server_dir, smollm_gguf
 from tests.support.serve import serving
 
-MODEL = "smol"
+MODEL = "user.smol"
 CTX = 4096
 
 

@@ -36,7 +36,7 @@ from app.supervisor.router import Router
 from tests.conftest import profile_path
 from tests.support.llama import llama_server_dir, smollm_gguf
 
-MODEL = "smol"
+MODEL = "user.smol"
 PROMPT = [{"role": "user", "content": "Write a long story about a lighthouse keeper."}]
 
 

@@ -47,7 +47,7 @@ from app.store.settings import Settings, save_settings
 from tests.conftest import profile_path
 from tests.support.llama import llama_server_dir, smollm_gguf
 
-MODEL = "smol"
+MODEL = "user.smol"
 CTX = 8192
 ARGS = ("--parallel", "8")
 PROMPTS = [

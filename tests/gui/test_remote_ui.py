@@ -189,8 +189,8 @@ def test_the_windows_chat_answers_through_a_real_serve_on_another_home(
     monkeypatch.setenv("LEMON_DESK_HOME", str(home_b))
     settings = Settings(llama_server_path=str(server_dir / "llama-server"))
     save_settings(settings)
-    Library(settings).import_path(gguf, name="smol")
-    save_model_options({"smol": ModelOptions(backend="system", ctx_size=2048)})
+    Library(settings).import_path(gguf, name="user.smol")
+    save_model_options({"user.smol": ModelOptions(backend="system", ctx_size=2048)})
     monkeypatch.setenv("LEMON_DESK_HOME", str(lemon_home))
     env = {
         "LEMON_DESK_HOME": str(home_b),
@@ -202,8 +202,8 @@ def test_the_windows_chat_answers_through_a_real_serve_on_another_home(
         add_in_settings(qtbot, app, "b", b.url)
         app.dialog.reject()  # type: ignore[union-attr]
         models = app.window.models
-        qtbot.waitUntil(lambda: models.remote_row("@b/smol") is not None, timeout=30_000)
-        models.select("@b/smol")
+        qtbot.waitUntil(lambda: models.remote_row("@b/user.smol") is not None, timeout=30_000)
+        models.select("@b/user.smol")
         app.window.chat.max_tokens.setValue(16)
         app.window.chat.temperature.setValue(0.0)
         chat(qtbot, app, "What is the capital of France? Answer in one word.")

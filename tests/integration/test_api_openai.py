@@ -24,7 +24,7 @@ from tests.support.serve import Serving, serving
 
 pytestmark = pytest.mark.integration
 
-MODEL = "smol"
+MODEL = "user.smol"
 KEY = "test-key-0123456789"
 REPO = "HuggingFaceTB/SmolLM2-135M-Instruct-GGUF"
 GGUF_FILE = "SmolLM2-135M-Instruct-Q4_1.gguf"
@@ -33,7 +33,7 @@ HELLO = [{"role": "user", "content": "What is the capital of France? Answer in o
 
 @pytest.fixture
 def smol_home(llama_dir: Path, smol_gguf: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """SmolLM2 imported as "smol", run by the real llama-server as the `system` backend, 4 slots."""
+    """SmolLM2 imported as "user.smol", run by the real llama-server as the `system` backend, 4 slots."""
     monkeypatch.setenv("LEMON_DESK_MOCK_HARDWARE", str(profile_path("cpu_only_x86")))
     monkeypatch.setenv("LD_LIBRARY_PATH", str(llama_dir))
     settings = Settings(llama_server_path=str(llama_dir / "llama-server"))

@@ -1,6 +1,6 @@
 """A remote backend for real: two `lemon-desk serve` (real child processes), the second (B, with a key)
-serving SmolLM2 on the real llama-server, added to the first's home as the remote `b`. `run @b/smol`,
-`bench @b/smol` and the first instance's local API (the official `openai` client) answer through it;
+serving SmolLM2 on the real llama-server, added to the first's home as the remote `b`. `run @b/user.smol`,
+`bench @b/user.smol` and the first instance's local API (the official `openai` client) answer through it;
 B stopped, the first says "unreachable" plainly; B back on the same port, it answers again. The
 window's chat through a remote is tests/gui/test_remote_ui.py."""
 
@@ -29,7 +29,8 @@ from tests.support.serve import Serving, serving
 
 pytestmark = pytest.mark.integration
 
-MODEL = "smol"
+MODEL = "user.smol"
+ON_B = f"@b/{MODEL}"  # the model as the first instance names it
 KEY = "remote-test-key-0123456789"
 FRANCE = [{"role": "user", "content": "What is the capital of France? Answer in one word."}]
 
@@ -46,7 +47,7 @@ def wait_for(condition: Callable[[], bool], timeout_s: float, what: str) -> None
 def home_b(
     tmp_path: Path, llama_dir: Path, smol_gguf: Path, lemon_home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> Path:
-    """B's own app folder: SmolLM2 imported as "smol", run by the real llama-server (`system` backend)."""
+    """B's own app folder: SmolLM2 imported as MODEL, run by the real llama-server (`system` backend)."""
     home = tmp_path / "home-b"
     monkeypatch.setenv("LEMON_DESK_MOCK_HARDWARE", str(profile_path("cpu_only_x86")))
     monkeypatch.setenv("LD_LIBRARY_PATH", str(llama_dir))
@@ -82,7 +83,7 @@ def add_remote(url: str) -> None:
     )
     assert added.returncode == 0, added.stderr
     assert added.stdout.startswith(f"Added the remote b ({url}): reachable (Lemon Desk"), added.stdout
-    assert "@b/smol" in added.stdout
+    assert ON_B in added.stdout
 
 
 def statuses(api_url: str) -> dict[str, str]:
@@ -98,7 +99,7 @@ def test_run_and_the_local_api_answer_through_a_remote_that_goes_and_comes_back(
         add_remote(b.url)
         assert KEY not in (lemon_home / "remotes.json").read_text()
 
-        ran = lemon_desk("run", "@b/smol", "--prompt", FRANCE[0]["content"], "--json", timeout=300)
+        ran = lemon_desk("run", ON_B, "--prompt", FRANCE[0]["content"], "--json", timeout=300)
         assert ran.returncode == 0, ran.stderr
         result = json.loads(ran.stdout)
         assert result["reply"].strip(), result  # `run` samples as the engine does: the words vary
@@ -107,7 +108,7 @@ def test_run_and_the_local_api_answer_through_a_remote_that_goes_and_comes_back(
         assert result["remote_stats"]["output_tokens"] > 0  # B's own figures for the same reply
 
         benched = lemon_desk(
-            "bench", "@b/smol", "--prompt-tokens", "32", "--gen-tokens", "16", "--repetitions", "2", "--json"
+            "bench", ON_B, "--prompt-tokens", "32", "--gen-tokens", "16", "--repetitions", "2", "--json"
         )
         assert benched.returncode == 0, benched.stderr
         (measured,) = json.loads(benched.stdout)["results"]
@@ -116,40 +117,36 @@ def test_run_and_the_local_api_answer_through_a_remote_that_goes_and_comes_back(
 
         listed = lemon_desk("models", "--json", timeout=120)
         rows = {m["name"]: m for m in json.loads(listed.stdout)["models"]}
-        assert rows["@b/smol"]["state"] in ("loaded", "available") and rows["@b/smol"]["remote"] == "b"
+        assert rows[ON_B]["state"] in ("loaded", "available") and rows[ON_B]["remote"] == "b"
 
         with serving() as a:
-            wait_for(lambda: "@b/smol" in statuses(a.url), 60, "A listing @b/smol")
+            wait_for(lambda: ON_B in statuses(a.url), 60, f"A listing {ON_B}")
             api = openai.OpenAI(base_url=f"{a.url}/v1", api_key="unused", max_retries=0, timeout=120)
-            reply = api.chat.completions.create(
-                model="@b/smol", messages=FRANCE, temperature=0, max_tokens=16
-            )
+            reply = api.chat.completions.create(model=ON_B, messages=FRANCE, temperature=0, max_tokens=16)
             assert "Paris" in (reply.choices[0].message.content or "")
             chunks = list(
                 api.chat.completions.create(
-                    model="@b/smol", messages=FRANCE, temperature=0, max_tokens=16, stream=True
+                    model=ON_B, messages=FRANCE, temperature=0, max_tokens=16, stream=True
                 )
             )
             assert "Paris" in "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
             stats = httpx.get(f"{a.url}/api/v1/stats", trust_env=False).json()
-            assert (stats["model_name"], stats["source"]) == ("@b/smol", "api") and stats["output_tokens"] > 0
+            assert (stats["model_name"], stats["source"]) == (ON_B, "api") and stats["output_tokens"] > 0
 
             b.proc.terminate()  # B goes away
             assert b.proc.wait(timeout=60) == 0
             with pytest.raises(openai.APIStatusError) as down:
-                api.chat.completions.create(model="@b/smol", messages=FRANCE, max_tokens=4)
+                api.chat.completions.create(model=ON_B, messages=FRANCE, max_tokens=4)
             assert down.value.status_code == 503
             assert "The remote b cannot be reached" in str(down.value) and "keeps looking" in str(down.value)
-            assert statuses(a.url)["@b/smol"] == "unreachable"
+            assert statuses(a.url)[ON_B] == "unreachable"
             said = lemon_desk("remote", "list", "--json", timeout=120)
             (remote,) = json.loads(said.stdout)["remotes"]
             assert remote["state"] == "unreachable" and "no answer" in remote["message"]
 
             with serve_b(home_b, "--port", port):  # B is back, on the same port
-                wait_for(lambda: statuses(a.url)["@b/smol"] != "unreachable", 90, "A seeing b again")
-                again = api.chat.completions.create(
-                    model="@b/smol", messages=FRANCE, temperature=0, max_tokens=16
-                )
+                wait_for(lambda: statuses(a.url)[ON_B] != "unreachable", 90, "A seeing b again")
+                again = api.chat.completions.create(model=ON_B, messages=FRANCE, temperature=0, max_tokens=16)
                 assert "Paris" in (again.choices[0].message.content or "")
         assert engines_of(home_b) == [] and engines_of(lemon_home) == []
     assert os.environ["LEMON_DESK_HOME"] == str(lemon_home)

@@ -118,11 +118,15 @@ def test_two_workers_hold_the_model_and_a_lost_one_is_named(
 
 def test_serve_and_bench_take_rpc_too(workers: Workers, smol_gguf: Path, lemon_home: Path) -> None:
     worker = workers.start()
-    Library(Settings()).import_path(smol_gguf, name="smol")
+    Library(Settings()).import_path(smol_gguf, name="user.smol")
     with serving("--rpc", worker) as served:
         reply = httpx.post(
             f"{served.url}/v1/chat/completions",
-            json={"model": "smol", "messages": [{"role": "user", "content": "Say hello."}], "max_tokens": 8},
+            json={
+                "model": "user.smol",
+                "messages": [{"role": "user", "content": "Say hello."}],
+                "max_tokens": 8,
+            },
             timeout=120,
         )
         assert reply.status_code == 200 and reply.json()["choices"][0]["message"]["content"].strip()
@@ -131,7 +135,7 @@ def test_serve_and_bench_take_rpc_too(workers: Workers, smol_gguf: Path, lemon_h
 
     done = lemon_desk(
         "bench",
-        "smol",
+        "user.smol",
         "--rpc",
         worker,
         "--prompt-tokens",
@@ -145,7 +149,8 @@ def test_serve_and_bench_take_rpc_too(workers: Workers, smol_gguf: Path, lemon_h
     assert done.returncode == 0, done.stderr
     [result] = json.loads(done.stdout)["results"]
     assert result["pp_tps"] > 0 and result["tg_tps"] > 0
-    assert memory_by_device((lemon_home / "logs" / "engine-smol.log").read_text().splitlines())[worker] > 0
+    log = (lemon_home / "logs" / "engine-user.smol.log").read_text()
+    assert memory_by_device(log.splitlines())[worker] > 0
 
 
 def test_the_router_checks_workers_and_reloads_without_a_lost_one(

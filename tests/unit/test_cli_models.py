@@ -19,9 +19,12 @@ import pytest
 
 from app.cli import main
 from app.core.errors import ModelError
+from app.core.names import model_name_problem
 from app.store import secrets
 from app.store.hfcache import RepoCache, hub_cache_dir
+from app.store.library import Library
 from app.store.model_paths import local_shape
+from app.store.settings import Settings
 from app.store.usermodels import user_models_path
 from app.supervisor.fetch import CHUNK
 from tests.conftest import profile_path
@@ -226,7 +229,7 @@ def test_import_gguf_and_mlx_and_reject_what_is_neither(
         "downloaded",
     )
     assert listed["user.Mine-Q4_0"]["path"] == str(gguf)
-    assert (listed["tiny"]["recipe"], listed["tiny"]["path"]) == ("lemon-mlx", str(mlx))
+    assert (listed["user.tiny"]["recipe"], listed["user.tiny"]["path"]) == ("lemon-mlx", str(mlx))
 
     fake = tmp_path / "fake.gguf"
     fake.write_bytes(b"PK\x03\x04" + bytes(100))
@@ -242,6 +245,42 @@ def test_import_gguf_and_mlx_and_reject_what_is_neither(
     # Removing an imported model forgets it and leaves the user's files alone.
     code, out, _ = run(capsys, "rm", "user.Mine-Q4_0")
     assert code == 0 and "left alone" in out and gguf.exists()
+
+
+def test_an_imported_models_name_keeps_the_apis_rule_and_namespace(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """--name as the local API takes model_name: the name alphabet, at most 128, in ``user.``; a name
+    like a path, a remote's or one that pads every row of `models` is refused and nothing registered."""
+    gguf = tmp_path / "Mine-Q4_0.gguf"
+    gguf.write_bytes(gguf_files("Mine-Q4_0", layers=1)["Mine-Q4_0.gguf"])
+    for name in ("../../evil", "@box/x", "  spaced name ", "ünïcødé", "a" * 129, "", "user."):
+        code, _, err = run(capsys, "import", str(gguf), f"--name={name}")
+        assert code == 1 and f"error: {name!r} is not a model name (letters, digits" in err, err
+    code, _, err = run(capsys, "import", str(gguf), "--name=-dash")
+    assert code == 1 and "is not a model name" in err, err
+    assert [m for m in models(capsys) if m.startswith("user.")] == []
+    assert run(capsys, "import", str(gguf), "--name", "a" * 128)[0] == 0
+    assert run(capsys, "import", str(gguf), "--name", "user.mine")[0] == 0  # the prefix given: kept once
+    assert {m for m in models(capsys) if m.startswith("user.")} == {"user." + "a" * 128, "user.mine"}
+
+
+def test_a_file_name_outside_the_alphabet_becomes_a_model_name(tmp_path: Path) -> None:
+    """The window imports with the file's own name (Library.import_path, no name given): it is made
+    a model name, as the local API would take it, rather than registered as it is."""
+    library = Library(Settings())
+    for stem, expected in [
+        ("Llama 3 8B (Q4)", "user.Llama-3-8B-Q4-"),
+        ("ünïcødé", "user.unicde"),  # ø has no plain letter in it: left out
+        ("..hidden..model", "user.hidden.model"),
+        ("ü" + "x" * 200, "user." + "u" + "x" * 127),
+        ("€€", "user.model"),
+    ]:
+        gguf = tmp_path / f"{stem}.gguf"
+        gguf.write_bytes(gguf_files("Mine-Q4_0", layers=1)["Mine-Q4_0.gguf"])
+        model = library.import_path(gguf)
+        assert model.name == expected and model_name_problem(model.name) is None
+        assert model.checkpoint == str(gguf)
 
 
 def test_hostile_headers_are_refused_on_import_or_leave_the_fit_unknown(
@@ -275,7 +314,7 @@ def test_hostile_headers_are_refused_on_import_or_leave_the_fit_unknown(
     assert run(capsys, "import", str(nan))[0] == 0
     assert run(capsys, "import", str(mlx), "--name", "inf")[0] == 0
     listed = models(capsys)
-    for name in ["user.nan", "inf"]:
+    for name in ["user.nan", "user.inf"]:
         assert listed[name]["state"] == "downloaded", listed[name]
 
 
