@@ -1,39 +1,48 @@
-"""``lemon-desk collections [list|save|load|export|import|rm]``: named sets of models with their options."""
+"""``lemon-desk collections [list|save|load|export|import|rm]``: named sets of models with their options.
+
+A command keeps no model loaded past its own end, and finds no running window or ``serve`` to ask
+(the window answers another launch only with "show"; ``serve`` leaves no trace of its port, and the
+window's port may be another home's app or a Lemonade Server). So ``save`` is given its models, and
+``load`` says to serve the collection (``lemon-desk serve --collection NAME``) rather than load it
+into a process that stops it at once.
+"""
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import sys
 from pathlib import Path
 from typing import Any
 
-from app.commands.output import LoadLines, load_settings_noting_problems, print_json, table
+from app.commands.output import load_settings_noting_problems, print_json, table
 from app.core.errors import ConfigError
 from app.store.collections import Collection, collection_to_json
 from app.supervisor.router import Router
 
 ACTIONS = ("list", "save", "load", "export", "import", "rm")
 USAGE = {
-    "save": "collections save NAME [MODEL...]",
+    "save": "collections save NAME MODEL...",
     "load": "collections load NAME",
     "export": "collections export NAME FILE",
     "import": "collections import FILE",
     "rm": "collections rm NAME",
 }
-ARITY = {"list": (0, 0), "save": (1, None), "load": (1, 1), "export": (2, 2), "import": (1, 1), "rm": (1, 1)}
+ARITY = {"list": (0, 0), "save": (2, None), "load": (1, 1), "export": (2, 2), "import": (1, 1), "rm": (1, 1)}
+NO_LOADED_MODELS = (
+    "A command has no loaded models to save: models stay loaded only while the window or "
+    "`lemon-desk serve` runs."
+)
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "collections",
         help="named sets of models with their options: save, load, export, import (Lemonade's format)",
-        description="list | save NAME [MODEL...] (default: the loaded models) | load NAME | "
-        "export NAME FILE | import FILE | rm NAME",
+        description="list | save NAME MODEL... | load NAME (to serve it: lemon-desk serve --collection "
+        "NAME) | export NAME FILE | import FILE | rm NAME",
     )
     p.add_argument("action", nargs="?", choices=ACTIONS, default="list")
     p.add_argument("operands", nargs="*", metavar="ARG")
-    p.add_argument("--force", action="store_true", help="load: skip the check against free memory")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(handler=cmd_collections)
 
@@ -51,18 +60,12 @@ def _print_list(collections: list[Collection]) -> None:
     print(table(rows))
 
 
-async def _load(router: Router, name: str, force: bool, quiet: bool) -> list[str]:
-    async with router:
-        if not quiet:
-            router.subscribe(LoadLines())
-        return await router.collections.load(name, force=force)
-
-
 def cmd_collections(args: argparse.Namespace) -> int:
     low, high = ARITY[args.action]
     n = len(args.operands)
     if n < low or (high is not None and n > high):
-        raise ConfigError(f"Usage: lemon-desk {USAGE.get(args.action, 'collections [--json]')}")
+        usage = USAGE.get(args.action, "collections [--json]")
+        raise ConfigError(f"Usage: lemon-desk {usage}", NO_LOADED_MODELS if args.action == "save" else "")
     router = Router(load_settings_noting_problems())
     keeper = router.collections
     for warning in router.warnings:
@@ -80,9 +83,12 @@ def cmd_collections(args: argparse.Namespace) -> int:
         result = _summary(saved)
         said = f"Saved collection {saved.name}: {', '.join(saved.model_names)}."
     elif args.action == "load":
-        loaded = asyncio.run(_load(router, ops[0], args.force, args.json))
-        result = {"name": keeper.get(ops[0]).name, "loaded": loaded}
-        said = f"Loaded {', '.join(loaded)}."
+        name = keeper.get(ops[0]).name
+        raise ConfigError(
+            f"Nothing was loaded: this command would stop the models of {name} again as it ends, "
+            "and models stay loaded only while the window or `lemon-desk serve` runs.",
+            f"Serve the collection: lemon-desk serve --collection {name}",
+        )
     elif args.action == "export":
         exported = keeper.export(ops[0], Path(ops[1]))
         result = {"name": exported.name, "file": str(Path(ops[1]).resolve())}

@@ -1,5 +1,7 @@
 """``lemon-desk serve``: the local API without the window. Prints one line with the URL once it
 listens (``--json``: one JSON object); SIGINT or SIGTERM stops every engine and exits 0.
+``--collection NAME`` then loads a collection's models with their options while the API answers; one
+that does not load stops serve (exit 1), saying which and why.
 
 The key comes from ``--api-key`` or ``LEMON_DESK_API_KEY``; it is never printed or logged, and never
 reaches an engine (each engine has its own key, from a file).
@@ -16,7 +18,7 @@ import signal
 import sys
 
 from app.commands.output import add_rpc_argument, checked_rpc, load_settings_noting_problems
-from app.core.errors import ConfigError
+from app.core.errors import ConfigError, LemonDeskError
 from app.core.policy import parse_caps
 from app.supervisor.api import DEFAULT_HOST, DEFAULT_PORT, ApiServer, check_exposure
 from app.supervisor.router import Router
@@ -39,6 +41,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser.add_argument(
         "--max-loaded-models", metavar="N|JSON", help='a total, or per-device caps: \'{"gpu": 1, "cpu": 2}\''
     )
+    parser.add_argument(
+        "--collection",
+        metavar="NAME",
+        help="load this collection's models with their options (see `lemon-desk collections`)",
+    )
     add_rpc_argument(parser)
     parser.add_argument(
         "--json",
@@ -60,7 +67,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if args.rpc is not None:
         settings = dataclasses.replace(settings, rpc_workers=checked_rpc(args))
     router = Router(settings, raise_limit="start serve again with a higher --max-loaded-models")
-    return asyncio.run(_serve(router, args.host, args.port, key, args.json))
+    collection = router.collections.get(args.collection).name if args.collection else None
+    return asyncio.run(_serve(router, args.host, args.port, key, args.json, collection))
 
 
 def _listening_line(server: ApiServer, key_required: bool, as_json: bool) -> str:
@@ -80,8 +88,25 @@ def _listening_line(server: ApiServer, key_required: bool, as_json: bool) -> str
     )
 
 
-async def _serve(router: Router, host: str, port: int, key: str | None, as_json: bool) -> int:
+async def _load_collection(router: Router, name: str, stop: asyncio.Event, failed: list[str]) -> None:
+    """Load a collection while the API answers; a member that does not load stops serve, saying why."""
+    print(f"loading the collection {name}", file=sys.stderr, flush=True)
+    try:
+        loaded = await router.collections.load(name)
+    except LemonDeskError as err:
+        print(f"error: {err}", file=sys.stderr, flush=True)
+        failed.append(str(err))
+        stop.set()
+        return
+    print(f"Loaded the collection {name}: {', '.join(loaded)}.", file=sys.stderr, flush=True)
+
+
+async def _serve(
+    router: Router, host: str, port: int, key: str | None, as_json: bool, collection: str | None
+) -> int:
     stop = asyncio.Event()
+    failed: list[str] = []  # why the collection did not load
+    loading: asyncio.Future[None] | None = None
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
@@ -92,11 +117,16 @@ async def _serve(router: Router, host: str, port: int, key: str | None, as_json:
             router.remotes.watch()  # their models are listed and served as @NAME/MODEL
             try:
                 print(_listening_line(server, key is not None, as_json), flush=True)
+                if collection is not None:
+                    loading = asyncio.ensure_future(_load_collection(router, collection, stop, failed))
                 await stop.wait()
                 print("stopping", file=sys.stderr, flush=True)
             finally:
+                if loading is not None:  # a stop before the collection is loaded cancels its loads
+                    loading.cancel()
+                    await asyncio.gather(loading, return_exceptions=True)
                 await server.stop()
     finally:
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(signum)
-    return 0
+    return 1 if failed else 0

@@ -119,14 +119,14 @@ class Collections:
         self._store()
         return Imported(collection, tuple(registered), tuple(warnings))
 
-    async def load(self, name: str, *, force: bool = False) -> list[str]:
+    async def load(self, name: str) -> list[str]:
         """Load every member with the collection's options, one after another, under the loading policy
         (caps may unload earlier members or other models, as for any load). Returns the names loaded."""
         collection = self.get(name)
         loaded = []
         for member in collection.members:
             try:
-                await self.router.load(member.model, member.options, force=force)
+                await self.router.load(member.model, member.options)
             except LemonDeskError as err:
                 raise ModelError(
                     f"Collection {collection.name}: {member.model.name} did not load: {err.message}",

@@ -8,17 +8,22 @@ import copy
 import dataclasses
 import json
 import shutil
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from app.cli import main
 from app.core.errors import ConfigError
 from app.store.collections import collection_from_json, collections_path
-from app.store.model_options import ModelOptions
-from app.store.settings import Settings
+from app.store.library import Library
+from app.store.model_options import ModelOptions, save_model_options
+from app.store.settings import Settings, save_settings
 from app.supervisor.router import Router
+from tests.support.serve import serving
 from tests.support.standin import make_standin_model
 
 
@@ -26,6 +31,13 @@ def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
     code = main(list(argv))
     out, err = capsys.readouterr()
     return code, out, err
+
+
+def wait_until(condition: Callable[[], bool], timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.02)
 
 
 def cli_json(capsys: pytest.CaptureFixture[str], *argv: str) -> Any:
@@ -106,7 +118,7 @@ def test_save_needs_models_and_load_names_the_member_that_failed(
     standin_settings: Settings, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     code, _, err = cli(capsys, "collections", "save", "empty")
-    assert code == 1 and "No model is loaded" in err
+    assert code == 1 and "Usage: lemon-desk collections save NAME MODEL..." in err
     code, _, err = cli(capsys, "collections", "save", "../evil", "x")
     assert code == 1 and "cannot name a collection" in err
     code, _, err = cli(capsys, "collections", "load", "nothing")
@@ -126,6 +138,45 @@ def test_save_needs_models_and_load_names_the_member_that_failed(
             return good
 
     asyncio.run(go())
+
+
+def test_a_command_loads_no_collection_it_would_stop_at_once_and_serve_keeps_one_loaded(
+    standin_settings: Settings, tmp_path: Path, lemon_home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`collections load` in a command loaded each model and stopped it as the command ended, saying
+    "Loaded"; `save` without models said "No model is loaded", always. Both now say that models stay
+    loaded only in the window or `serve`, and `serve --collection` keeps the collection loaded."""
+    standin_settings = dataclasses.replace(standin_settings, max_loaded_models=2)
+    save_settings(standin_settings)
+    library = Library(standin_settings)
+    alpha, beta = (library.import_path(make_standin_model(tmp_path, n)).name for n in ("alpha", "beta"))
+    crashing = library.import_path(make_standin_model(tmp_path, "crashing", crash_on_load=True)).name
+    save_model_options({alpha: FAST, beta: PLAIN, crashing: PLAIN})
+
+    code, _, err = cli(capsys, "collections", "save", "kit")
+    assert code == 1 and "only while the window or `lemon-desk serve` runs" in err, err
+    assert cli(capsys, "collections", "save", "kit", alpha, beta)[0] == 0
+    code, out, err = cli(capsys, "collections", "load", "kit")
+    assert (code, out) == (1, "") and "Nothing was loaded" in err, err
+    assert "lemon-desk serve --collection kit" in err
+    assert not list(lemon_home.glob("logs/engine-*.log"))  # no engine was started
+
+    with serving("--collection", "kit") as served:
+
+        def loaded() -> dict[str, Any]:
+            health = httpx.get(f"{served.url}/api/v1/health", trust_env=False).json()
+            return {m["model_name"]: m["recipe_options"] for m in health["all_models_loaded"]}
+
+        wait_until(lambda: set(loaded()) == {alpha, beta})
+        assert loaded()[alpha]["ctx_size"] == FAST.ctx_size  # with the collection's options
+
+    assert cli(capsys, "collections", "save", "mixed", alpha, crashing)[0] == 0
+    with serving("--collection", "mixed") as served:
+        assert served.proc.wait(timeout=60) == 1
+        assert served.proc.stderr is not None
+        assert f"error: Collection mixed: {crashing} did not load" in served.proc.stderr.read()
+    code, _, err = cli(capsys, "serve", "--port", "0", "--collection", "nothing")
+    assert code == 1 and "There is no collection named nothing" in err  # before anything listens
 
 
 def lemonade_file() -> dict[str, Any]:
