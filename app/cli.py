@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 from collections.abc import Callable, Sequence
+from typing import NoReturn
 
 from app import __version__
 from app.core.errors import ConfigError, LemonDeskError
@@ -70,10 +72,25 @@ def cmd_install_desktop_entry(_args: argparse.Namespace) -> int:
     return 0
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse's parser (its subcommands' too), whose refusal of an option followed by a value that
+    starts with '-' (``--args --no-mmap``: argparse takes ``--no-mmap`` for an option) says how to give
+    such a value."""
+
+    def error(self, message: str) -> NoReturn:
+        missing = re.fullmatch(r"argument (--[\w-]+): expected one argument", message)
+        if missing:
+            option = missing[1]
+            message += f"; a value that starts with '-' goes after an '=': {option}=\"-...\""
+        super().error(message)
+
+
 def build_parser() -> argparse.ArgumentParser:
     from app.commands import backends, bench, collections, downloads, models, remote, run, serve, worker
 
-    parser = argparse.ArgumentParser(prog="lemon-desk", description="Run large language models locally.")
+    parser: argparse.ArgumentParser = Parser(
+        prog="lemon-desk", description="Run large language models locally."
+    )
     parser.add_argument("--version", action="version", version=f"lemon-desk {__version__}")
     parser.add_argument(
         "--install-desktop-entry",

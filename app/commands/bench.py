@@ -45,7 +45,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser.add_argument("--prompt-tokens", type=int, default=DEFAULT_PROMPT_TOKENS, metavar="N")
     parser.add_argument("--gen-tokens", type=int, default=DEFAULT_GEN_TOKENS, metavar="M")
     parser.add_argument("--repetitions", type=int, default=DEFAULT_REPETITIONS, metavar="R")
-    parser.add_argument("--args", default="", metavar='"..."', help='extra engine arguments (e.g. "-t 2")')
+    parser.add_argument(
+        "--args", default="", metavar='"..."', help='extra engine arguments, e.g. --args="-t 2"'
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON document")
     add_rpc_argument(parser)
     parser.set_defaults(handler=cmd_bench)

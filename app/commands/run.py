@@ -38,7 +38,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser.add_argument("model", metavar="MODEL")
     parser.add_argument("--backend", metavar="RECIPE:BACKEND", help="default: the best one installed here")
     parser.add_argument("--ctx-size", type=int, metavar="N", help="context size in tokens")
-    parser.add_argument("--args", default="", metavar='"..."', help="extra engine arguments")
+    parser.add_argument(
+        "--args", default="", metavar='"..."', help='extra engine arguments, e.g. --args="--no-mmap -t 4"'
+    )
     parser.add_argument("--prompt", metavar="TEXT", help="answer this and exit (else: an interactive chat)")
     parser.add_argument("--json", action="store_true", help="print one JSON object (with --prompt)")
     parser.add_argument("--dry-run", action="store_true", help="print the engine command; start nothing")

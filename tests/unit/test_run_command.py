@@ -164,3 +164,22 @@ def test_a_file_that_is_not_gguf(
 def test_json_without_prompt_is_refused(capsys: pytest.CaptureFixture[str], gguf: Path) -> None:
     code, _, err = run(capsys, str(gguf), "--json")
     assert code == 1 and "--json needs --prompt or --dry-run" in err
+
+
+def test_an_engine_argument_that_starts_with_a_dash_is_given_after_an_equals_sign(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], gguf: Path
+) -> None:
+    """argparse takes `--args --no-mmap`'s value for an option of its own; its refusal says to write
+    `--args="--no-mmap"`, and that form (as the help and the README show it) reaches the engine."""
+    use_profile(monkeypatch, "cpu_only_x86")
+    with pytest.raises(SystemExit) as exit_:
+        run(capsys, str(gguf), "--args", "--no-mmap", "--dry-run")
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert "argument --args: expected one argument; a value that starts with '-' goes after an '='" in err
+    assert '--args="-..."' in err
+    code, out, _ = run(capsys, str(gguf), "--args=--no-mmap", "--dry-run", "--json")
+    assert code == 0 and json.loads(out)["command"][-1] == "--no-mmap"
+    with pytest.raises(SystemExit):
+        main(["import", str(gguf), "--name", "-dash"])
+    assert '--name="-..."' in capsys.readouterr().err
