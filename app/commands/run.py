@@ -22,6 +22,7 @@ from app.commands.output import (
 from app.commands.repl import chat_in_terminal
 from app.core.backends import BackendKey
 from app.core.errors import ConfigError
+from app.core.launch import AUTO_CTX_SIZE, ctx_size_problem
 from app.core.models import Model
 from app.core.remotes import is_remote_model
 from app.store.model_options import ModelOptions
@@ -37,7 +38,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     parser.add_argument("model", metavar="MODEL")
     parser.add_argument("--backend", metavar="RECIPE:BACKEND", help="default: the best one installed here")
-    parser.add_argument("--ctx-size", type=int, metavar="N", help="context size in tokens")
+    parser.add_argument(
+        "--ctx-size", type=int, metavar="N", help="context size in tokens (-1: automatic, as without it)"
+    )
     parser.add_argument(
         "--args", default="", metavar='"..."', help='extra engine arguments, e.g. --args="--no-mmap -t 4"'
     )
@@ -59,11 +62,12 @@ def _options(model: Model, args: argparse.Namespace) -> ModelOptions:
                 f"{model.name} is a {model.recipe} model; {args.backend} is a {key.recipe} backend.",
                 f"Pick a {model.recipe} backend.",
             )
-    if args.ctx_size is not None and args.ctx_size <= 0:
-        raise ConfigError("--ctx-size must be a positive number of tokens.")
-    return ModelOptions(
-        backend=backend or None, ctx_size=args.ctx_size, args=args.args, rpc=checked_rpc(args)
-    )
+    ctx_size = args.ctx_size
+    if ctx_size is not None and (why := ctx_size_problem(ctx_size)):
+        raise ConfigError(f"--ctx-size {why}.")
+    if ctx_size == AUTO_CTX_SIZE:
+        ctx_size = None
+    return ModelOptions(backend=backend or None, ctx_size=ctx_size, args=args.args, rpc=checked_rpc(args))
 
 
 def cmd_run(args: argparse.Namespace) -> int:

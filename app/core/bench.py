@@ -15,11 +15,13 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from app.core.errors import ConfigError
+from app.core.launch import MAX_CTX_SIZE
 
 DEFAULT_PROMPT_TOKENS = 512
 DEFAULT_GEN_TOKENS = 128
 DEFAULT_REPETITIONS = 3
 BENCH_SEED = 42
+CONTEXT_MARGIN = 256  # tokens a load holds beyond the prompt and the reply (a chat template's)
 
 
 @dataclass(frozen=True)
@@ -34,6 +36,11 @@ class BenchSpec:
     args: str = ""  # extra engine arguments for every load (e.g. "-t 2")
     rpc: str = ""  # llama.cpp RPC workers for every llama.cpp load ("": the Settings' list; "local": none)
 
+    @property
+    def context(self) -> int:
+        """The context size each load asks for: the prompt, the reply and a margin."""
+        return self.prompt_tokens + self.gen_tokens + CONTEXT_MARGIN
+
     def check(self) -> None:
         if not self.models:
             raise ConfigError("Name at least one model to benchmark.")
@@ -41,6 +48,12 @@ class BenchSpec:
             raise ConfigError("--prompt-tokens and --gen-tokens must be at least 1.")
         if self.repetitions < 1:
             raise ConfigError("--repetitions must be at least 1.")
+        if self.context > MAX_CTX_SIZE:
+            raise ConfigError(
+                f"--prompt-tokens and --gen-tokens need a context of {self.context:,} tokens; a load "
+                f"takes at most {MAX_CTX_SIZE:,}.",
+                "Measure a shorter prompt or reply.",
+            )
 
 
 @dataclass(frozen=True)

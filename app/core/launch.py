@@ -27,8 +27,20 @@ from app.core.lemon_mlx import (
 from app.core.quirks import Quirk, check_quirk_args
 
 DEFAULT_CTX_SIZE = 4096
+MAX_CTX_SIZE = 1 << 24  # tokens: past any model's trained context, and far below where llama-server's
+# own reading of --ctx-size (an int) fails with its usage text
+AUTO_CTX_SIZE = -1  # Lemonade's "automatic": the engine's own default (a ModelOptions.ctx_size of None)
 # amdgpu's 2 s scheduler timeout kills long prefills on Linux Vulkan.
 VULKAN_CTX_CAP = 65536
+
+
+def ctx_size_problem(size: int) -> str | None:
+    """Why ``size`` is not a context size as Lemonade's ``ctx_size`` takes one (1 to MAX_CTX_SIZE
+    tokens, or -1 for automatic), or None when it is one."""
+    if size == AUTO_CTX_SIZE or 0 < size <= MAX_CTX_SIZE:
+        return None
+    return f"must be a positive number of tokens, at most {MAX_CTX_SIZE:,}, or -1 for automatic"
+
 
 # What --dry-run shows in place of values that only exist at launch.
 PORT_PLACEHOLDER = "<free port per launch>"

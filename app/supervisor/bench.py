@@ -99,7 +99,7 @@ async def run_bench(router: Router, spec: BenchSpec, progress: Progress, run_id:
         was_loaded = model.name in router.loaded()
         options = ModelOptions(
             backend=backend,
-            ctx_size=spec.prompt_tokens + spec.gen_tokens + 256,
+            ctx_size=spec.context,
             args=spec.args,
             rpc=spec.rpc if model.recipe == "llamacpp" else "",
         )

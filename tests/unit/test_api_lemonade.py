@@ -421,9 +421,14 @@ def test_a_null_option_on_load_ignores_the_saved_value_for_that_load_only(
         saved = (await client.get(path)).json()["saved"]
         reserved = await client.post(path, json={"llamacpp_args": "--port 1"})
         cleared = (await client.post(path, json={"ctx_size": None})).json()["saved"]
-        return [defaults, overridden, saved, reserved, cleared]
+        too_big = await client.post(path, json={"ctx_size": 99999999999999})
+        return [defaults, overridden, saved, reserved, cleared, too_big]
 
-    defaults, overridden, saved, reserved, cleared = run_api(standin_settings, body)
+    defaults, overridden, saved, reserved, cleared, too_big = run_api(standin_settings, body)
+    assert too_big.status_code == 400
+    assert error_of(too_big)["message"].startswith(
+        "'ctx_size' must be a positive number of tokens, at most 16,777,216, or -1 for automatic."
+    )
     assert defaults[defaults.index("--ctx-size") + 1] == "4096" and "--threads" in defaults
     assert overridden[overridden.index("--ctx-size") + 1] == "512" and "--threads" not in overridden
     # save_options keeps the values given; a null leaves the saved one as it was.

@@ -37,6 +37,12 @@ def test_spec_refuses_nonsense() -> None:
         BenchSpec(("m",), repetitions=0).check()
     with pytest.raises(ConfigError):
         BenchSpec(()).check()
+    # The context a load asks for keeps the local API's limit: llama-server's usage text came out.
+    with pytest.raises(
+        ConfigError, match="need a context of 100,000,000,000,383 tokens; a load takes at most"
+    ):
+        BenchSpec(("m",), prompt_tokens=99_999_999_999_999).check()
+    BenchSpec(("m",), prompt_tokens=(1 << 24) - 128 - 256).check()
 
 
 def test_markdown_is_llama_bench_table() -> None:

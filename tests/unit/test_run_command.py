@@ -25,6 +25,14 @@ def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
     return code, out, err
 
 
+def planned(capsys: pytest.CaptureFixture[str], *args: str) -> list[str]:
+    """The engine command ``run ARGS --dry-run --json`` prints."""
+    code, out, err = run(capsys, *args, "--dry-run", "--json")
+    assert code == 0, err
+    command: list[str] = json.loads(out)["command"]
+    return command
+
+
 def use_profile(monkeypatch: pytest.MonkeyPatch, name: str) -> None:
     monkeypatch.setenv("LEMON_DESK_MOCK_HARDWARE", str(profile_path(name)))
 
@@ -121,6 +129,9 @@ def test_dry_run_as_text_is_a_shell_line(
         (["--args", "-m other.gguf"], "The extra engine argument -m is set by Lemon Desk"),
         (["--args", "--alias 'x"], "The extra engine arguments cannot be read"),
         (["--ctx-size", "0"], "--ctx-size must be a positive number"),
+        # The local API's rule: llama-server's own usage text came out with --force.
+        (["--ctx-size", "99999999999999", "--force"], "at most 16,777,216, or -1 for automatic"),
+        (["--ctx-size", "-2"], "--ctx-size must be a positive number of tokens, at most 16,777,216, or -1"),
     ],
 )
 def test_refusals_are_one_clear_line(
@@ -178,8 +189,16 @@ def test_an_engine_argument_that_starts_with_a_dash_is_given_after_an_equals_sig
     err = capsys.readouterr().err
     assert "argument --args: expected one argument; a value that starts with '-' goes after an '='" in err
     assert '--args="-..."' in err
-    code, out, _ = run(capsys, str(gguf), "--args=--no-mmap", "--dry-run", "--json")
-    assert code == 0 and json.loads(out)["command"][-1] == "--no-mmap"
+    assert planned(capsys, str(gguf), "--args=--no-mmap")[-1] == "--no-mmap"
     with pytest.raises(SystemExit):
         main(["import", str(gguf), "--name", "-dash"])
     assert '--name="-..."' in capsys.readouterr().err
+
+
+def test_a_context_size_of_minus_one_is_automatic_as_in_the_local_api(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], gguf: Path
+) -> None:
+    use_profile(monkeypatch, "cpu_only_x86")
+    command = planned(capsys, str(gguf), "--ctx-size", "-1")
+    assert command == planned(capsys, str(gguf))
+    assert command[command.index("--ctx-size") + 1] == "4096"  # the default, as without --ctx-size

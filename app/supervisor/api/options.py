@@ -14,12 +14,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.core.backends import OPTION_PREFIX
-from app.core.launch import DEFAULT_CTX_SIZE, check_user_args, split_args
+from app.core.launch import AUTO_CTX_SIZE, DEFAULT_CTX_SIZE, check_user_args, ctx_size_problem, split_args
 from app.store.model_options import ModelOptions
 from app.supervisor.api.bodies import optional
 from app.supervisor.api.errors import bad_request
 
-MAX_CTX_SIZE = 1 << 24
 MAX_ARGS_CHARS = 4096
 
 
@@ -66,9 +65,9 @@ def resolved_ctx_size(recipe: str, options: ModelOptions) -> int | None:
 def _value(body: dict[str, Any], key: str, field: str) -> Any:
     if field == "ctx_size":
         size = optional(body, key, "int")
-        if size != -1 and not 0 < size <= MAX_CTX_SIZE:
-            raise bad_request(f"'{key}' must be a positive number of tokens, or -1 for automatic.")
-        return None if size == -1 else size
+        if why := ctx_size_problem(size):
+            raise bad_request(f"'{key}' {why}.")
+        return None if size == AUTO_CTX_SIZE else size
     value = optional(body, key, "str")
     if field == "backend":
         return value or None
