@@ -82,6 +82,20 @@ class BenchClient:
         info = str(data.get("build_info") or "") if isinstance(data, dict) else ""
         return "" if info.startswith("b0-") else info  # "b0-unknown": built without its git tag
 
+    async def context_size(self) -> int | None:
+        """The context one request can hold (llama-server's ``n_ctx`` per slot, which it keeps within
+        the model's trained context), or None when the engine does not say."""
+        import httpx
+
+        try:
+            response = await self._http.get("/props")
+            data = response.json() if response.status_code == 200 else {}
+        except (httpx.HTTPError, ValueError, RecursionError):
+            return None
+        settings = data.get("default_generation_settings") if isinstance(data, dict) else None
+        n_ctx = settings.get("n_ctx") if isinstance(settings, dict) else None
+        return n_ctx if isinstance(n_ctx, int) and not isinstance(n_ctx, bool) and n_ctx > 0 else None
+
     async def tokenize(self, text: str) -> list[int]:
         data = await self._post("/tokenize", {"content": text, "add_special": False})
         tokens = data.get("tokens", [])

@@ -48,6 +48,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser.add_argument(
         "--args", default="", metavar='"..."', help='extra engine arguments, e.g. --args="-t 2"'
     )
+    parser.add_argument("--force", action="store_true", help="load even if it needs more memory than is free")
     parser.add_argument("--json", action="store_true", help="print one JSON document")
     add_rpc_argument(parser)
     parser.set_defaults(handler=cmd_bench)
@@ -68,6 +69,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         args.repetitions,
         args.args,
         checked_rpc(args),
+        args.force,
     )
     spec.check()
     run = asyncio.run(_bench(router, spec))

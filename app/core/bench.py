@@ -35,6 +35,7 @@ class BenchSpec:
     repetitions: int = DEFAULT_REPETITIONS
     args: str = ""  # extra engine arguments for every load (e.g. "-t 2")
     rpc: str = ""  # llama.cpp RPC workers for every llama.cpp load ("": the Settings' list; "local": none)
+    force: bool = False  # load even when a model needs more memory than is free now (as run's --force)
 
     @property
     def context(self) -> int:

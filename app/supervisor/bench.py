@@ -1,13 +1,15 @@
 """``bench``: an engine A/B on the user's machine, run by the router (``Router.bench``).
 
-Each model is loaded on each backend through the router's one-click load (so the loading policy holds),
-warmed up once, then measured ``repetitions`` times as llama-bench measures (``app.client.bench``). A
-model the bench loaded is unloaded again when its measurement ends, cancelled or not; one that was
-loaded before is left as it was. On engines without llama-server's native routes (lemon-mlx, mlx-lm) a
-chat reply of ``gen_tokens`` tokens to a prompt of about ``prompt_tokens`` tokens stands in, read
-through the reply's telemetry; the result then carries the token counts the engine reported. A remote
-model (``@NAME/MODEL``) is measured the same way through its remote (recipe ``remote``, backend the
-remote's name), loaded there first and unloaded after when the bench loaded it.
+Each model is loaded on each backend through the router's one-click load (so the loading policy and
+run's check against free memory hold, the latter skipped with ``force``), warmed up once, then measured
+``repetitions`` times as llama-bench measures (``app.client.bench``), once the engine's context is
+known to hold the prompt and the reply. A model the bench loaded is unloaded again when its measurement
+ends, cancelled or not; one that was loaded before is left as it was. On engines without llama-server's
+native routes (lemon-mlx, mlx-lm) a chat reply of ``gen_tokens`` tokens to a prompt of about
+``prompt_tokens`` tokens stands in, read through the reply's telemetry; the result then carries the
+token counts the engine reported. A remote model (``@NAME/MODEL``) is measured the same way through its
+remote (recipe ``remote``, backend the remote's name), loaded there first and unloaded after when the
+bench loaded it.
 """
 
 from __future__ import annotations
@@ -104,7 +106,7 @@ async def run_bench(router: Router, spec: BenchSpec, progress: Progress, run_id:
             rpc=spec.rpc if model.recipe == "llamacpp" else "",
         )
         try:
-            engine = await router.load(model, options, force=True)
+            engine = await router.load(model, options, force=spec.force)
             key = f"{engine.request.recipe}:{engine.request.backend}"
             version = known_version(info.recipes[model.recipe].backends[engine.request.backend].version)
             if model.recipe == "llamacpp":
@@ -124,6 +126,15 @@ async def _bench_llama(
 ) -> BenchResult:
     async with BenchClient(engine.base_url, engine.api_key) as client:
         version = await client.version() or version
+        context = await client.context_size()
+        needed = spec.prompt_tokens + spec.gen_tokens
+        if context is not None and needed > context:
+            raise ConfigError(
+                f"{engine.id} runs with a context of {context:,} tokens on {key}; a prompt of "
+                f"{spec.prompt_tokens:,} tokens and a reply of {spec.gen_tokens:,} need {needed:,}.",
+                f"Give --prompt-tokens and --gen-tokens that add up to at most {context:,} (llama-server "
+                "runs a model with at most the context it was trained for).",
+            )
         say("warming up", done, key)
         await client.measure(await client.exact_prompt(WARMUP_PROMPT), WARMUP_GEN)
         prompt = await client.exact_prompt(spec.prompt_tokens)

@@ -88,3 +88,18 @@ def test_bench_table_shows_medians_with_spread(system_llama: None, smol_gguf: Pa
         assert median > 0 and " ± " in line
     assert "repetition 2 of 2" in done.stderr
     assert load_runs().runs, "the run is kept"
+
+
+def test_bench_checks_memory_and_the_engines_context_as_run_does(system_llama: None, smol_gguf: Path) -> None:
+    """A context past free memory is refused before any engine starts, as run refuses it (the bench
+    loaded with --force and the engine failed its own way); a prompt past the context llama-server gives
+    the model (SmolLM2 was trained for 8,192 tokens) gets the app's message, not the engine's JSON."""
+    too_big = lemon_desk("bench", str(smol_gguf), "--prompt-tokens", "16000000", "--repetitions", "1")
+    assert too_big.returncode == 1
+    assert "KV cache" in too_big.stderr and "is free now" in too_big.stderr and "--force" in too_big.stderr
+    past_context = lemon_desk("bench", str(smol_gguf), "--prompt-tokens", "9000", "--repetitions", "1")
+    assert past_context.returncode == 1
+    error = next(line for line in past_context.stderr.splitlines() if line.startswith("error: "))
+    assert error.startswith("error: SmolLM2-135M-Instruct.Q4_1 runs with a context of 8,192 tokens"), error
+    assert "a prompt of 9,000 tokens and a reply of 128 need 9,128" in error
+    assert "exceed_context_size_error" not in past_context.stderr

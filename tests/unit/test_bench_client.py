@@ -104,3 +104,25 @@ def test_an_answer_without_end_is_refused_past_the_cap_not_read_into_memory(
     with pytest.raises(RequestError, match="The engine's answer to /tokenize went on past 1 MiB"):
         asyncio.run(go())
     assert sent < 64
+
+
+@pytest.mark.parametrize(
+    ("props", "context"),
+    [
+        ({"default_generation_settings": {"n_ctx": 8192}}, 8192),
+        ({"default_generation_settings": {"n_ctx": True}}, None),
+        ({"default_generation_settings": {"n_ctx": "8192"}}, None),
+        ({"default_generation_settings": []}, None),
+        ([], None),
+    ],
+)
+def test_the_context_a_request_holds_is_read_from_props_or_not_known(props: Any, context: int | None) -> None:
+    async def go() -> int | None:
+        runner, url = await _serving({"/props": json.dumps(props)})
+        try:
+            async with BenchClient(url, None) as client:
+                return await client.context_size()
+        finally:
+            await runner.cleanup()
+
+    assert asyncio.run(go()) == context
