@@ -24,7 +24,7 @@ USAGE = {
     "save": "collections save NAME MODEL...",
     "load": "collections load NAME",
     "export": "collections export NAME FILE",
-    "import": "collections import FILE",
+    "import": "collections import FILE [--replace]",
     "rm": "collections rm NAME",
 }
 ARITY = {"list": (0, 0), "save": (2, None), "load": (1, 1), "export": (2, 2), "import": (1, 1), "rm": (1, 1)}
@@ -39,10 +39,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "collections",
         help="named sets of models with their options: save, load, export, import (Lemonade's format)",
         description="list | save NAME MODEL... | load NAME (to serve it: lemon-desk serve --collection "
-        "NAME) | export NAME FILE | import FILE | rm NAME",
+        "NAME) | export NAME FILE | import FILE [--replace] | rm NAME",
     )
     p.add_argument("action", nargs="?", choices=ACTIONS, default="list")
     p.add_argument("operands", nargs="*", metavar="ARG")
+    p.add_argument("--replace", action="store_true", help="import: over a collection of the same name")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(handler=cmd_collections)
 
@@ -94,7 +95,7 @@ def cmd_collections(args: argparse.Namespace) -> int:
         result = {"name": exported.name, "file": str(Path(ops[1]).resolve())}
         said = f"Exported {exported.name} to {result['file']}."
     elif args.action == "import":
-        imported = keeper.import_file(Path(ops[0]))
+        imported = keeper.import_file(Path(ops[0]), replace=args.replace)
         for warning in imported.warnings:
             print(f"warning: {warning}", file=sys.stderr)
         result = {**_summary(imported.collection), "registered": list(imported.registered)}

@@ -244,6 +244,11 @@ def read_collection_file(path: Path) -> Collection:
 
 
 def write_collection_file(collection: Collection, path: Path) -> None:
+    """Write Lemonade's collection file at ``path``, in a folder that exists (none is made for it)."""
+    if not path.parent.is_dir():
+        raise ConfigError(
+            f"Cannot write {path}: the folder {path.parent} does not exist.", "Choose a folder that exists."
+        )
     try:
         atomic_write_json(path, collection_to_json(collection))
     except OSError as err:

@@ -88,12 +88,18 @@ class Collections:
         write_collection_file(collection, path)
         return collection
 
-    def import_file(self, path: Path) -> Imported:
+    def import_file(self, path: Path, *, replace: bool = False) -> Imported:
         """Read and check a collection file, register the members this machine does not know, keep it.
 
         A member whose name is known here keeps its definition here (a difference is a warning), as
-        Lemonade does; an unknown one becomes a user model (``user.`` is added to a bare name)."""
+        Lemonade does; an unknown one becomes a user model (``user.`` is added to a bare name). A
+        collection of the same name here is replaced only when ``replace`` says so."""
         collection = read_collection_file(path)
+        if collection.name in self._items and not replace:
+            raise ConfigError(
+                f"There is a collection named {collection.name} here already; nothing was imported.",
+                "Import it with --replace to put it in that one's place, or remove that one first.",
+            )
         library = self.router.library
         known = library.models()
         members, registered, warnings = [], [], []

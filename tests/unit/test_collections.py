@@ -179,6 +179,33 @@ def test_a_command_loads_no_collection_it_would_stop_at_once_and_serve_keeps_one
     assert code == 1 and "There is no collection named nothing" in err  # before anything listens
 
 
+def test_export_makes_no_folder_and_import_replaces_a_collection_only_when_told(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    good = tmp_path / "kit.json"
+    good.write_text(json.dumps(lemonade_file()))
+    assert cli_json(capsys, "collections", "import", str(good))["name"] == "MyKit"
+    missing = tmp_path / "no" / "such" / "folder"
+    code, _, err = cli(capsys, "collections", "export", "MyKit", str(missing / "kit.json"))
+    assert code == 1 and f"the folder {missing} does not exist" in err, err
+    assert not (tmp_path / "no").exists()  # it was made, silently, before
+
+    changed = lemonade_file()
+    changed["models"][0]["recipe_options"]["ctx_size"] = 1024
+    good.write_text(json.dumps(changed))
+    code, _, err = cli(capsys, "collections", "import", str(good))
+    assert code == 1 and "There is a collection named MyKit here already; nothing was imported" in err
+    assert "--replace" in err
+
+    def ctx_size() -> int | None:
+        members = Router(Settings()).collections.get("MyKit").members
+        return next(m.options.ctx_size for m in members if m.model.name == "Qwen3-0.6B-GGUF")
+
+    assert ctx_size() is None  # -1 in the first file: automatic
+    assert cli(capsys, "collections", "import", str(good), "--replace")[0] == 0
+    assert ctx_size() == 1024
+
+
 def lemonade_file() -> dict[str, Any]:
     """A collection file as Lemonade's docs show one, with one of our recipes."""
     return {
