@@ -129,6 +129,10 @@ class Library:
 
     def find(self, name: str) -> Model:
         """A model by local path (a .gguf file or MLX folder), name, or Hugging Face reference."""
+        if not name.strip():
+            raise ModelError(
+                "A model name is needed.", "See `lemon-desk models`, or give a .gguf file or MLX folder."
+            )
         if name.endswith(".gguf") or name.startswith(("/", "~", ".")) or Path(name).exists():
             return model_for_path(Path(name))
         return self.resolve(name)

@@ -153,6 +153,8 @@ def test_refusals_are_one_clear_line(
         ("/no/such/model.gguf", "No such model file: /no/such/model.gguf."),
         ("Qwen3-0.6B-GGUF", "Qwen3-0.6B-GGUF (unsloth/Qwen3-0.6B-GGUF:Q4_0) is not downloaded."),
         ("no-such-name", "There is no model named 'no-such-name'."),
+        ("", "A model name is needed."),  # was: "<cwd> is a folder without config.json"
+        (" ", "A model name is needed."),
     ],
 )
 def test_models_that_cannot_run(
