@@ -78,8 +78,17 @@ def _is_ip(text: str) -> bool:
 
 
 def worker_endpoint(host: str, port: int) -> Endpoint:
-    """The address a worker is to listen on, checked as a worker list's entries are."""
-    return parse_endpoint(str(Endpoint(host.strip(), port)))
+    """The address a worker is to listen on, checked as a worker list's entries are; a refusal names the
+    part that is wrong (the list's own says how to write a list)."""
+    if not 0 < port < 65536:
+        raise ConfigError(f"Port {port} is not one a worker can listen on: give one from 1 to 65535.")
+    try:
+        return parse_endpoint(str(Endpoint(host.strip(), port)))
+    except ConfigError:
+        raise ConfigError(
+            f"{host.strip()!r} is not a host a worker can listen on: give an IP address or a host name, "
+            "such as 127.0.0.1."
+        ) from None
 
 
 def parse_workers(text: str) -> tuple[Endpoint, ...]:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from app.cli import main
 from app.core import rpc
 from app.core.errors import ConfigError, EngineError, WorkerError
 from app.core.rpc import (
@@ -20,6 +21,7 @@ from app.core.rpc import (
     memory_by_device,
     parse_endpoint,
     parse_workers,
+    worker_endpoint,
     workers_for,
 )
 from app.supervisor.rpc import check_workers, engine_protocol, probe
@@ -59,6 +61,27 @@ def test_worker_addresses() -> None:
             parse_endpoint(bad)
     with pytest.raises(ConfigError, match="listed twice"):
         parse_workers("a.lan:1,a.lan:1")
+
+
+@pytest.mark.parametrize(
+    ("host", "port", "says"),
+    [
+        ("127.0.0.1", 0, "Port 0 is not one a worker can listen on: give one from 1 to 65535."),
+        ("127.0.0.1", 65536, "Port 65536 is not one a worker can listen on"),
+        ("a lan", 50052, "'a lan' is not a host a worker can listen on: give an IP address or a host name"),
+    ],
+)
+def test_the_workers_own_address_is_refused_naming_the_part_that_is_wrong(
+    host: str, port: int, says: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`worker --port 0` said "... and separate workers with commas", the words for a list of workers."""
+    assert worker_endpoint(" 127.0.0.1 ", 50052) == Endpoint("127.0.0.1", 50052)
+    with pytest.raises(ConfigError) as refused:
+        worker_endpoint(host, port)
+    assert str(refused.value).startswith(says)
+    assert "commas" not in str(refused.value)
+    assert main(["worker", "--host", host, "--port", str(port)]) == 1
+    assert capsys.readouterr().err.startswith(f"error: {says}")
 
 
 def test_the_command_line_then_the_models_option_then_settings_decide_the_workers() -> None:
