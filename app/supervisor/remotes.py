@@ -460,7 +460,10 @@ class Remotes:
         if state is RemoteState.REACHABLE:
             log.info("remote %s (%s) is reachable: %d models", name, url, len(remote.models))
         else:
-            log.warning("remote %s (%s) is %s: %s", name, url, state.value, message)
+            # Watched (the window, serve), the log tells of the move; a one-shot command prints what its
+            # look found itself, and a warning would say it again on stderr.
+            level = logging.WARNING if self._watching else logging.INFO
+            log.log(level, "remote %s (%s) is %s: %s", name, url, state.value, message)
         self._emit(RemoteChanged(name, old, state, message))
 
     def _pool(self, remote: _Remote) -> httpx.AsyncClient:

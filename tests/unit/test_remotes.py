@@ -9,6 +9,9 @@ import asyncio
 import io
 import json
 import logging
+import os
+import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
@@ -488,6 +491,26 @@ def test_an_unreachable_remote_is_shown_as_such_by_list_and_models(
     code, _, err = run(capsys, "run", "@gone/smol", "--prompt", "hi")
     assert code == 1 and "Traceback" not in err
     assert err.splitlines()[-1].startswith("error: The remote gone cannot be reached at http://127.0.0.1:9")
+
+
+def test_a_command_says_a_remote_is_unreachable_once(lemon_home: Path) -> None:
+    """As real commands (no test logging in the way): the look's log line came out on stderr beside the
+    command's own line, so `remote add`, `remote list` and `models` said "unreachable" two or three times."""
+    env = {**os.environ, "PYTHON_KEYRING_BACKEND": "keyring.backends.null.Keyring"}
+
+    def said(*argv: str) -> str:
+        done = subprocess.run(
+            [sys.executable, "-m", "app", *argv], capture_output=True, text=True, env=env, timeout=60
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stdout + done.stderr
+
+    added = said("remote", "add", "gone", "http://127.0.0.1:9")
+    assert added.count("unreachable") == 1 and added.count("no answer") == 1, added
+    listed = said("remote", "list")
+    assert listed.count("unreachable") == 1 and listed.count("no answer") == 1, listed
+    models = said("models")
+    assert models.count("unreachable") == 1, models
 
 
 def test_bench_measures_a_remote_model_through_its_replies(
