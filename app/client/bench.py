@@ -69,28 +69,15 @@ class BenchClient:
             raise RequestError(f"The engine sent an unreadable answer to {path}.")
         return data
 
-    async def version(self) -> str:
-        """llama-server's ``build_info`` (``b6000-abc1234``), or "" when it does not say (or is gone:
-        the measurement that follows says so)."""
-        import httpx
-
-        try:
-            response, answer = await self._ask("GET", "/props")
-            data = json.loads(answer) if response.status_code == 200 else {}
-        except (httpx.HTTPError, RequestError, ValueError, RecursionError):
-            return ""
-        info = str(data.get("build_info") or "") if isinstance(data, dict) else ""
-        return "" if info.startswith("b0-") else info  # "b0-unknown": built without its git tag
-
     async def context_size(self) -> int | None:
         """The context one request can hold (llama-server's ``n_ctx`` per slot, which it keeps within
         the model's trained context), or None when the engine does not say."""
         import httpx
 
         try:
-            response = await self._http.get("/props")
-            data = response.json() if response.status_code == 200 else {}
-        except (httpx.HTTPError, ValueError, RecursionError):
+            response, answer = await self._ask("GET", "/props")
+            data = json.loads(answer) if response.status_code == 200 else {}
+        except (httpx.HTTPError, RequestError, ValueError, RecursionError):
             return None
         settings = data.get("default_generation_settings") if isinstance(data, dict) else None
         n_ctx = settings.get("n_ctx") if isinstance(settings, dict) else None

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from app.client.bench import FILLER, BenchClient
 from app.core.backends import BackendKey
-from app.core.bench import BenchResult, BenchRun, BenchSpec, Sample, known_version, summarize
+from app.core.bench import BenchResult, BenchRun, BenchSpec, Sample, summarize
 from app.core.errors import ConfigError
 from app.core.models import Model
 from app.core.remotes import RemoteKind, is_remote_model, parse_remote_model
@@ -108,7 +108,8 @@ async def run_bench(router: Router, spec: BenchSpec, progress: Progress, run_id:
         try:
             engine = await router.load(model, options, force=spec.force)
             key = f"{engine.request.recipe}:{engine.request.backend}"
-            version = known_version(info.recipes[model.recipe].backends[engine.request.backend].version)
+            # The version `backends` and `system-info` show for this backend: one source for one binary.
+            version = info.recipes[model.recipe].backends[engine.request.backend].version
             if model.recipe == "llamacpp":
                 result = await _bench_llama(engine, spec, version, key, done, say)
             else:
@@ -125,7 +126,6 @@ async def _bench_llama(
     engine: Engine, spec: BenchSpec, version: str, key: str, done: int, say: Callable[..., None]
 ) -> BenchResult:
     async with BenchClient(engine.base_url, engine.api_key) as client:
-        version = await client.version() or version
         context = await client.context_size()
         needed = spec.prompt_tokens + spec.gen_tokens
         if context is not None and needed > context:

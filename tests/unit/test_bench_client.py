@@ -1,5 +1,5 @@
 """The bench's client against a loopback server that answers llama-server's routes wrongly: every odd
-answer is a RequestError that says so, and an engine gone before the bench asks its version is no crash."""
+answer is a RequestError that says so, and an engine gone before the bench asks its context is no crash."""
 
 from __future__ import annotations
 
@@ -56,16 +56,16 @@ def test_odd_answers_are_request_errors() -> None:
     asyncio.run(go())
 
 
-def test_an_engine_gone_has_no_version_to_tell() -> None:
+def test_an_engine_gone_has_no_context_to_tell() -> None:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]  # nothing listens here once the socket is closed
 
-    async def go() -> str:
+    async def go() -> int | None:
         async with BenchClient(f"http://127.0.0.1:{port}", None) as client:
-            return await client.version()
+            return await client.context_size()
 
-    assert asyncio.run(go()) == ""
+    assert asyncio.run(go()) is None
 
 
 @pytest.mark.leaves_running(
