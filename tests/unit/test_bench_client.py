@@ -7,6 +7,7 @@ import asyncio
 import json
 import socket
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import pytest
 from aiohttp import web
