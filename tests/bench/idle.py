@@ -72,7 +72,7 @@ from app.store.settings import Settings, save_settings
 from tests.support.llama import llama_server_dir, smollm_gguf
 
 ROOT = Path(__file__).resolve().parents[2]
-MODEL = "smol"
+MODEL = "user.smol"  # an imported model is in the user. namespace
 MB = 1024 * 1024  # as the window's status bar counts
 CPU_TARGET_PERCENT = 0.5
 MEMORY_TARGET_MB = 200
