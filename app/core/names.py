@@ -91,11 +91,11 @@ def in_user_namespace(name: str) -> str:
 
 def model_name_from(text: str) -> str:
     """A model name made from ``text`` (a file or folder name): accents dropped, each run of other
-    characters made one '-', no '..', starting with a letter or digit, at most 128; "model" when
-    nothing is left."""
+    characters made one '-', no '..', starting and ending with a letter or digit, at most 128; "model"
+    when nothing is left."""
     ascii_text = unicodedata.normalize("NFKD", text).encode("ascii", "ignore").decode()
     name = re.sub(r"\.{2,}", ".", _NOT_IN_MODEL_NAME.sub("-", ascii_text))
-    return name.lstrip("._-")[:_MODEL_NAME_MAX] or "model"
+    return name.lstrip("._-")[:_MODEL_NAME_MAX].rstrip("._-") or "model"
 
 
 def _hex_problem(value: object, pattern: re.Pattern[str], what: str) -> str | None:
