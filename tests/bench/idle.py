@@ -69,6 +69,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from app.store.library import Library
 from app.store.model_options import ModelOptions, save_model_options
 from app.store.settings import Settings, save_settings
+from tests.bench.startup import BARE_WINDOW
 from tests.support.llama import llama_server_dir, smollm_gguf
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -82,17 +83,6 @@ LOAD_TIMEOUT_S = 120.0
 QUIT_GRACE_S = 30.0  # the app stops its engine before it exits
 ORPHAN_GRACE_S = 5.0
 
-BARE_WINDOW = """
-import sys
-from PySide6.QtCore import QTimer
-from PySide6.QtWidgets import QApplication, QMainWindow
-app = QApplication(sys.argv)
-window = QMainWindow()
-window.setWindowTitle("bare")
-window.show()
-QTimer.singleShot(0, lambda: print("window shown: bare", flush=True))
-app.exec()
-"""
 
 # The two ways of having telemetry on, each an app of its own (its own home, API port and engine).
 STATUS_BAR = "status-bar"  # the status bar's engine CPU and memory, sampled every 2 s with a model loaded
