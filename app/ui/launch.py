@@ -1,5 +1,9 @@
 """Start the Qt application, show the main window, then run the app on a qasync event loop.
 
+On Linux, before Qt starts, its X11 platform plugin is loaded once to see that the system libraries it
+needs are there: without one (``libxcb-cursor0`` is often missing) Qt aborts with a list of plugins and
+no word of which library it lacked. The app says which, and how to install it, instead.
+
 The window is built and painted before asyncio and qasync are imported (about 20 ms of imports): nothing
 it needs runs on the loop. What does (the bridge with the router and the local API, the single-instance
 server, quitting) starts once the loop runs.
@@ -7,15 +11,19 @@ server, quitting) starts once the loop runs.
 
 from __future__ import annotations
 
+import ctypes
 import os
+import re
 import signal
 import socket
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from pathlib import Path
 
-from PySide6.QtCore import QEventLoop, QObject, QSocketNotifier
+from PySide6.QtCore import QEventLoop, QLibraryInfo, QObject, QSocketNotifier
 from PySide6.QtWidgets import QApplication
 
+from app.core.errors import UnsupportedError
 from app.ui import heap
 from app.ui.desktop import DesktopApp
 from app.ui.single_instance import SingleInstance
@@ -64,7 +72,43 @@ class QuitOnSignals:
             self._asked = True
 
 
+def x11_plugin() -> Path:
+    return Path(QLibraryInfo.path(QLibraryInfo.LibraryPath.PluginsPath)) / "platforms" / "libqxcb.so"
+
+
+def check_x11_libraries(plugin: Path, environ: Mapping[str, str]) -> None:
+    """Refuse to start Qt on X11 when ``plugin`` (its X11 platform plugin) cannot load: an
+    UnsupportedError naming the missing library and the Debian package that usually holds it. Nothing
+    is checked where Qt would not use X11 (another platform asked for, a Wayland session, no display)."""
+    platform = environ.get("QT_QPA_PLATFORM", "")
+    if sys.platform != "linux" or platform not in ("", "xcb") or not environ.get("DISPLAY"):
+        return
+    if not platform and environ.get("WAYLAND_DISPLAY"):
+        return  # Qt may well use Wayland, which needs none of these
+    try:
+        ctypes.CDLL(str(plugin))
+    except OSError as err:
+        missing = re.search(r"([\w.+-]+\.so(?:\.\d+)*): cannot open shared object file", str(err))
+        if missing is None:
+            raise UnsupportedError(
+                f"The window cannot open: Qt's X11 support ({plugin.name}) does not load ({err}).",
+                "The command-line tools (lemon-desk --help) work without it.",
+            ) from None
+        library = missing[1]
+        stem, _, version = library.partition(".so")
+        version = version.lstrip(".")
+        package = f"{stem}{'-' if stem[-1:].isdigit() else ''}{version}" if version else stem
+        raise UnsupportedError(
+            f"The window cannot open: Qt's X11 support needs the system library {library}, which is "
+            "not installed.",
+            f"On Debian or Ubuntu: sudo apt install {package} (other systems name the package after "
+            "the library too). The command-line tools (lemon-desk --help) work without it.",
+        ) from None
+
+
 def run_window() -> int:
+    if QApplication.instance() is None:
+        check_x11_libraries(x11_plugin(), os.environ)
     app = QApplication.instance() or QApplication(sys.argv)
     assert isinstance(app, QApplication)
     app.setApplicationName("Lemon Desk")
