@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from app.client.capped import stream_following_sync
 from app.core.errors import ChecksumError, DownloadError
 
 if TYPE_CHECKING:
@@ -257,9 +258,7 @@ def _attempt(
         request_headers["Range"] = f"bytes={state.offset}-"
     timeout = httpx.Timeout(stall_timeout_s, connect=min(stall_timeout_s, 15.0))
     try:
-        with client.stream(
-            "GET", url, headers=request_headers, timeout=timeout, follow_redirects=True
-        ) as response:
+        with stream_following_sync(client, "GET", url, headers=request_headers, timeout=timeout) as response:
             if response.status_code == 416 and state.offset:
                 if _total_from(response, 0) == state.offset:
                     state.total = state.offset  # already whole: the last run stopped before the rename

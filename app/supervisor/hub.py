@@ -6,8 +6,9 @@ Routes (the same ones ``huggingface_hub`` uses), under ``HF_ENDPOINT`` (default 
     GET /{repo}/resolve/{revision}/{path}       a file's bytes (Range for resume and header reads)
 A token (``HF_TOKEN`` or the keychain's) goes in ``Authorization: Bearer``. A repo id (a search hit's
 comes from the network) goes into a URL only once it is checked to be one. The JSON answers (a file
-list, search results, a repo's JSON file) are read up to ``MAX_ANSWER_BYTES``: a mirror or proxy gone
-wrong that answers without end is refused, not held in memory.
+list, search results, a repo's JSON file) are read up to ``MAX_ANSWER_BYTES``, and a redirect's body not
+at all (``stream_following``): a mirror or proxy gone wrong that answers without end is refused, not held
+in memory.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
-from app.client.capped import read_upto
+from app.client.capped import read_upto, stream_following
 from app.core.errors import HubUnreachableError, ModelError
 from app.core.names import check_listing, check_repo_id
 from app.core.numbers import finite
@@ -137,8 +138,8 @@ class HubClient:
         import httpx
 
         try:
-            async with self.client.stream(
-                "GET", url, headers=self.headers, timeout=_timeout(), follow_redirects=True, **kw
+            async with stream_following(
+                self.client, "GET", url, headers=self.headers, timeout=_timeout(), **kw
             ) as response:
                 self.check(response, repo_id, path)
                 body = await read_upto(response.aiter_bytes(), MAX_ANSWER_BYTES)
@@ -240,8 +241,8 @@ class HubClient:
         headers = {**self.headers, "Range": f"bytes={start}-{end - 1}"}
         url = self.file_url(repo_id, revision, path)
         try:
-            async with self.client.stream(
-                "GET", url, headers=headers, timeout=_timeout(), follow_redirects=True
+            async with stream_following(
+                self.client, "GET", url, headers=headers, timeout=_timeout()
             ) as response:
                 self.check(response, repo_id, path)
                 skip = start if response.status_code == 200 else 0

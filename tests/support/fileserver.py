@@ -22,7 +22,8 @@ class Fault:
     cut_after: int | None = None  # close the connection after this many body bytes
     stall_s: float = 0.0  # sleep this long before the first body byte
     corrupt: bool = False  # flip the bytes of the body
-    status: int | None = None  # answer this status with no body
+    status: int | None = None  # answer this status with no body (or a ``status_body``)
+    status_body: int = 0  # with ``status``: a body of this many zero bytes, in pieces counted in ``sent``
     ignore_range: bool = False  # answer 200 with the whole file
     hold_after: int | None = None  # send this many body bytes, then keep the connection open, silent
     no_length: bool = False  # send no Content-Length: the body ends when the connection closes
@@ -80,18 +81,18 @@ class _Handler(BaseHTTPRequestHandler):
             served.authorizations.append(self.headers.get("Authorization"))
         for name, value in served.required_headers.get(path, {}).items():
             if self.headers.get(name) != value:
-                self._empty(401 if self.headers.get(name) is None else 403)
+                self._status(401 if self.headers.get(name) is None else 403)
                 return
         route = served.routes.get(path)
         body = route(parse_qs(query)) if route else served.files.get(path)
         if body is None:
-            self._empty(404)
+            self._status(404)
             return
         fault = served.take_fault(path)
         if fault.status:
             # A redirect takes its Location from the path's extra headers.
             extra = served.headers.get(path, {}) if 300 <= fault.status < 400 else {}
-            self._empty(fault.status, extra)
+            self._status(fault.status, extra, fault.status_body, path, rng)
             return
         start, end = 0, len(body)
         match = re.fullmatch(r"bytes=(\d+)-(\d*)", rng or "")
@@ -163,12 +164,26 @@ class _Handler(BaseHTTPRequestHandler):
                 self.close_connection = True
                 return
 
-    def _empty(self, status: int, headers: dict[str, str] | None = None) -> None:
+    def _status(
+        self,
+        status: int,
+        headers: dict[str, str] | None = None,
+        length: int = 0,
+        path: str = "",
+        rng: str | None = None,
+    ) -> None:
+        """An answer of ``status`` alone; or, given a ``length``, with a body of that many zero bytes,
+        each piece counted in ``sent`` once written (a redirect that goes on and on)."""
         self.send_response(status)
         for name, value in (headers or {}).items():
             self.send_header(name, value)
-        self.send_header("Content-Length", "0")
+        self.send_header("Content-Length", str(length))
         self.end_headers()
+        if length:
+            record: list[object] = [path, 0, 0, rng]
+            with self.server.served.lock:
+                self.server.served.sent.append(record)
+            self._write_slowly(record, bytes(length), self.server.served.throttle.get(path, 1 << 40))
 
 
 class _Server(ThreadingHTTPServer):

@@ -171,3 +171,29 @@ def test_a_content_range_total_in_other_digits_is_an_unknown_total(tmp_path: Pat
 
     assert asyncio.run(go()) == hashlib.sha256(b"hello").hexdigest()
     assert (tmp_path / "f.bin").read_bytes() == b"hello" and seen[-1].total is None
+
+
+REDIRECT_BODY = 64 << 20
+
+
+def test_a_redirect_is_followed_without_its_body_being_read(served: Served, tmp_path: Path) -> None:
+    """A server (a mirror, a proxy) whose redirect has a body without end (64 MiB here): the download
+    follows it at once and leaves that body unread; httpx read it whole before following."""
+    served.files["/cdn/f.bin"] = BODY
+    served.headers["/f.bin"] = {"Location": "/cdn/f.bin"}
+    served.arm("/f.bin", Fault(status=302, status_body=REDIRECT_BODY))
+    with serve(served) as base:
+        assert download(f"{base}/f.bin", tmp_path / "f.bin", sha256=DIGEST) == DIGEST
+    ((_, _, sent, _),) = [record for record in served.sent if record[0] == "/f.bin"]
+    assert isinstance(sent, int) and sent < REDIRECT_BODY // 8, sent
+
+
+def test_a_redirect_to_another_host_does_not_carry_the_authorization(served: Served, tmp_path: Path) -> None:
+    """A file the Hub sends on to a CDN: the HF token goes to the Hub only."""
+    elsewhere = Served(files={"/cdn/f.bin": BODY})
+    with serve(elsewhere) as cdn, serve(served) as base:
+        served.headers["/f.bin"] = {"Location": f"{cdn}/cdn/f.bin"}
+        served.arm("/f.bin", Fault(status=302))
+        token = {"Authorization": "Bearer hf_secret"}
+        assert download(f"{base}/f.bin", tmp_path / "f.bin", sha256=DIGEST, headers=token) == DIGEST
+    assert served.authorizations == ["Bearer hf_secret"] and elsewhere.authorizations == [None]

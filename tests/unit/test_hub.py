@@ -19,7 +19,7 @@ from app.core.refs import parse_ref, select
 from app.store.model_paths import local_gguf_metadata
 from app.supervisor.hub import HubClient
 from app.supervisor.modelmeta import remote_shape
-from tests.support.fileserver import Fault
+from tests.support.fileserver import Fault, Served, serve
 from tests.support.hubserver import HubRepo, LoopbackHub, git_blob_id
 from tests.support.modelfiles import gguf_files, mlx_files
 
@@ -156,3 +156,42 @@ def test_a_hub_that_redirects_in_a_loop_is_the_apps_error(hub: LoopbackHub) -> N
         hub.served.arm(listing, Fault(status=302))
     with pytest.raises(ModelError, match=r"sent an answer the app cannot read \(TooManyRedirects\)"):
         with_hub(lambda h: h.listing("org/Model-GGUF"))
+
+
+REDIRECT_BODY = 64 << 20
+
+
+def test_a_redirect_is_followed_without_its_body_being_read(hub: LoopbackHub) -> None:
+    """The Hub sends a file on to a CDN with a 302; a mirror or proxy whose redirect has a body without
+    end (64 MiB here) is followed at once, for a file list and for a file's bytes alike, its body left
+    unread: httpx reads a redirect's body whole before following it."""
+    listing = "/api/models/org/Model-GGUF"
+    file = LoopbackHub.file_path("org/Model-GGUF", "Model-Q4_K_M.gguf")
+    for path in (listing, file):
+        hub.served.files[f"/cdn{path}"] = hub.served.files[path]
+        hub.served.headers[path] = {**hub.served.headers.get(path, {}), "Location": f"/cdn{path}"}
+        hub.served.arm(path, Fault(status=302, status_body=REDIRECT_BODY))
+
+    assert with_hub(lambda h: h.listing("org/Model-GGUF")).revision == hub.repos["org/Model-GGUF"].commit
+    assert with_hub(lambda h: h.read_range("org/Model-GGUF", "main", "Model-Q4_K_M.gguf", 0, 4)) == b"GGUF"
+    sent = {path: written for path, _, written, _ in hub.served.sent if path in (listing, file)}
+    assert sent.keys() == {listing, file}
+    assert all(isinstance(n, int) and n < REDIRECT_BODY // 8 for n in sent.values()), sent
+
+
+def test_the_token_follows_a_redirect_within_the_hub_but_not_to_another_host(hub: LoopbackHub) -> None:
+    """httpx's rule, kept: Authorization goes on with a redirect to the Hub's own origin (a gated file
+    moved there still reads) and is dropped on a redirect to another host."""
+    hub.add(HubRepo("org/Gated", {"a.gguf": b"GGUF"}, gated=True))
+    file = LoopbackHub.file_path("org/Gated", "a.gguf")
+    hub.served.files["/moved/a.gguf"] = b"GGUF"
+    hub.served.required_headers["/moved/a.gguf"] = {"Authorization": f"Bearer {hub.token}"}
+    elsewhere = Served(files={"/cdn/a.gguf": b"GGUF"})
+    with serve(elsewhere) as cdn:
+        for location in ("/moved/a.gguf", f"{cdn}/cdn/a.gguf"):
+            hub.served.headers[file] = {**hub.served.headers[file], "Location": location}
+            hub.served.arm(file, Fault(status=302))
+            read = with_hub(lambda h: h.read_range("org/Gated", "main", "a.gguf", 0, 4), token=hub.token)
+            assert read == b"GGUF", location
+    assert [path for path, _ in elsewhere.log] == ["/cdn/a.gguf"]
+    assert elsewhere.authorizations == [None]
