@@ -9,7 +9,8 @@ LemonDeskError                  what happened + what to do (``hint``)
 ├── InstallError                download / verify / unpack of an engine failed
 ├── StorageError                a file the app keeps could not be written (disk full, read-only)
 ├── ModelError                  a model reference, file or download is unusable
-│   └── HubUnreachableError     the Hugging Face Hub did not answer (or not readably)
+│   └── HubUnreachableError     the Hugging Face Hub did not answer (or not readably, or failed: 5xx)
+│       └── HubBusyError        the Hub asks the app to wait before asking again (429)
 ├── UnsafePathError             a name from outside would put a file outside its folder (refused)
 ├── EngineError                 an engine failed to start, crashed or hung
 │   └── WorkerError             an RPC worker is unreachable, busy or speaks another protocol
@@ -72,8 +73,13 @@ class ModelError(LemonDeskError):
 
 
 class HubUnreachableError(ModelError):
-    """The Hugging Face Hub could not be reached, or sent an answer that does not read: nothing is known
-    of the model asked for."""
+    """The Hugging Face Hub could not be reached, sent an answer that does not read, or failed on its side
+    (HTTP 5xx): nothing is known of the model asked for."""
+
+
+class HubBusyError(HubUnreachableError):
+    """The Hugging Face Hub refused to answer for now (HTTP 429, too many requests); the hint says when
+    to try again, when the Hub said."""
 
 
 class UnsafePathError(LemonDeskError):

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from app.client.capped import read_upto, stream_following
-from app.core.errors import HubUnreachableError, ModelError
+from app.core.errors import HubBusyError, HubUnreachableError, ModelError
 from app.core.names import check_listing, check_repo_id
 from app.core.numbers import finite
 from app.core.refs import GGUF_RECIPE, MLX_RECIPE, RepoFile, RepoListing
@@ -109,18 +109,32 @@ class HubClient:
         status = response.status_code
         if status < 400:
             return
-        if repo_id is None:
-            raise ModelError(
-                f"The Hugging Face Hub answered HTTP {status} to a search.", "Try again in a moment."
+        asked = f"for {repo_id}" if repo_id else "to a search"
+        if status == 429:
+            wait = response.headers.get("Retry-After", "")  # seconds; a date is rare, and left out
+            when = (
+                f"It asks to wait {wait} seconds: try again then."
+                if wait.isascii() and wait.isdigit() and len(wait) <= 6
+                else "Wait a minute and try again."
             )
-        code = response.headers.get("X-Error-Code", "")
-        if code in ("RepoNotFound", "EntryNotFound", "RevisionNotFound") or status == 404:
-            raise missing_error(repo_id, path if code != "RepoNotFound" else None)
-        if status in (401, 403):
-            raise gated_error(repo_id, self.endpoint, status)
-        raise ModelError(
-            f"The Hugging Face Hub answered HTTP {status} for {repo_id}.", "Try again in a moment."
-        )
+            raise HubBusyError(
+                f"The Hugging Face Hub at {self.endpoint} asks the app to slow down: it answered HTTP 429 "
+                f"(too many requests) {asked}.",
+                when,
+            )
+        if status >= 500:  # the Hub's failure, not the request's
+            raise HubUnreachableError(
+                f"The Hugging Face Hub at {self.endpoint} answered HTTP {status} {asked}: it failed on "
+                "its side.",
+                "Try again in a moment (or check HF_ENDPOINT).",
+            )
+        if repo_id is not None:
+            code = response.headers.get("X-Error-Code", "")
+            if code in ("RepoNotFound", "EntryNotFound", "RevisionNotFound") or status == 404:
+                raise missing_error(repo_id, path if code != "RepoNotFound" else None)
+            if status in (401, 403):
+                raise gated_error(repo_id, self.endpoint, status)
+        raise ModelError(f"The Hugging Face Hub answered HTTP {status} {asked}.", "Try again in a moment.")
 
     def _unreachable(self, err: httpx.HTTPError) -> HubUnreachableError:
         import httpx

@@ -24,6 +24,7 @@ class Fault:
     corrupt: bool = False  # flip the bytes of the body
     status: int | None = None  # answer this status with no body (or a ``status_body``)
     status_body: int = 0  # with ``status``: a body of this many zero bytes, in pieces counted in ``sent``
+    status_headers: dict[str, str] = field(default_factory=dict)  # with ``status``: headers (Retry-After)
     ignore_range: bool = False  # answer 200 with the whole file
     hold_after: int | None = None  # send this many body bytes, then keep the connection open, silent
     no_length: bool = False  # send no Content-Length: the body ends when the connection closes
@@ -92,6 +93,7 @@ class _Handler(BaseHTTPRequestHandler):
         if fault.status:
             # A redirect takes its Location from the path's extra headers.
             extra = served.headers.get(path, {}) if 300 <= fault.status < 400 else {}
+            extra = {**extra, **fault.status_headers}
             self._status(fault.status, extra, fault.status_body, path, rng)
             return
         start, end = 0, len(body)

@@ -19,6 +19,7 @@ import pytest
 from app.store.settings import Settings
 from app.store.usermodels import user_models_path
 from app.supervisor.router import Router
+from tests.support.fileserver import Fault
 from tests.support.hubserver import LoopbackHub
 from tests.support.modelfiles import CONTEXT
 from tests.support.testrepos import BIG, TINY_MLX
@@ -256,6 +257,41 @@ def test_a_pull_the_hub_cannot_answer_is_a_502_and_its_body_is_checked_first(
     assert bad_subscribe.status_code == 400 and "'subscribe'" in error_of(bad_subscribe)["message"]
     assert jobless.status_code == 400 and error_of(jobless)["code"] == "unsupported"
     assert user_models() == {}
+
+
+# The Hub's answer to the file list, and the pull's status, error code and what its message says.
+HUB_ANSWERS: list[tuple[Fault, int, str, str]] = [
+    (Fault(status=503), 502, "hub_unreachable", "HTTP 503"),
+    (Fault(status=500), 502, "hub_unreachable", "HTTP 500"),
+    (Fault(status=429, status_headers={"Retry-After": "7"}), 503, "hub_busy", "wait 7 seconds"),
+    # About the request (no such repo, a gated one): still the client's to fix.
+    (Fault(status=404), 400, "model_error", "does not exist on the Hugging Face Hub"),
+    (Fault(status=401), 400, "model_error", "is gated"),
+]
+
+
+@pytest.mark.parametrize(
+    ("fault", "status", "code", "said"), HUB_ANSWERS, ids=[f"HTTP {f.status}" for f, *_ in HUB_ANSWERS]
+)
+def test_a_pull_the_hub_fails_on_its_side_is_a_5xx(
+    standin_settings: Settings, hub: LoopbackHub, fault: Fault, status: int, code: str, said: str
+) -> None:
+    """The Hub failing (5xx) or asking the app to slow down (429) is no fault of the request: a 502, or a
+    503 saying when to try again; a missing or gated repo stays a 400."""
+    definition = {"model_name": "user.Big", "checkpoint": f"{BIG}:Q8_0", "recipe": "llamacpp"}
+
+    async def body(router: Router, client: httpx.AsyncClient) -> list[httpx.Response]:
+        out = []
+        for stream in (False, True):
+            hub.served.arm(f"/api/models/{BIG}", fault)
+            out.append(await client.post("/api/v1/pull", json={**definition, "stream": stream}))
+        return out
+
+    for response in run_api(standin_settings, body):
+        error = error_of(response)
+        assert (response.status_code, error["code"]) == (status, code), error
+        assert said in error["message"], error
+    assert user_models() == {} and hub.byte_requests() == []
 
 
 def test_a_name_registered_with_other_files_is_refused(standin_settings: Settings, hub: LoopbackHub) -> None:

@@ -14,6 +14,7 @@ from app.core.errors import (
     DownloadError,
     EngineError,
     FitError,
+    HubBusyError,
     HubUnreachableError,
     InstallError,
     LemonDeskError,
@@ -97,6 +98,8 @@ def from_app_error(err: LemonDeskError) -> ApiError:
         return ApiError(400, message, INVALID, "invalid_value")
     if isinstance(err, DownloadError | InstallError):
         return bad_gateway(message, "download_failed")
+    if isinstance(err, HubBusyError):  # the Hub's limit: the same request goes through later
+        return ApiError(503, message, UPSTREAM, "hub_busy")
     if isinstance(err, HubUnreachableError):  # before ModelError: the network failed, not the request
         return bad_gateway(message, "hub_unreachable")
     if isinstance(err, EngineError):
