@@ -13,7 +13,6 @@ import sys
 from typing import Any
 
 from app.commands.output import load_settings_noting_problems, print_json, table
-from app.core.downloads import DownloadState
 from app.core.errors import ModelError
 from app.supervisor.downloads import DownloadSnapshot
 from app.supervisor.router import Router
@@ -73,9 +72,7 @@ async def _act(args: argparse.Namespace, router: Router) -> dict[str, Any]:
             rid = router.library.resolve(name).checkpoint
             if not args.json:
                 print(f"resuming {name}; Ctrl-C pauses it", file=sys.stderr)
-            record = await router.downloads().wait(rid)
-            if record.state is DownloadState.FAILED:
-                raise ModelError(record.message)
+            await router.downloads().outcome(rid)
         snapshot = next((s for s in router.download_snapshots() if s.record.model == name), None)
         if snapshot is None:
             raise ModelError(f"There is no download of {name}.", "`lemon-desk downloads` lists them.")

@@ -165,6 +165,7 @@ class DownloadManager:
         self.progress: dict[str, int] = {}  # bytes on disk of each running download, as they arrive
         self.latest: dict[str, DownloadProgress] = {}  # the last progress of each running download
         self.caps: dict[str, BandwidthCap] = {}  # the running downloads that are throttled
+        self._failures: dict[str, LemonDeskError] = {}  # why each download that failed here failed
         self._subscribers: Listeners[DownloadEvent] = Listeners("the downloads")
         loaded = load_downloads()
         self.warning = loaded.warning
@@ -241,6 +242,7 @@ class DownloadManager:
         return self._start(rid)
 
     def _start(self, rid: str) -> DownloadRecord:
+        self._failures.pop(rid, None)
         record = self._set(rid, DownloadState.QUEUED)
         self._tasks[rid] = asyncio.create_task(self._run(rid), name=f"download {rid}")
         return record
@@ -292,6 +294,14 @@ class DownloadManager:
             self._http.close()
             self._http = None
 
+    async def outcome(self, rid: str) -> DownloadRecord:
+        """``wait``, and raise why the download failed: the error itself, so that a network failure
+        (a DownloadError) stays one for the local API's 502; a failure of an earlier run, by its message."""
+        record = await self.wait(rid)
+        if record.state is DownloadState.FAILED:
+            raise self._failures.get(rid) or ModelError(record.message)
+        return record
+
     def _record(self, rid: str) -> DownloadRecord:
         try:
             return self.records[rid]
@@ -335,6 +345,7 @@ class DownloadManager:
                 message = _cancelled_message(keep)
             self._set(rid, intent, message, done=self._on_disk(files))
         except LemonDeskError as err:
+            self._failures[rid] = err
             self._set(rid, DownloadState.FAILED, str(err), done=self._on_disk(files))
         finally:
             lock.release()
@@ -400,7 +411,7 @@ class DownloadManager:
                 return
             except ChecksumError:
                 if attempt == 2:
-                    raise ModelError(
+                    raise ChecksumError(
                         f"{file.path} from {cache.repo_id} arrived damaged twice (its checksum did not "
                         "match); the damaged copies were deleted.",
                         "Try again later; if it keeps happening, the file on the Hub or a proxy is at fault.",

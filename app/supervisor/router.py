@@ -602,17 +602,15 @@ class Router:
     async def download(self, model: Model, files: FileSet) -> DownloadRecord:
         """Fetch ``files`` for ``model`` into the cache (joining a download of it under way).
 
-        Raises ModelError when it fails; cancelling this call leaves the download running (pause or
-        cancel it through ``downloads()``).
+        Raises why it failed (``DownloadManager.outcome``); cancelling this call leaves the download
+        running (pause or cancel it through ``downloads()``).
         """
         self.library.register(model)
         manager = self.downloads()
         self._errors.pop(model.name, None)
         manager.submit(model.checkpoint, model.name, files)
         self._changed(model.name)
-        record = await manager.wait(model.checkpoint)
-        if record.state is DownloadState.FAILED:
-            raise ModelError(record.message)
+        record = await manager.outcome(model.checkpoint)
         if record.state is DownloadState.CANCELLED:
             raise asyncio.CancelledError
         return record

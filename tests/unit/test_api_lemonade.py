@@ -294,6 +294,38 @@ def test_a_pull_the_hub_fails_on_its_side_is_a_5xx(
     assert user_models() == {} and hub.byte_requests() == []
 
 
+# How the file's download fails, and what the error says.
+DOWNLOAD_FAILURES: dict[str, tuple[list[Fault], str]] = {
+    # Cut off, then 503 to the resume and its five retries.
+    "cut off partway": (
+        [Fault(cut_after=100_000)] + [Fault(status=503)] * 6,
+        "failed after 5 retries: HTTP 503",
+    ),
+    "damaged twice": ([Fault(corrupt=True)] * 2, "arrived damaged twice"),
+}
+
+
+@pytest.mark.parametrize("case", list(DOWNLOAD_FAILURES))
+def test_a_download_the_hub_fails_is_a_502(standin_settings: Settings, hub: LoopbackHub, case: str) -> None:
+    """The download's own error (a DownloadError) reaches the API: a 502 download_failed, not a 400 as
+    if the request were wrong; the router wrapped it in a ModelError."""
+    faults, said = DOWNLOAD_FAILURES[case]
+    for fault in faults:
+        hub.arm(BIG, "Big-Q8_0.gguf", fault)
+    definition = {"model_name": "user.Big", "checkpoint": f"{BIG}:Q8_0", "recipe": "llamacpp"}
+
+    async def body(router: Router, client: httpx.AsyncClient) -> httpx.Response:
+        await router.hub()
+        router.downloads().backoff_s = 0.01
+        return await client.post("/api/v1/pull", json=definition)
+
+    response = run_api(standin_settings, body)
+    error = error_of(response)
+    assert (response.status_code, error["code"], error["type"]) == (502, "download_failed", "server_error")
+    assert said in error["message"], error
+    assert len(hub.requests_for(BIG, "Big-Q8_0.gguf")) == len(faults)
+
+
 def test_a_name_registered_with_other_files_is_refused(standin_settings: Settings, hub: LoopbackHub) -> None:
     async def body(router: Router, client: httpx.AsyncClient) -> list[Any]:
         base = {"model_name": "user.Big", "recipe": "llamacpp"}
