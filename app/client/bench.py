@@ -58,6 +58,10 @@ class BenchClient:
             response, answer = await self._ask("POST", path, json=body)
         except httpx.TransportError as err:
             raise RequestError(f"The engine did not answer {path} ({type(err).__name__}).") from None
+        except httpx.HTTPError as err:  # it answered, with a body that does not decode (say)
+            raise RequestError(
+                f"The engine's answer to {path} could not be read ({type(err).__name__})."
+            ) from None
         if response.status_code != 200:
             said = answer[:300].decode("utf-8", "replace")
             raise RequestError(f"The engine refused {path} (HTTP {response.status_code}): {said}")
