@@ -184,7 +184,14 @@ class MainWindow(QMainWindow):
         status.showMessage(line, timeout_ms)
 
     def show_usage(self, cpu_percent: float, rss: int) -> None:
-        self.usage_status.setText(f"CPU {cpu_percent:.0f}% · {rss / MB:,.0f} MB" if rss else "")
+        """The chat's engine's CPU and memory (not the app's: the engine is a process of its own)."""
+        self.usage_status.setText(f"engine: CPU {cpu_percent:.0f}% · {rss / MB:,.0f} MB" if rss else "")
+        self.usage_status.setToolTip(
+            "The CPU and memory of the engine the chat talks to (a process of its own); "
+            "the Telemetry tab charts them over time."
+            if rss
+            else ""
+        )
 
     def show_options(self, name: str) -> None:
         self.models.select(name)
