@@ -303,13 +303,17 @@ class ChatClient:
             done = ChatDone(done.finish_reason, await self._telemetry.refine(done.telemetry))
         yield done
 
-    async def reconnect(self, relay: aiohttp.ClientSession) -> None:
+    async def reconnect(self, relay: aiohttp.ClientSession) -> bool:
         """Leave an open connection to the engine in ``relay``'s pool for the next request. llama-server
         closes its connection after every streamed reply (whatever its Keep-Alive header says), so each
         request the local API passes on would otherwise wait for a new connection first, and for the
         engine's listening thread to hand it to a worker: about half a millisecond of the time to first
         token on two busy cores. A cheap ``/health`` is answered and the connection kept; a first try
-        that meets the closed connection, still in the pool, is made again on a new one."""
+        that meets the closed connection, still in the pool, is made again on a new one.
+
+        False when the engine closed that connection too: it keeps none open (mlx-lm's server speaks
+        HTTP/1.0 and closes every connection after its answer), and asking again would only cost it a
+        request a reply."""
         import aiohttp
 
         timeout = aiohttp.ClientTimeout(total=CONNECT_TIMEOUT_S)
@@ -318,7 +322,10 @@ class ChatClient:
             with contextlib.suppress(aiohttp.ClientError, TimeoutError):
                 async with relay.get(url, headers=self._headers, timeout=timeout) as answer:
                     await answer.read()
-                return
+                    said = answer.headers.get("Connection", "").lower()
+                    http11 = answer.version is not None and answer.version >= (1, 1)
+                    return said != "close" if http11 else said == "keep-alive"
+        return True  # not answered: whether it keeps connections is not known
 
     async def forward_stream(
         self, route: Route, body: dict[str, Any], relay: aiohttp.ClientSession

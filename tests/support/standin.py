@@ -22,7 +22,7 @@ from gguf import GGUFWriter
 ENGINE = Path(__file__).with_name("standin_engine.py")
 SIDECAR_SUFFIX = ".standin.json"
 BEHAVIOUR_KEYS = frozenset(
-    {"load_delay_s", "crash_on_load", "tokens", "token_delay_s", "prompt_delay_s", "reply"}
+    {"load_delay_s", "crash_on_load", "tokens", "token_delay_s", "prompt_delay_s", "reply", "http10"}
 )
 CONTROLS = frozenset({"crash", "hang", "ignore_sigterm", "slow"})
 

@@ -17,6 +17,8 @@ llama-server checks. How it behaves comes from an optional sidecar ``<model path
     prompt_delay_s seconds a streamed reply's headers come before its first event, as llama-server's do
                    while it reads the prompt (default 0)
     reply          the reply's text, sent a word at a time (overrides ``tokens``)
+    http10         true: answer HTTP/1.0 and close every connection after its answer, as mlx-lm's
+                   server (Python's http.server) does
 
 Like llama-server, it keeps a connection open after a whole reply and closes it after a streamed one.
 Each request it answers is also logged as ``standin: METHOD PATH is request K on connection C``, so a
@@ -54,6 +56,7 @@ DEFAULTS: dict[str, Any] = {
     "token_delay_s": 0.005,
     "prompt_delay_s": 0.0,
     "reply": None,
+    "http10": False,
 }
 CONTROL = "/__standin__/"
 PUBLIC = {"/health", "/v1/health", "/models", "/v1/models"}  # llama-server answers these without a key
@@ -419,6 +422,8 @@ def main(argv: list[str]) -> int:
     behaviour = read_behaviour(model)
     standin = Standin(model, behaviour, keys, int(args.get("ctx_size", "4096")), args.get("alias", ""))
     Handler.standin = standin
+    if behaviour["http10"]:
+        Handler.protocol_version = "HTTP/1.0"
 
     def on_sigterm(signum: int, frame: object) -> None:
         if standin.ignore_sigterm:

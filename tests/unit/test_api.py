@@ -12,11 +12,14 @@ import re
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
+import aiohttp
 import httpx
 import pytest
+from aiohttp import web
 
+from app.client.chat import ChatClient
 from app.core.engine_state import EngineState
 from app.core.errors import ConfigError
 from app.store.library import Library
@@ -278,6 +281,44 @@ def test_a_streamed_reply_leaves_a_connection_open_for_the_next_request(
 
     chats, opened = run_api(standin_settings, body)
     assert chats[1] == (2, opened)  # the second request on the connection the API opened after the first
+
+
+@pytest.mark.parametrize(("http10", "kept"), [(False, True), (True, False)])
+def test_reconnecting_tells_whether_the_engine_keeps_connections(
+    standin_settings: Settings, tmp_path: Path, http10: bool, kept: bool
+) -> None:
+    """llama-server keeps the connection /health came on (so the next request finds it open); an engine
+    that closes every connection after its answer (HTTP/1.0, as mlx-lm's server) keeps none, and says so."""
+
+    async def body(router: Router, _client: httpx.AsyncClient) -> bool:
+        (name,) = models(router, tmp_path, "alpha", http10=http10)
+        engine = await router.ensure_loaded(name)
+        async with aiohttp.ClientSession() as relay, engine.chat_client(30.0) as chat:
+            return await chat.reconnect(relay)
+
+    assert run_api(standin_settings, body) is kept
+
+
+def test_an_engine_that_keeps_no_connection_is_not_reconnected_again() -> None:
+    """Once an engine showed it keeps no connection, the API stops asking it for one after each stream."""
+    asked: list[str] = []
+
+    class Engine:  # the one thing the API asks of a ChatClient here, counted
+        base_url = "http://127.0.0.1:9"
+
+        async def reconnect(self, relay: aiohttp.ClientSession) -> bool:
+            asked.append(self.base_url)
+            return False
+
+    async def go() -> None:
+        routes = openai_routes.OpenAIRoutes(cast(Router, None))
+        for _ in range(3):
+            routes._reconnect(cast(ChatClient, Engine()))
+            await asyncio.gather(*routes._reconnects)
+        await routes.close(cast(web.Application, None))
+
+    asyncio.run(go())
+    assert asked == ["http://127.0.0.1:9"]
 
 
 def test_a_stream_answers_its_headers_while_the_engine_reads_the_prompt(

@@ -210,6 +210,7 @@ class OpenAIRoutes:
         self.router = router
         self._relay: aiohttp.ClientSession | None = None
         self._reconnects: set[asyncio.Task[None]] = set()
+        self._closes_connections: set[str] = set()  # engines (base URLs) that keep none: not reconnected
 
     def relay(self) -> aiohttp.ClientSession:
         """The one pool of connections to the engines and remotes the API passes requests on to (made
@@ -316,9 +317,15 @@ class OpenAIRoutes:
         return response
 
     def _reconnect(self, client: ChatClient) -> None:
-        task = asyncio.ensure_future(client.reconnect(self.relay()))
+        if client.base_url in self._closes_connections:
+            return
+        task = asyncio.ensure_future(self._reconnect_to(client))
         self._reconnects.add(task)
         task.add_done_callback(self._reconnects.discard)
+
+    async def _reconnect_to(self, client: ChatClient) -> None:
+        if not await client.reconnect(self.relay()):
+            self._closes_connections.add(client.base_url)
 
     def _check_labels(self, model: Model, kind: str) -> None:
         special = {"embeddings", "reranking"} & set(model.labels)
