@@ -15,6 +15,9 @@ from tests.support.standin import standin_binary
 PROFILES = Path(__file__).parent / "profiles"
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+# Never the user's keychain: a test that needs one starts its own (tests/support/keychain.py), and every
+# other test, and the commands it starts, find none.
+os.environ["PYTHON_KEYRING_BACKEND"] = "keyring.backends.fail.Keyring"
 
 
 @pytest.fixture(autouse=True)

@@ -4,13 +4,23 @@ The Hugging Face token, and each remote server's API key (account ``remote:NAME`
 
 keyring is imported when a secret is first read or written: finding its backends costs start-up time
 that the window's first paint does not need.
+
+keyring's Linux backend lets its Secret Service library's own errors through (secretstorage's, and the
+D-Bus library's under them, and an OSError when the bus cannot be reached): an item deleted by another
+process between the search and the read, or the delete, raises ``ItemNotFoundException``, not a
+``KeyringError``. Every call here catches them all: a secret gone meanwhile is no secret (read) or
+already deleted (delete); any other error is logged (read) or said as a ``ConfigError`` (write, delete).
 """
 
 from __future__ import annotations
 
+import logging
 import os
+from contextlib import suppress
 
 from app.core.errors import ConfigError
+
+log = logging.getLogger(__name__)
 
 SERVICE = "lemon-desk"
 HF_TOKEN_KEY = "huggingface-token"
@@ -22,36 +32,76 @@ NO_KEYCHAIN_FOR_REMOTE = (
 )
 
 
+def _keychain_errors() -> tuple[type[Exception], ...]:
+    """The errors a keychain call can raise: keyring's, on Linux its Secret Service library's, and the
+    OSError of a D-Bus connection that cannot be made (the session bus gone, or its socket)."""
+    from keyring.errors import KeyringError
+
+    errors: list[type[Exception]] = [KeyringError, OSError]
+    with suppress(ImportError):  # Linux only, as the packages are
+        from jeepney.wrappers import DBusErrorResponse
+        from secretstorage.exceptions import SecretStorageException
+
+        errors += [SecretStorageException, DBusErrorResponse]
+    return tuple(errors)
+
+
+def _gone(err: Exception) -> bool:
+    """Whether ``err`` says there is no such secret (never stored, or deleted meanwhile)."""
+    from keyring.errors import PasswordDeleteError
+
+    if isinstance(err, PasswordDeleteError):
+        return True
+    try:
+        from secretstorage.exceptions import ItemNotFoundException, PromptDismissedException
+    except ImportError:
+        return False
+    return isinstance(err, ItemNotFoundException) and not isinstance(err, PromptDismissedException)
+
+
+def _none_here(err: Exception) -> bool:
+    """Whether ``err`` says this machine has no keychain at all (nothing to warn about at each read)."""
+    from keyring.errors import NoKeyringError
+
+    return isinstance(err, NoKeyringError)
+
+
+def _describe(err: Exception) -> str:
+    return str(err) or type(err).__name__
+
+
 def _get(account: str) -> str | None:
     import keyring
-    from keyring.errors import KeyringError
 
     try:
         return keyring.get_password(SERVICE, account) or None
-    except KeyringError:
+    except _keychain_errors() as err:
+        if _none_here(err):
+            log.debug("no keychain to read %s from: %s", account, _describe(err))
+        elif not _gone(err):
+            log.warning("could not read %s from the keychain: %s", account, _describe(err))
         return None
 
 
 def _set(account: str, secret: str, what: str, hint: str) -> None:
     import keyring
-    from keyring.errors import KeyringError
 
     try:
         keyring.set_password(SERVICE, account, secret)
-    except KeyringError as err:
-        raise ConfigError(f"Could not store the {what} in the keychain ({err}).", hint) from None
+    except _keychain_errors() as err:
+        raise ConfigError(f"Could not store the {what} in the keychain ({_describe(err)}).", hint) from None
 
 
 def _delete(account: str, what: str, hint: str) -> None:
     import keyring
-    from keyring.errors import KeyringError, PasswordDeleteError
 
     try:
         keyring.delete_password(SERVICE, account)
-    except PasswordDeleteError:
-        return  # nothing stored: already as asked
-    except KeyringError as err:
-        raise ConfigError(f"Could not remove the {what} from the keychain ({err}).", hint) from None
+    except _keychain_errors() as err:
+        if _gone(err):
+            return  # nothing stored (or deleted meanwhile): already as asked
+        message = f"Could not remove the {what} from the keychain ({_describe(err)})."
+        raise ConfigError(message, hint) from None
 
 
 def get_hf_token() -> str | None:

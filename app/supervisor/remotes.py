@@ -339,9 +339,11 @@ class Remotes:
             except OSError as err:
                 raise _unsaved(err) from None
             self._file_stamp = _file_stamp()
-            await self._forget(name)
-        if remote.record.has_key:
-            await asyncio.to_thread(delete_remote_key, name)
+            try:  # the key goes before anyone is told the remote has: nothing can read it after that
+                if remote.record.has_key:
+                    await asyncio.to_thread(delete_remote_key, name)
+            finally:
+                await self._forget(name)
 
     async def _forget(self, name: str) -> None:
         remote = self._remotes.pop(name)

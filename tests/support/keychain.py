@@ -33,8 +33,9 @@ def private_keychain(data_dir: Path) -> Iterator[None]:
     address = bus.stdout.readline().strip()
     # The backend the process had before (chosen now, in its own environment, if not yet chosen).
     previous = keyring.get_keyring()
-    saved = os.environ.get("DBUS_SESSION_BUS_ADDRESS")
+    saved = {name: os.environ.get(name) for name in ("DBUS_SESSION_BUS_ADDRESS", "PYTHON_KEYRING_BACKEND")}
     os.environ["DBUS_SESSION_BUS_ADDRESS"] = address
+    os.environ["PYTHON_KEYRING_BACKEND"] = "keyring.backends.SecretService.Keyring"  # for child processes
     keyring_daemon = subprocess.run(
         ["gnome-keyring-daemon", "--unlock", "--components=secrets"],
         input="test-password",
@@ -64,10 +65,11 @@ def private_keychain(data_dir: Path) -> Iterator[None]:
         bus.terminate()
         bus.wait(timeout=10)
         bus.stdout.close()
-        if saved is None:
-            os.environ.pop("DBUS_SESSION_BUS_ADDRESS", None)
-        else:
-            os.environ["DBUS_SESSION_BUS_ADDRESS"] = saved
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def _wait_for_unlocked_login_keyring(timeout_s: float = 15.0) -> None:

@@ -215,6 +215,30 @@ def test_a_remote_that_wants_a_key_is_refused_until_given_one_kept_in_the_keycha
     asyncio.run(go())
 
 
+def test_the_window_hears_a_remote_is_gone_only_once_its_key_is_gone(
+    keychain: None, lemon_home: Path
+) -> None:
+    """The removal is told after the key's deletion (a window that looked at the keychain on hearing it
+    found the key still there, and a read racing the deletion raised from the Secret Service library)."""
+    keys_when_told: list[str | None] = []
+
+    def heard(event: RemoteChanged) -> None:
+        if event.removed:
+            keys_when_told.append(secrets.get_remote_key(event.name))
+
+    async def go() -> None:
+        remotes = Remotes(heard, **FAST)  # type: ignore[arg-type]
+        try:
+            await remotes.add("box", "http://127.0.0.1:9", KEY)  # nothing listens: kept all the same
+            assert secrets.get_remote_key("box") == KEY
+            await remotes.remove("box")
+        finally:
+            await remotes.close()
+
+    asyncio.run(go())
+    assert keys_when_told == [None]
+
+
 def test_adding_twice_or_a_bad_name_or_address_is_refused_and_nothing_kept(lemon_home: Path) -> None:
     async def go() -> None:
         remotes = Remotes(lambda _e: None)
