@@ -1,8 +1,10 @@
 """Start the Qt application, show the main window, then run the app on a qasync event loop.
 
-On Linux, before Qt starts, its X11 platform plugin is loaded once to see that the system libraries it
-needs are there: without one (``libxcb-cursor0`` is often missing) Qt aborts with a list of plugins and
-no word of which library it lacked. The app says which, and how to install it, instead.
+On Linux, before Qt starts, the app checks that there is a display to open the window on (over SSH there
+often is none, and Qt then aborts blaming a library that is installed), and loads Qt's X11 platform plugin
+once to see that the system libraries it needs are there: without one (``libxcb-cursor0`` is often
+missing) Qt aborts with a list of plugins and no word of which library it lacked. The app says which, and
+how to install it, instead.
 
 The window is built and painted before asyncio and qasync are imported (about 20 ms of imports): nothing
 it needs runs on the loop. What does (the bridge with the router and the local API, the single-instance
@@ -92,7 +94,7 @@ def check_x11_libraries(plugin: Path, environ: Mapping[str, str]) -> None:
         if missing is None:
             raise UnsupportedError(
                 f"The window cannot open: Qt's X11 support ({plugin.name}) does not load ({err}).",
-                "The command-line tools (lemon-desk --help) work without it.",
+                f"Without the window: {HEADLESS}",
             ) from None
         library = missing[1]
         stem, _, version = library.partition(".so")
@@ -102,12 +104,37 @@ def check_x11_libraries(plugin: Path, environ: Mapping[str, str]) -> None:
             f"The window cannot open: Qt's X11 support needs the system library {library}, which is "
             "not installed.",
             f"On Debian or Ubuntu: sudo apt install {package} (other systems name the package after "
-            "the library too). The command-line tools (lemon-desk --help) work without it.",
+            f"the library too). {HEADLESS}",
         ) from None
+
+
+HEADLESS = (
+    "The commands work without one: lemon-desk serve (the local API for other apps), "
+    "lemon-desk run MODEL (chat in the terminal), lemon-desk models, lemon-desk --help."
+)
+# Qt platforms that draw to no screen, so need no display.
+SCREENLESS = ("offscreen", "minimal", "minimalegl", "vnc", "vkkhrdisplay", "eglfs", "linuxfb")
+
+
+def check_display(environ: Mapping[str, str]) -> None:
+    """Refuse to start Qt on Linux when it has no display to open the window on: neither ``DISPLAY`` (X11)
+    nor ``WAYLAND_DISPLAY`` is set and no screenless platform is asked for (``QT_QPA_PLATFORM``)."""
+    platform = environ.get("QT_QPA_PLATFORM", "").split(":")[0]
+    if sys.platform != "linux" or platform in SCREENLESS:
+        return
+    both = ("DISPLAY", "WAYLAND_DISPLAY")
+    wanted = {"xcb": both[:1], "wayland": both[1:]}.get(platform, both)
+    if not any(environ.get(name) for name in wanted):
+        raise UnsupportedError(
+            f"The window cannot open: there is no display ({' and '.join(wanted)} not set; "
+            "started over SSH or from a service?).",
+            HEADLESS,
+        )
 
 
 def run_window() -> int:
     if QApplication.instance() is None:
+        check_display(os.environ)
         check_x11_libraries(x11_plugin(), os.environ)
     app = QApplication.instance() or QApplication(sys.argv)
     assert isinstance(app, QApplication)
