@@ -20,12 +20,12 @@ import tempfile
 from pathlib import Path
 
 from app.store.settings import Settings, save_settings
-from tests.support.llama import _package_bin, llama_server_dir, llama_venv, smollm_gguf
+from tests.support.llama import build_llama_server, fetch_smollm_gguf
 
 
 def llama_bench(gguf: Path, threads: int, p: int, n: int, r: int) -> tuple[float, float]:
-    server_dir = llama_server_dir(print)
-    binary = _package_bin(llama_venv()) / "llama-bench"
+    server_dir = build_llama_server(print)
+    binary = server_dir / "llama-bench"
     env = {**os.environ, "LD_LIBRARY_PATH": str(server_dir)}
     argv = [str(binary), "-m", str(gguf), "-t", str(threads), "-p", str(p), "-n", str(n), "-r", str(r)]
     done = subprocess.run([*argv, "-o", "json"], capture_output=True, text=True, env=env, check=True)
@@ -55,8 +55,8 @@ def main() -> None:
     parser.add_argument("-r", type=int, default=3)
     parser.add_argument("--rounds", type=int, default=2)
     args = parser.parse_args()
-    gguf = smollm_gguf(print)
-    server = llama_server_dir(print) / "llama-server"
+    gguf = fetch_smollm_gguf(print)
+    server = build_llama_server(print) / "llama-server"
     with tempfile.TemporaryDirectory() as tmp:
         home = Path(tmp)
         save_settings(Settings(llama_server_path=str(server)), home / "settings.json")

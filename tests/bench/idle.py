@@ -70,7 +70,7 @@ from app.store.library import Library
 from app.store.model_options import ModelOptions, save_model_options
 from app.store.settings import Settings, save_settings
 from tests.bench.startup import BARE_WINDOW
-from tests.support.llama import llama_server_dir, smollm_gguf
+from tests.support.llama import build_llama_server, fetch_smollm_gguf
 
 ROOT = Path(__file__).resolve().parents[2]
 MODEL = "user.smol"  # an imported model is in the user. namespace
@@ -365,7 +365,7 @@ def prepare_home(home: Path, server_dir: Path, model: Path) -> int:
 
 
 def bench(args: argparse.Namespace, tmp: Path) -> None:
-    server_dir, model = llama_server_dir(print), smollm_gguf(print)
+    server_dir, model = build_llama_server(print), fetch_smollm_gguf(print)
     os.environ["HF_HOME"] = str(tmp / "hf")
     os.environ["LD_LIBRARY_PATH"] = str(server_dir)
     env = {**os.environ, "QT_QPA_PLATFORM": os.environ.get("QT_QPA_PLATFORM", "offscreen")}

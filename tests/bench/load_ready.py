@@ -39,7 +39,7 @@ from app.core.launch import DEFAULT_CTX_SIZE
 from app.store.model_options import ModelOptions
 from app.store.settings import Settings
 from app.supervisor.router import Router
-from tests.support.llama import llama_server_dir, smollm_gguf
+from tests.support.llama import build_llama_server, fetch_smollm_gguf
 
 RAW_POLL_S = 0.01
 READY_TIMEOUT_S = 60.0
@@ -91,7 +91,7 @@ async def router_ready(router: Router, name: str) -> float:
 
 
 async def bench(rounds: int) -> None:
-    server_dir, gguf = llama_server_dir(print), smollm_gguf(print)
+    server_dir, gguf = build_llama_server(print), fetch_smollm_gguf(print)
     binary = server_dir / "llama-server"
     async with Router(Settings(llama_server_path=str(binary))) as router:
         name = router.library.import_path(gguf).name

@@ -24,7 +24,7 @@ from app.client.events import ChatDelta
 from app.core.launch import LaunchRequest
 from app.supervisor.engine import Engine
 from tests.bench.stream_overhead import Timing, compare, run_bench, timing
-from tests.support.mlx_env import mlx_python, tiny_mlx_model
+from tests.support.mlx_env import build_mlx, mlx_python
 from tests.support.mlx_model import SPECIAL
 
 
@@ -74,7 +74,8 @@ async def direct(engine: Engine, prompt: str, tokens: int) -> Timing:
 
 
 async def bench(rounds: int, tokens: int) -> None:
-    python, model = mlx_python(), tiny_mlx_model()
+    model = build_mlx(print)
+    python = mlx_python()
     request = LaunchRequest(
         "lemon-mlx", "mlx-lm", str(python), "", str(model), hf_hub_cache=str(model.parent)
     )

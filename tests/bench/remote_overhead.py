@@ -43,7 +43,7 @@ from app.store.settings import Settings, save_settings
 from app.supervisor.engine import Engine
 from tests.bench.serve_overhead import PROMPTS, Target, Timing, stream
 from tests.conftest import profile_path
-from tests.support.llama import llama_server_dir, smollm_gguf
+from tests.support.llama import build_llama_server, fetch_smollm_gguf
 from tests.support.serve import serving
 
 MODEL = "user.smol"
@@ -139,7 +139,7 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=200)
     parser.add_argument("--threads", type=int, default=0, help="engine threads (default: llama-server's)")
     args = parser.parse_args()
-    server_dir, model = llama_server_dir(print), smollm_gguf(print)
+    server_dir, model = build_llama_server(print), fetch_smollm_gguf(print)
     os.environ["LEMON_DESK_MOCK_HARDWARE"] = str(profile_path("cpu_only_x86"))
     os.environ["LD_LIBRARY_PATH"] = str(server_dir)
     with tempfile.TemporaryDirectory(prefix="lemon-desk-remote-bench-") as tmp:

@@ -34,7 +34,7 @@ from app.store.settings import Settings, save_settings
 from app.supervisor.process import free_port
 from app.supervisor.router import Router
 from tests.conftest import profile_path
-from tests.support.llama import llama_server_dir, smollm_gguf
+from tests.support.llama import build_llama_server, fetch_smollm_gguf
 
 MODEL = "user.smol"
 PROMPT = [{"role": "user", "content": "Write a long story about a lighthouse keeper."}]
@@ -51,10 +51,10 @@ async def decode_tps(router: Router, options: ModelOptions, tokens: int) -> floa
 
 
 async def measure(rounds: int, tokens: int, threads: int) -> None:
-    server = llama_server_dir(print) / "llama-server"
+    server = build_llama_server(print) / "llama-server"
     settings = Settings(llama_server_path=str(server))
     save_settings(settings)
-    Library(settings).import_path(smollm_gguf(print), name=MODEL)
+    Library(settings).import_path(fetch_smollm_gguf(print), name=MODEL)
     args = f"-t {threads} --ignore-eos"  # exactly ``tokens`` tokens each time
     local = ModelOptions(backend="system", ctx_size=2048, args=args, rpc="local")
     async with Router(settings) as router:

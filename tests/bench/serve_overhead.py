@@ -45,7 +45,7 @@ from app.store.library import Library
 from app.store.model_options import ModelOptions, save_model_options
 from app.store.settings import Settings, save_settings
 from tests.conftest import profile_path
-from tests.support.llama import llama_server_dir, smollm_gguf
+from tests.support.llama import build_llama_server, fetch_smollm_gguf
 
 MODEL = "user.smol"
 CTX = 8192
@@ -286,7 +286,7 @@ def main() -> None:
         "--threads", type=int, help="the engine's threads (default: llama-server's own, one per core)"
     )
     args = parser.parse_args()
-    server_dir, model = llama_server_dir(print), smollm_gguf(print)
+    server_dir, model = build_llama_server(print), fetch_smollm_gguf(print)
     with tempfile.TemporaryDirectory(prefix="lemon-desk-bench-") as home:
         # The API's state (settings, the imported model, its options) goes to a throwaway app folder.
         os.environ["LEMON_DESK_HOME"] = home

@@ -31,7 +31,7 @@ from app.core.hardware import hardware_from_json
 from app.core.launch import LaunchRequest
 from app.supervisor.engine import Engine
 from tests.conftest import profile_path
-from tests.support.llama import llama_server_dir, smollm_gguf
+from tests.support.llama import build_llama_server, fetch_smollm_gguf
 
 PROMPTS = [
     "Write a short poem about the sea.",
@@ -169,7 +169,7 @@ def run_bench(doc: str | None, make: Callable[[int, int], Awaitable[None]]) -> N
 
 
 async def bench(rounds: int, tokens: int) -> None:
-    server_dir, model = llama_server_dir(print), smollm_gguf(print)
+    server_dir, model = build_llama_server(print), fetch_smollm_gguf(print)
     request = LaunchRequest(
         "llamacpp", "cpu", str(server_dir / "llama-server"), str(server_dir), str(model), 2048
     )

@@ -23,7 +23,7 @@ from PySide6.QtWidgets import QApplication
 from app.core.chat import MessageState
 from app.store.settings import Settings, save_settings
 from app.ui.desktop import DesktopApp
-from tests.support.llama import llama_server_dir, smollm_gguf
+from tests.support.llama import build_llama_server, fetch_smollm_gguf
 
 NAME = "user.SmolLM2-135M-Instruct.Q4_1"
 
@@ -37,7 +37,7 @@ async def until(check: Callable[[], bool], timeout: float = 300.0) -> None:
 
 
 async def shoot(qapp: QApplication, out: Path) -> None:
-    save_settings(Settings(llama_server_path=str(llama_server_dir(print) / "llama-server")))
+    save_settings(Settings(llama_server_path=str(build_llama_server(print) / "llama-server")))
     app = DesktopApp(qapp)
     app.exit_app = lambda: None
     window = app.window
@@ -46,7 +46,7 @@ async def shoot(qapp: QApplication, out: Path) -> None:
     window.show()
     app.start()
     await until(lambda: app.bridge.info is not None)
-    app.bridge.import_model(str(smollm_gguf(print)))
+    app.bridge.import_model(str(fetch_smollm_gguf(print)))
     await until(lambda: window.models.row(NAME) is not None)
     app.bridge.load(NAME)
     await until(lambda: app.bridge.loaded() == [NAME])

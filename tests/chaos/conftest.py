@@ -74,4 +74,4 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
 
 # The release mirror and the real llama.cpp tarball it serves (cached across runs: tests/support/llama.py).
 from tests.gui.conftest import desktop, qt_loop  # noqa: E402, F401
-from tests.integration.conftest import llama_dir, mirror, release_tarball, say  # noqa: E402, F401
+from tests.integration.conftest import llama_dir, mirror, release_tarball  # noqa: E402, F401

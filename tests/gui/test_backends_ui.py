@@ -23,8 +23,7 @@ pytestmark = [
 ]
 KEY = BackendKey("llamacpp", "cpu")
 # The integration tests' fixtures: the real llama-server archive on a loopback release mirror.
-say, llama_dir, release_tarball, mirror = (
-    integration.say,
+llama_dir, release_tarball, mirror = (
     integration.llama_dir,
     integration.release_tarball,
     integration.mirror,

@@ -33,13 +33,13 @@ NAME = "user.SmolLM2-135M-Instruct.Q4_1"
 @pytest.fixture
 def engine_desktop(desktop: Callable[[], DesktopApp]) -> Callable[[], DesktopApp]:
     """The app with the real llama-server as its `system` backend."""
-    save_settings(Settings(llama_server_path=str(llama_server_dir(print) / "llama-server")))
+    save_settings(Settings(llama_server_path=str(llama_server_dir() / "llama-server")))
     return desktop
 
 
 def import_smollm(qtbot: QtBot, app: DesktopApp) -> None:
     with qtbot.waitSignal(app.bridge.model_added, timeout=30_000):
-        app.window.models.add(str(smollm_gguf(print)))  # what "Add model… > GGUF file…" does with a file
+        app.window.models.add(str(smollm_gguf()))  # what "Add model… > GGUF file…" does with a file
 
 
 def test_load_chat_stop_regenerate_and_restart_from_the_ui(

@@ -28,8 +28,7 @@ pytestmark = [
 ]
 # The integration tests' fixtures: the real llama-server archive on a loopback release mirror, and the
 # loopback Hub serving the real SmolLM2 GGUF.
-say, llama_dir, smol_gguf, release_tarball, mirror, hub = (
-    integration.say,
+llama_dir, smol_gguf, release_tarball, mirror, hub = (
     integration.llama_dir,
     integration.smol_gguf,
     integration.release_tarball,

@@ -184,7 +184,7 @@ def test_the_chat_goes_to_a_remote_model_and_a_remote_gone_is_said_once(
 def test_the_windows_chat_answers_through_a_real_serve_on_another_home(
     qtbot: QtBot, desktop: Desktop, tmp_path: Path, lemon_home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    server_dir, gguf = llama_server_dir(print), smollm_gguf(print)
+    server_dir, gguf = llama_server_dir(), smollm_gguf()
     home_b = tmp_path / "home-b"
     monkeypatch.setenv("LEMON_DESK_HOME", str(home_b))
     settings = Settings(llama_server_path=str(server_dir / "llama-server"))

