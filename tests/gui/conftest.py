@@ -10,10 +10,43 @@ from collections.abc import Callable, Iterator
 import pytest
 import qasync
 from PySide6.QtWidgets import QApplication
-from pytestqt.qtbot import QtBot
+from pytestqt.qtbot import QtBot, _WaitWidgetContextManager
+from pytestqt.wait_signal import CheckParamsCb, SignalBlocker
 
 from app.store.settings import settings_path
 from app.ui.desktop import DesktopApp
+
+# pytest-qt's waits give up after 5 s unless told otherwise. A wait is a deadline, not a timing: a state
+# that comes in half a second here may take five on a machine ten times slower, so an unbounded wait
+# (one that names no timeout) waits this long.
+WAIT_MS = 30_000
+
+
+class PatientQtBot(QtBot):
+    """qtbot with WAIT_MS as the default deadline of waitUntil, waitSignal and waitExposed."""
+
+    def waitUntil(self, callback: Callable[[], bool | None], *, timeout: int = WAIT_MS) -> None:
+        super().waitUntil(callback, timeout=timeout)
+
+    def waitSignal(
+        self,
+        signal: object,
+        *,
+        timeout: int = WAIT_MS,
+        raising: bool | None = None,
+        check_params_cb: CheckParamsCb | None = None,
+    ) -> SignalBlocker:
+        return super().waitSignal(signal, timeout=timeout, raising=raising, check_params_cb=check_params_cb)
+
+    def waitExposed(self, widget: object, *, timeout: int = WAIT_MS) -> _WaitWidgetContextManager:
+        return super().waitExposed(widget, timeout=timeout)
+
+
+@pytest.fixture
+def qtbot(qtbot: QtBot) -> QtBot:
+    """pytest-qt's qtbot (which also reports exceptions raised in Qt's callbacks), made patient."""
+    qtbot.__class__ = PatientQtBot
+    return qtbot
 
 
 @pytest.fixture(autouse=True)

@@ -383,4 +383,4 @@ def test_a_start_that_fails_is_explained_and_the_app_quits(
     assert box is not None and box.isVisible() and not app.started
     assert "Permission denied" in box.text() and f"Check that {lemon_home} is writable" in box.text()
     box.accept()
-    qtbot.waitUntil(lambda: app.finished, timeout=10_000)
+    qtbot.waitUntil(lambda: app.finished)

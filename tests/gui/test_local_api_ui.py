@@ -82,4 +82,4 @@ def test_a_request_through_the_api_shows_on_the_windows_telemetry(
     task = asyncio.ensure_future(ask())
     qtbot.waitUntil(task.done, timeout=60_000)
     assert answer[0].status_code == 200, answer[0].text
-    qtbot.waitUntil(lambda: app.window.telemetry.requests == before + 1, timeout=10_000)
+    qtbot.waitUntil(lambda: app.window.telemetry.requests == before + 1)

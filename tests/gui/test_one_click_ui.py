@@ -101,7 +101,7 @@ def test_the_first_run_welcome_goes_from_an_empty_home_to_an_answer_with_one_cli
     assert any(line.startswith("Starting the engine") for line in lines)
     assert not app.tray.welcome_action.isVisible()
     chat = window.chat
-    qtbot.waitUntil(chat.composer.hasFocus, timeout=5_000)  # the cursor is in the message box
+    qtbot.waitUntil(chat.composer.hasFocus)  # the cursor is in the message box
 
     chat.max_tokens.setValue(24)
     chat.composer.setPlainText(one_click.PROMPT)

@@ -7,8 +7,10 @@ import time
 from collections.abc import Callable
 
 
-async def until(condition: Callable[[], bool], timeout_s: float = 10.0) -> None:
-    """Wait for a state, looking each few milliseconds; fail after ``timeout_s``."""
+async def until(condition: Callable[[], bool], timeout_s: float = 60.0) -> None:
+    """Wait for a state, looking each few milliseconds; fail after ``timeout_s``: a deadline, not a
+    timing, long enough for a state that comes in a few seconds here to come on a machine ten times
+    slower."""
     deadline = time.monotonic() + timeout_s
     while not condition():
         if time.monotonic() > deadline:

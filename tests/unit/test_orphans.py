@@ -143,7 +143,7 @@ def test_an_engine_left_by_a_crashed_run_is_stopped_at_the_next_start(
         write_run_record(record_of(orphan, dead_pid()))
         write_run_record(record_of(ours, os.getpid(), app_started=psutil.Process().create_time()))
         Supervisor(standin_settings, resolve_model=Library(standin_settings).location)
-        assert orphan.wait(timeout=5) == 0  # the stand-in's answer to SIGTERM
+        assert orphan.wait(timeout=30) == 0  # the stand-in's answer to SIGTERM
         assert ours.poll() is None, "the engine of a running app was touched"
         assert [r.pid for r in load_run_records()] == [ours.pid]
     assert f"pid {orphan.pid}" in caplog.text and "left running by an earlier run" in caplog.text
@@ -158,7 +158,7 @@ def test_an_orphan_that_ignores_sigterm_gets_sigkill_after_the_grace(
         write_run_record(record_of(orphan, dead_pid()))
         stopped = stop_orphans(grace_s=0.5)
         assert [r.pid for r in stopped] == [orphan.pid]
-        assert orphan.wait(timeout=5) == -signal.SIGKILL
+        assert orphan.wait(timeout=30) == -signal.SIGKILL
 
 
 @pytest.mark.parametrize("reused", ["started", "exe"])
@@ -186,7 +186,7 @@ def test_the_reaper_exits_by_itself_when_its_engine_ends() -> None:
                 reaper.wait(timeout=0.7)  # it watches while both live
             engine.kill()
             engine.wait()
-            assert reaper.wait(timeout=3) == 0
+            assert reaper.wait(timeout=30) == 0
         finally:
             reaper.kill()
             reaper.wait()
@@ -234,8 +234,8 @@ def test_killing_the_app_leaves_no_engine(
         assert len(reapers) == (0 if pdeathsig else 1)
         app.kill()
         app.wait()
-        wait_until(lambda: gone(engine.pid, engine.started), 5, "the engine is gone")
-        wait_until(lambda: all(gone(*reaper) for reaper in reapers), 5, "the reaper is gone")
+        wait_until(lambda: gone(engine.pid, engine.started), 30, "the engine is gone")
+        wait_until(lambda: all(gone(*reaper) for reaper in reapers), 30, "the reaper is gone")
     finally:
         app.kill()
         app.wait()
