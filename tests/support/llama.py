@@ -24,6 +24,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+import time
 import zipfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -159,6 +160,7 @@ def build_llama_server(say: Say) -> Path:
 def run_logged(argv: list[str], log: Path, say: Say) -> None:
     """Run one build step with its output appended to ``log``, saying every half minute that it is alive
     (with cmake's ``[ NN%]`` where there is one); on failure, the log's last lines and where the rest is."""
+    started = time.monotonic()
     with log.open("a") as out, subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT) as proc:
         while True:
             try:
@@ -166,7 +168,8 @@ def run_logged(argv: list[str], log: Path, say: Say) -> None:
                 break
             except subprocess.TimeoutExpired:
                 done = re.findall(r"^\[ *(\d+)%\]", log.read_text(errors="replace")[-4000:], re.MULTILINE)
-                say(f"  still building{f' ({done[-1]}%)' if done else ''}")
+                far = f", {done[-1]}% done" if done else ""
+                say(f"  still building ({time.monotonic() - started:.0f} s{far})")
     if proc.returncode != 0:
         tail = log.read_text(errors="replace").splitlines()[-30:]
         raise BuildFailed(
