@@ -1,6 +1,6 @@
 """The local API: OpenAI-compatible under ``/v1/`` and Lemonade-compatible under ``/api/v1/`` (these
 and Lemonade's ``/v0/`` and ``/api/v0/`` serve every route, Anthropic's ``messages`` included; ``/live``
-is unprefixed), a front end over the router like the window and the CLI.
+is unprefixed; Ollama's ``/api/NAME`` too), a front end over the router like the window and the CLI.
 
     server = ApiServer(router, "127.0.0.1", 13305, api_key=None)
     await server.start()     # on the running loop: `lemon-desk serve`'s, or the window's
@@ -10,7 +10,8 @@ is unprefixed), a front end over the router like the window and the CLI.
 Modules: ``server`` (listening, key, size limit, error shape), ``openai`` (models and generation,
 passed through to the engines; ``engine_call`` is every dialect's one path to an engine),
 ``chat_events`` (an engine's chat stream read into events, for the other dialects), ``anthropic``
-(Anthropic's Messages API over those events), ``lemonade`` (management), ``options`` (recipe
+(Anthropic's Messages API over those events), ``ollama`` (Ollama's ``/api/NAME`` routes and ``/``),
+``codec`` (what those two share: a reply streamed or gathered), ``lemonade`` (management), ``options`` (recipe
 options in Lemonade's names), ``system`` (``system-info`` in Lemonade's shape), ``bodies`` (request
 checks), ``errors``.
 """

@@ -20,20 +20,15 @@ conflict with the loading policy 400, a failure behind the API 500 ``api_error``
 from __future__ import annotations
 
 import json
-import logging
 import secrets
-from collections.abc import AsyncGenerator
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from app.client.adapters import Route
-from app.core.errors import LemonDeskError
 from app.core.remotes import is_remote_model
 from app.supervisor.api.bodies import check_generation, optional, parse_object, required_str
 from app.supervisor.api.chat_events import (
     ChatEvent,
-    ChatReader,
     Finish,
     Finished,
     Reasoning,
@@ -41,13 +36,13 @@ from app.supervisor.api.chat_events import (
     ToolCallArguments,
     ToolCallStart,
 )
-from app.supervisor.api.errors import ApiError, bad_gateway, bad_request, from_app_error, server_failed
+from app.supervisor.api.codec import reply
+from app.supervisor.api.errors import ApiError, bad_gateway, bad_request
 from app.supervisor.api.openai import SSE_HEADERS, find_model
 
 if TYPE_CHECKING:
     from app.supervisor.api.openai import OpenAIRoutes
 
-log = logging.getLogger(__name__)
 
 PATHS = ("/messages", "/messages/count_tokens")
 # Anthropic's error types by the statuses it uses.
@@ -344,6 +339,9 @@ class _Message:
         self._open = None
         return _sse("content_block_stop", {"type": "content_block_stop", "index": len(self.blocks) - 1})
 
+    def error(self, error: ApiError) -> bytes:
+        return _sse("error", error_json(error))
+
     def finish(self, end: Finished) -> bytes:
         out = self._stop_block()
         delta = {"stop_reason": STOP_REASONS[end.reason], "stop_sequence": end.stop_sequence}
@@ -392,49 +390,12 @@ class AnthropicRoutes:
     async def messages(self, request: web.Request) -> web.StreamResponse:
         body = parse_object(await request.read())
         chat, stops = chat_body(body)
-        streamed = optional(body, "stream", "bool") is True
         message = _Message(chat["model"])
-        async with self.openai.engine_call(chat, Route.CHAT, "chat") as call:
-            reader = ChatReader(stops)
-            events = cast(AsyncGenerator[ChatEvent | None, None], self.openai.chat_events(call, reader))
-            try:
-                if streamed:
-                    return await self._stream(request, message, events, reader)
-                async for event in events:
-                    if event is not None:
-                        message.feed(event)
-            finally:
-                await events.aclose()
-        assert reader.finished is not None  # chat_events raises when a reply does not finish
-        return web.json_response(message.whole(reader.finished), headers=_request_id())
-
-    async def _stream(
-        self,
-        request: web.Request,
-        message: _Message,
-        events: AsyncGenerator[ChatEvent | None, None],
-        reader: ChatReader,
-    ) -> web.StreamResponse:
-        await anext(events)  # the engine accepted the request: its refusal keeps its own status
-        response = web.StreamResponse(headers={**SSE_HEADERS, **_request_id()})
-        await response.prepare(request)
-        await response.write(message.start())
-        try:
-            async for event in events:
-                if event is not None and (data := message.feed(event)):
-                    await response.write(data)
-            assert reader.finished is not None
-            await response.write(message.finish(reader.finished))
-        except LemonDeskError as err:
-            await response.write(_sse("error", error_json(from_app_error(err))))
-        except ApiError as err:
-            await response.write(_sse("error", error_json(err)))
-        except Exception:
-            # Our headers are out: an error response now would land inside the stream's body.
-            log.exception("the local API failed while passing on a Messages stream of %s", message.model)
-            await response.write(_sse("error", error_json(server_failed())))
-        await response.write_eof()
-        return response
+        headers = {**SSE_HEADERS, **_request_id()} if optional(body, "stream", "bool") else None
+        end = await reply(self.openai, request, chat, stops, message, headers)
+        if isinstance(end, web.StreamResponse):
+            return end
+        return web.json_response(message.whole(end), headers=_request_id())
 
     async def count_tokens(self, request: web.Request) -> web.Response:
         """The prompt's tokens as the engine counts them: its chat template applied (llama-server's

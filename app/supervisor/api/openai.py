@@ -301,7 +301,7 @@ class OpenAIRoutes:
             if call.streamed:
                 ends_with_done = route in (Route.CHAT, Route.COMPLETIONS)
                 return await self._stream(request, call.name, call.stream, call.watch, ends_with_done)
-            return await self._whole(call.name, call.stream, call.watch)
+            return web.Response(body=await self.read_whole(call), content_type="application/json")
 
     @contextlib.asynccontextmanager
     async def engine_call(self, body: dict[str, Any], route: Route, kind: str) -> AsyncIterator[EngineCall]:
@@ -375,20 +375,22 @@ class OpenAIRoutes:
                 f"{model.name} is a {label} model: it answers /{label} only.", "wrong_model_type"
             )
 
-    async def _whole(self, name: str, stream: AsyncGenerator[bytes, None], watch: _Watch) -> web.Response:
-        raw = await read_upto(stream, MAX_WHOLE_REPLY_BYTES)
+    async def read_whole(self, call: EngineCall) -> bytes:
+        """A whole (not streamed) reply, its figures fed to the telemetry; refused past the cap."""
+        raw = await read_upto(call.stream, MAX_WHOLE_REPLY_BYTES)
         if len(raw) > MAX_WHOLE_REPLY_BYTES:
             raise bad_gateway(
-                f"The reply of {name} went on past {MAX_WHOLE_REPLY_BYTES >> 20} MiB and was not passed on. "
-                "Ask for less at a time (fewer inputs, a shorter reply), or stream the reply.",
+                f"The reply of {call.name} went on past {MAX_WHOLE_REPLY_BYTES >> 20} MiB and was not passed "
+                "on. Ask for less at a time (fewer inputs, a shorter reply), or stream the reply.",
                 "reply_too_large",
             )
         # Its first token and its end arrive together: no decode speed is measured here, as in the chat's
         # whole replies (the engine's timings give it, when it sends them).
+        watch = call.watch
         watch.end = time.perf_counter()
         watch.first = watch.first or watch.end
         watch.whole(raw)
-        return web.Response(body=raw, content_type="application/json")
+        return raw
 
     async def _stream(
         self,

@@ -25,6 +25,8 @@ from app.supervisor.api.anthropic import AnthropicRoutes, is_anthropic_path
 from app.supervisor.api.anthropic import error_response as anthropic_error
 from app.supervisor.api.errors import AUTH, INVALID, NOT_FOUND, ApiError, from_app_error, server_failed
 from app.supervisor.api.lemonade import LemonadeRoutes
+from app.supervisor.api.ollama import OllamaRoutes, is_ollama_path
+from app.supervisor.api.ollama import error_response as ollama_error
 from app.supervisor.api.openai import OpenAIRoutes
 
 if TYPE_CHECKING:
@@ -54,6 +56,8 @@ def _json_error(request: web.Request, error: ApiError) -> web.Response:
     """The error in the shape of the dialect the request's route speaks (OpenAI's unless another)."""
     if is_anthropic_path(request.path):
         return anthropic_error(error)
+    if is_ollama_path(request.path):
+        return ollama_error(error)
     return web.json_response(error.body(), status=error.status)
 
 
@@ -126,6 +130,7 @@ class ApiServer:
             openai.add_to(app, prefix)
             lemonade.add_to(app, prefix)
             anthropic.add_to(app, prefix)
+        OllamaRoutes(openai).add_to(app)  # unprefixed: Ollama's /api/NAME has no version
         app.router.add_get("/live", _live)  # and HEAD: a liveness probe that does no work
         return app
 
