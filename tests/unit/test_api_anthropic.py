@@ -198,3 +198,65 @@ def test_hostile_bodies_get_a_4xx_in_anthropics_shape(standin_settings: Settings
     codes, health = run_api(standin_settings, body)
     assert all(400 <= c < 500 for c in codes), codes
     assert health == 200
+
+
+WEATHER = {"name": "weather", "arguments": '{"city": "Paris", "unit": "celsius"}'}
+WEATHER_TOOL = {
+    "name": "weather",
+    "description": "The weather in a city.",
+    "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}},
+}
+
+
+def test_a_tool_call_streams_as_a_tool_use_block_and_comes_whole_with_its_input(
+    standin_settings: Settings, tmp_path: Path
+) -> None:
+    async def body(router: Router, client: httpx.AsyncClient) -> tuple[bytes, dict[str, Any], dict[str, Any]]:
+        (name,) = models(router, tmp_path, "alpha", reply="Looking.", tool_call=WEATHER)
+        ask = {"model": name, "max_tokens": 50, "messages": HI, "tools": [WEATHER_TOOL]}
+        async with client.stream("POST", "/v1/messages", json={**ask, "stream": True}) as response:
+            raw = await response.aread()
+        whole = (await client.post("/v1/messages", json={**ask, "tool_choice": {"type": "any"}})).json()
+        # The round trip: the call and its result sent back, as a client does next.
+        answer = [
+            *HI,
+            {"role": "assistant", "content": whole["content"]},
+            {
+                "role": "user",
+                "content": [
+                    {
+                        "type": "tool_result",
+                        "tool_use_id": whole["content"][1]["id"],
+                        "content": "Sunny, 21 C",
+                    }
+                ],
+            },
+        ]
+        after = (await client.post("/v1/messages", json={**ask, "messages": answer})).json()
+        return raw, whole, after
+
+    raw, whole, after = run_api(standin_settings, body)
+    events = sse_events(raw)
+    starts = [data["content_block"] for name, data in events if name == "content_block_start"]
+    assert [b["type"] for b in starts] == ["text", "tool_use"]
+    assert starts[1] == {"type": "tool_use", "id": "call_standin", "name": "weather", "input": {}}
+    fragments = [
+        data["delta"]["partial_json"]
+        for name, data in events
+        if name == "content_block_delta" and data["delta"]["type"] == "input_json_delta"
+    ]
+    assert len(fragments) > 1 and "".join(fragments) == WEATHER["arguments"]
+    assert all(data["index"] == 1 for name, data in events if name == "content_block_delta" and data["index"])
+    assert [name for name, _ in events].count("content_block_stop") == 2
+    assert events[-2][1]["delta"]["stop_reason"] == "tool_use"
+    assert whole["stop_reason"] == "tool_use"
+    assert whole["content"] == [
+        {"type": "text", "text": "Looking."},
+        {
+            "type": "tool_use",
+            "id": "call_standin",
+            "name": "weather",
+            "input": {"city": "Paris", "unit": "celsius"},
+        },
+    ]
+    assert after["type"] == "message"  # the tool_use and tool_result blocks went to the engine as OpenAI's

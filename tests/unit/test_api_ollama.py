@@ -214,3 +214,29 @@ def test_hostile_bodies_get_a_4xx_in_ollamas_shape(standin_settings: Settings, t
 def test_keep_alive_zero_in_every_spelling_unloads(keep_alive: Any) -> None:
     assert keep_alive_unloads(keep_alive)
     assert not any(keep_alive_unloads(k) for k in ("5m", -1, None, False))
+
+
+def test_tool_calls_come_whole_in_stream_and_reply(standin_settings: Settings, tmp_path: Path) -> None:
+    call = {"name": "weather", "arguments": '{"city": "Paris"}'}
+    tool = {"type": "function", "function": {"name": "weather", "parameters": {"type": "object"}}}
+
+    async def body(router: Router, client: httpx.AsyncClient) -> tuple[list[Any], Any, Any]:
+        (name,) = models(router, tmp_path, "alpha", reply="Looking.", tool_call=call)
+        async with ollama_client(client) as api:
+            parts = [p async for p in await api.chat(model=name, messages=HI, tools=[tool], stream=True)]
+            whole = await api.chat(model=name, messages=HI, tools=[tool])
+            called = [*HI, whole.message.model_dump(exclude_none=True), {"role": "tool", "content": "Sunny"}]
+            after = await api.chat(model=name, messages=called, tools=[tool])
+        return parts, whole, after
+
+    parts, whole, after = run_api(standin_settings, body)
+    with_calls = [p for p in parts if p.message.tool_calls]
+    assert len(with_calls) == 1 and not with_calls[0].done
+    (streamed,) = with_calls[0].message.tool_calls or []
+    assert (streamed.function.name, streamed.function.arguments) == ("weather", {"city": "Paris"})
+    assert parts[-1].done and parts[-1].done_reason == "stop"
+    assert whole.message.content == "Looking."
+    assert [(c.function.name, c.function.arguments) for c in whole.message.tool_calls or []] == [
+        ("weather", {"city": "Paris"})
+    ]
+    assert after.done  # the call and its result went back to the engine as OpenAI's messages

@@ -418,7 +418,10 @@ class AnthropicRoutes:
             prompt = templated.get("prompt") if isinstance(templated, dict) else None
             if not isinstance(prompt, str):
                 raise bad_gateway("The engine did not apply its chat template.")
-            tokens = await client.post_json("/tokenize", {"content": prompt, "parse_special": True})
+            # As the chat path tokenizes a prompt: with the special tokens parsed and added.
+            tokens = await client.post_json(
+                "/tokenize", {"content": prompt, "add_special": True, "parse_special": True}
+            )
         counted = tokens.get("tokens") if isinstance(tokens, dict) else None
         if not isinstance(counted, list):
             raise bad_gateway("The engine did not tokenize the prompt.")
