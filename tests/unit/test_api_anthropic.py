@@ -13,6 +13,7 @@ import httpx
 
 from app.store.settings import Settings
 from app.supervisor.router import RequestFinished, RequestSource, Router, RouterEvent
+from tests.support.standin import control
 from tests.unit.test_api import models, run_api
 
 HI = [{"role": "user", "content": "hi"}]
@@ -260,3 +261,33 @@ def test_a_tool_call_streams_as_a_tool_use_block_and_comes_whole_with_its_input(
         },
     ]
     assert after["type"] == "message"  # the tool_use and tool_result blocks went to the engine as OpenAI's
+
+
+def test_an_engine_crash_mid_stream_ends_with_an_error_event_in_each_dialect(
+    standin_settings: Settings, tmp_path: Path
+) -> None:
+    async def body(router: Router, client: httpx.AsyncClient) -> tuple[list[str], list[str]]:
+        names = models(router, tmp_path, "fragile", "brittle", tokens=2000, token_delay_s=0.01)
+        ends = []
+        requests = [
+            ("/v1/messages", {"model": names[0], "max_tokens": 4000, "messages": HI, "stream": True}),
+            ("/api/chat", {"model": names[1], "messages": HI}),  # Ollama's: streamed unless told not to
+        ]
+        for name, (path, request) in zip(names, requests, strict=True):
+            lines: list[str] = []
+            async with client.stream("POST", path, json=request) as response:
+                async for line in response.aiter_lines():
+                    if len(lines) == 6:  # a few tokens in
+                        await control(router.supervisor.engines[name].base_url, "crash")
+                    if line:
+                        lines.append(line)
+            ends.append(lines)
+        return ends[0], ends[1]
+
+    anthropic_lines, ollama_lines = run_api(standin_settings, body)
+    assert anthropic_lines[-2] == "event: error"
+    error = json.loads(anthropic_lines[-1].removeprefix("data: "))
+    assert error["type"] == "error" and "crash" in error["error"]["message"]
+    assert "message_stop" not in "".join(anthropic_lines)
+    last = json.loads(ollama_lines[-1])
+    assert set(last) == {"error"} and "crash" in last["error"]
