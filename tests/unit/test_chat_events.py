@@ -128,3 +128,13 @@ def test_a_stream_that_never_finishes_has_no_end_and_garbage_is_a_502() -> None:
     with pytest.raises(ApiError) as raised:
         ChatReader().feed(b"data: {not json\n\n")
     assert raised.value.status == 502
+
+
+def test_a_reply_cut_at_a_stop_sequence_takes_its_figures_from_per_token_timings() -> None:
+    timings = {"cache_n": 3, "prompt_n": 8, "predicted_n": 2}
+    reader = ChatReader(stop=["three"])
+    read(
+        reader,
+        [event({"content": "one two "}, timings=timings), event({"content": "three"}, timings=timings)],
+    )
+    assert reader.finished == Finished(Finish.STOP_SEQUENCE, "three", 11, 2)

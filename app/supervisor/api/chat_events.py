@@ -9,7 +9,9 @@ Stop sequences are found here, not by the engine: an engine that stops on one st
 ``finish_reason: "stop"``, as it does at its end-of-sequence token, and Anthropic's ``stop_reason`` /
 ``stop_sequence`` and Ollama's ``done_reason`` must tell which. Text that could be the start of a stop
 sequence is held back until it is known not to be; a reply that meets one ends there (the caller closes
-the engine stream, which stops the generation) and its output tokens are the deltas counted.
+the engine stream, which stops the generation), before the engine's usage: its figures are then
+llama-server's per-token ``timings`` when it sends them (``timings_per_token``), else the deltas
+counted and no input tokens.
 """
 
 from __future__ import annotations
@@ -78,6 +80,7 @@ class ChatReader:
         self._held = ""  # text that may be the start of a stop sequence
         self._finish: Finish | None = None
         self._usage: dict[str, Any] = {}
+        self._timings: dict[str, Any] = {}  # llama-server's figures so far, when it sends them per token
         self._deltas = 0  # token-bearing deltas: the output tokens, when the engine's usage never comes
         self._tool_ids: dict[int, str] = {}
         self.finished: Finished | None = None
@@ -120,6 +123,8 @@ class ChatReader:
             raise _engine_error(payload["error"])
         if isinstance(payload.get("usage"), dict):
             self._usage = payload["usage"]
+        if isinstance(payload.get("timings"), dict):
+            self._timings = payload["timings"]
         choices = payload.get("choices")
         if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
             return
@@ -184,7 +189,11 @@ class ChatReader:
         prompt = _int(self._usage.get("prompt_tokens")) if self._usage else None
         completion = _int(self._usage.get("completion_tokens")) if self._usage else None
         if reason is Finish.STOP_SEQUENCE:
-            completion = None  # the engine's usage, if any came, was not the end of this reply
+            # The engine's usage never came; its timings so far count the prompt (cached and read) and
+            # the tokens made, the stop sequence's among them.
+            prompt_n, cache_n = _int(self._timings.get("prompt_n")), _int(self._timings.get("cache_n"))
+            prompt = prompt_n + (cache_n or 0) if prompt_n is not None else None
+            completion = _int(self._timings.get("predicted_n"))
         self.finished = Finished(reason, sequence, prompt or 0, completion or self._deltas)
 
 

@@ -52,6 +52,11 @@ async def reply(
     """Send ``chat`` (an OpenAI chat body, streamed) through the one chat path. With ``headers`` the
     reply is streamed through ``codec`` and the response given; without, the events are fed to
     ``codec`` and the end given, for the dialect to build its whole reply from."""
+    model = openai.router.library.models().get(chat["model"])
+    if stops and model is not None and model.recipe == "llamacpp":
+        # A reply cut at a stop sequence ends before the engine's usage: llama-server's figures come
+        # with every token instead (see chat_events).
+        chat["timings_per_token"] = True
     async with openai.engine_call(chat, Route.CHAT, "chat") as call:
         reader = ChatReader(stops)
         events = cast(AsyncGenerator[ChatEvent | None, None], openai.chat_events(call, reader))
