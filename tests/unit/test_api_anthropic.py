@@ -6,6 +6,7 @@ client on the real engine is in tests/integration/test_api_dialects.py."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -285,9 +286,12 @@ def test_an_engine_crash_mid_stream_ends_with_an_error_event_in_each_dialect(
         return ends[0], ends[1]
 
     anthropic_lines, ollama_lines = run_api(standin_settings, body)
+    # The engine's crash is named once the supervisor has seen the process go (on a loaded machine,
+    # after the stream broke): either way the reply is said to be cut short.
+    said = re.compile(r"crash|before finishing")
     assert anthropic_lines[-2] == "event: error"
     error = json.loads(anthropic_lines[-1].removeprefix("data: "))
-    assert error["type"] == "error" and "crash" in error["error"]["message"]
+    assert error["type"] == "error" and said.search(error["error"]["message"])
     assert "message_stop" not in "".join(anthropic_lines)
     last = json.loads(ollama_lines[-1])
-    assert set(last) == {"error"} and "crash" in last["error"]
+    assert set(last) == {"error"} and said.search(last["error"])
