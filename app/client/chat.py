@@ -385,6 +385,27 @@ class ChatClient:
             if observer:
                 observer.request_finished()
 
+    async def post_json(self, path: str, body: dict[str, Any]) -> Any:
+        """POST ``body`` to one of the engine's own routes (llama-server's ``/apply-template`` and
+        ``/tokenize``) and give its JSON answer; a refusal or an unreadable answer is a RequestError."""
+        import httpx
+
+        try:
+            async with self._http.stream(
+                "POST", path, json=body, headers=self._headers, timeout=self._request_timeout
+            ) as response:
+                answer = await read_answer(response)
+        except httpx.HTTPError as err:
+            raise await self._broken(
+                RequestError(f"The connection to the engine broke ({type(err).__name__}).")
+            ) from None
+        if response.status_code != 200:
+            raise _status_error(response.status_code, answer, response.reason_phrase)
+        try:
+            return json.loads(answer)
+        except (ValueError, RecursionError):
+            raise RequestError(f"The engine's answer to {path} is not JSON.") from None
+
     async def chat(self, messages: Messages, **params: Any) -> ChatReply:
         """One whole reply, without streaming, read up to ``MAX_ANSWER_BYTES``; gives up after
         ``request_timeout_s``."""

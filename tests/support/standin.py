@@ -22,7 +22,16 @@ from gguf import GGUFWriter
 ENGINE = Path(__file__).with_name("standin_engine.py")
 SIDECAR_SUFFIX = ".standin.json"
 BEHAVIOUR_KEYS = frozenset(
-    {"load_delay_s", "crash_on_load", "tokens", "token_delay_s", "prompt_delay_s", "reply", "http10"}
+    {
+        "load_delay_s",
+        "crash_on_load",
+        "tokens",
+        "token_delay_s",
+        "prompt_delay_s",
+        "reply",
+        "http10",
+        "tool_call",
+    }
 )
 CONTROLS = frozenset({"crash", "hang", "ignore_sigterm", "slow"})
 
@@ -49,7 +58,8 @@ def standin_binary(directory: Path, name: str = "llama-server") -> Path:
 
 def make_standin_model(directory: Path, name: str, **behaviour: Any) -> Path:
     """A tiny valid llama GGUF ``directory/name.gguf`` and its sidecar ``<path>.standin.json`` with
-    ``behaviour`` (keys: load_delay_s, crash_on_load, tokens, token_delay_s, prompt_delay_s, reply)."""
+    ``behaviour`` (keys: load_delay_s, crash_on_load, tokens, token_delay_s, prompt_delay_s, reply, http10,
+    tool_call)."""
     unknown = set(behaviour) - BEHAVIOUR_KEYS
     if unknown:
         raise TypeError(f"unknown stand-in behaviour {sorted(unknown)}; known: {sorted(BEHAVIOUR_KEYS)}")

@@ -19,6 +19,9 @@ llama-server checks. How it behaves comes from an optional sidecar ``<model path
     reply          the reply's text, sent a word at a time (overrides ``tokens``)
     http10         true: answer HTTP/1.0 and close every connection after its answer, as mlx-lm's
                    server (Python's http.server) does
+    tool_call      {"name": ..., "arguments": "JSON text"}: after its text, the reply calls that tool,
+                   streamed as llama-server streams one (an id and the name, then the arguments in
+                   pieces of 5 characters; finish_reason "tool_calls")
 
 Like llama-server, it keeps a connection open after a whole reply and closes it after a streamed one.
 Each request it answers is also logged as ``standin: METHOD PATH is request K on connection C``, so a
@@ -57,6 +60,7 @@ DEFAULTS: dict[str, Any] = {
     "prompt_delay_s": 0.0,
     "reply": None,
     "http10": False,
+    "tool_call": None,
 }
 CONTROL = "/__standin__/"
 PUBLIC = {"/health", "/v1/health", "/models", "/v1/models"}  # llama-server answers these without a key
@@ -297,6 +301,12 @@ class Handler(BaseHTTPRequestHandler):
             choice: dict[str, Any] = {"index": 0, "finish_reason": finish}
             if chat:
                 choice["message"] = {"role": "assistant", "content": text}
+                if call := s.behaviour["tool_call"]:
+                    function = {"name": call["name"], "arguments": call["arguments"]}
+                    choice["message"]["tool_calls"] = [
+                        {"id": "call_standin", "type": "function", "function": function}
+                    ]
+                    choice["finish_reason"] = "tool_calls"
             else:
                 choice["text"] = text
             self._json(
@@ -345,6 +355,18 @@ class Handler(BaseHTTPRequestHandler):
             for piece in pieces:
                 self._pause()
                 self._sse(chunk({"content": piece} if chat else piece, None))
+            if chat and (call := s.behaviour["tool_call"]):
+                start = {"index": 0, "id": "call_standin", "type": "function"}
+                self._sse(
+                    chunk(
+                        {"tool_calls": [{**start, "function": {"name": call["name"], "arguments": ""}}]}, None
+                    )
+                )
+                arguments = str(call["arguments"])
+                for at in range(0, len(arguments), 5):
+                    part = {"index": 0, "function": {"arguments": arguments[at : at + 5]}}
+                    self._sse(chunk({"tool_calls": [part]}, None))
+                finish = "tool_calls"
             predicted_ms = (time.perf_counter() - started) * 1000.0
             last = chunk({} if chat else "", finish)
             last["timings"] = _timings(prompt_n - cache_n, prompt_ms, len(pieces), predicted_ms, cache_n)

@@ -1,6 +1,6 @@
 """The local API: OpenAI-compatible under ``/v1/`` and Lemonade-compatible under ``/api/v1/`` (these
-and Lemonade's ``/v0/`` and ``/api/v0/`` serve every route; ``/live`` is unprefixed), a front end over
-the router like the window and the CLI.
+and Lemonade's ``/v0/`` and ``/api/v0/`` serve every route, Anthropic's ``messages`` included; ``/live``
+is unprefixed; Ollama's ``/api/NAME`` too), a front end over the router like the window and the CLI.
 
     server = ApiServer(router, "127.0.0.1", 13305, api_key=None)
     await server.start()     # on the running loop: `lemon-desk serve`'s, or the window's
@@ -8,8 +8,12 @@ the router like the window and the CLI.
     await server.stop()
 
 Modules: ``server`` (listening, key, size limit, error shape), ``openai`` (models and generation,
-passed through to the engines), ``lemonade`` (management), ``options`` (recipe options in Lemonade's
-names), ``system`` (``system-info`` in Lemonade's shape), ``bodies`` (request checks), ``errors``.
+passed through to the engines; ``engine_call`` is every dialect's one path to an engine),
+``chat_events`` (an engine's chat stream read into events, for the other dialects), ``anthropic``
+(Anthropic's Messages API over those events), ``ollama`` (Ollama's ``/api/NAME`` routes and ``/``),
+``codec`` (what those two share: a reply streamed or gathered), ``lemonade`` (management), ``options`` (recipe
+options in Lemonade's names), ``system`` (``system-info`` in Lemonade's shape), ``bodies`` (request
+checks), ``errors``.
 """
 
 from app.supervisor.api.server import DEFAULT_HOST, DEFAULT_PORT, ApiServer, check_exposure

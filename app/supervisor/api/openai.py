@@ -14,7 +14,8 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, AsyncIterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
 import aiohttp
@@ -28,6 +29,7 @@ from app.core.models import Model
 from app.core.remotes import is_remote_model, parse_remote_model
 from app.core.telemetry import ClientTimes, Telemetry, telemetry_from
 from app.supervisor.api.bodies import check_generation, parse_object, required_str
+from app.supervisor.api.chat_events import ChatEvent, ChatReader
 from app.supervisor.api.errors import (
     ApiError,
     bad_gateway,
@@ -205,6 +207,16 @@ class _Watch:
         )
 
 
+@dataclass(frozen=True)
+class EngineCall:
+    """One request on its way through ``OpenAIRoutes.engine_call``."""
+
+    name: str  # the model
+    streamed: bool  # the body asked for a stream
+    stream: AsyncGenerator[bytes, None]  # the engine's bytes (first b"": the engine accepted the request)
+    watch: _Watch  # its figures, for the telemetry
+
+
 class OpenAIRoutes:
     def __init__(self, router: Router) -> None:
         self.router = router
@@ -285,7 +297,17 @@ class OpenAIRoutes:
         return await self._generate(request, Route.RERANK, "reranking")
 
     async def _generate(self, request: web.Request, route: Route, kind: str) -> web.StreamResponse:
-        body = parse_object(await request.read())
+        async with self.engine_call(parse_object(await request.read()), route, kind) as call:
+            if call.streamed:
+                ends_with_done = route in (Route.CHAT, Route.COMPLETIONS)
+                return await self._stream(request, call.name, call.stream, call.watch, ends_with_done)
+            return web.Response(body=await self.read_whole(call), content_type="application/json")
+
+    @contextlib.asynccontextmanager
+    async def engine_call(self, body: dict[str, Any], route: Route, kind: str) -> AsyncIterator[EngineCall]:
+        """The one path of every dialect's generation: the body's model checked and routed to its engine
+        (loaded on demand under the router's policy; ``@NAME/MODEL`` to its remote), the body checked
+        and sent, and the reply's figures fed to the router's telemetry when it ends."""
         name = required_str(body, "model")
         if is_remote_model(name):
             check_remote(self.router, name)  # the remote checks the model's kind itself
@@ -301,20 +323,34 @@ class OpenAIRoutes:
             async with self.router.client(name) as client:
                 stream = cast(AsyncGenerator[bytes, None], client.forward_stream(route, body, self.relay()))
                 async with contextlib.aclosing(stream):
-                    if body.get("stream"):
-                        ends_with_done = route in (Route.CHAT, Route.COMPLETIONS)
-                        response = await self._stream(request, name, stream, watch, ends_with_done)
-                        if not is_remote_model(name):  # the engine closed the connection: open the next
-                            self._reconnect(client)
-                    else:
-                        response = await self._whole(name, stream, watch)
+                    yield EngineCall(name, bool(body.get("stream")), stream, watch)
+                    if body.get("stream") and not is_remote_model(name):
+                        self._reconnect(client)  # the engine closed the connection: open the next
             answered = True
         finally:
             # A client may hang up as soon as it has [DONE], before the engine's body has ended here
             # (aiohttp then cancels this handler): the reply was whole all the same, and counts.
             if answered or watch.done:
                 self._finished(name, watch)
-        return response
+
+    async def chat_events(self, call: EngineCall, reader: ChatReader) -> AsyncIterator[ChatEvent | None]:
+        """A streamed chat call read into the internal events (``app.supervisor.api.chat_events``) for
+        the other dialects: first None, once the engine has accepted the request (a dialect can answer
+        its headers then), then the events, until ``reader.finished``; a stream that ends without
+        finishing raises the reason (the engine's crash, when it crashed)."""
+        await anext(call.stream, b"")
+        yield None
+        with self.router.reply_streaming(call.name):
+            async for chunk in call.stream:
+                call.watch.feed(chunk)
+                for event in reader.feed(chunk):
+                    yield event
+                if reader.finished is not None:
+                    return  # at a stop sequence: the caller's closing the stream stops the engine
+            for event in reader.end():
+                yield event
+        if reader.finished is None:
+            raise await self._cut_short(call.name)
 
     def _reconnect(self, client: ChatClient) -> None:
         if client.base_url in self._closes_connections:
@@ -339,20 +375,22 @@ class OpenAIRoutes:
                 f"{model.name} is a {label} model: it answers /{label} only.", "wrong_model_type"
             )
 
-    async def _whole(self, name: str, stream: AsyncGenerator[bytes, None], watch: _Watch) -> web.Response:
-        raw = await read_upto(stream, MAX_WHOLE_REPLY_BYTES)
+    async def read_whole(self, call: EngineCall) -> bytes:
+        """A whole (not streamed) reply, its figures fed to the telemetry; refused past the cap."""
+        raw = await read_upto(call.stream, MAX_WHOLE_REPLY_BYTES)
         if len(raw) > MAX_WHOLE_REPLY_BYTES:
             raise bad_gateway(
-                f"The reply of {name} went on past {MAX_WHOLE_REPLY_BYTES >> 20} MiB and was not passed on. "
-                "Ask for less at a time (fewer inputs, a shorter reply), or stream the reply.",
+                f"The reply of {call.name} went on past {MAX_WHOLE_REPLY_BYTES >> 20} MiB and was not passed "
+                "on. Ask for less at a time (fewer inputs, a shorter reply), or stream the reply.",
                 "reply_too_large",
             )
         # Its first token and its end arrive together: no decode speed is measured here, as in the chat's
         # whole replies (the engine's timings give it, when it sends them).
+        watch = call.watch
         watch.end = time.perf_counter()
         watch.first = watch.first or watch.end
         watch.whole(raw)
-        return web.Response(body=raw, content_type="application/json")
+        return raw
 
     async def _stream(
         self,

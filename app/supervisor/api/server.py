@@ -21,8 +21,12 @@ from aiohttp import web
 
 from app.core.errors import ConfigError, LemonDeskError
 from app.core.net import is_loopback
+from app.supervisor.api.anthropic import AnthropicRoutes, is_anthropic_path
+from app.supervisor.api.anthropic import error_response as anthropic_error
 from app.supervisor.api.errors import AUTH, INVALID, NOT_FOUND, ApiError, from_app_error, server_failed
 from app.supervisor.api.lemonade import LemonadeRoutes
+from app.supervisor.api.ollama import OllamaRoutes, is_ollama_path
+from app.supervisor.api.ollama import error_response as ollama_error
 from app.supervisor.api.openai import OpenAIRoutes
 
 if TYPE_CHECKING:
@@ -48,7 +52,12 @@ def check_exposure(host: str, api_key: str | None) -> None:
         )
 
 
-def _json_error(error: ApiError) -> web.Response:
+def _json_error(request: web.Request, error: ApiError) -> web.Response:
+    """The error in the shape of the dialect the request's route speaks (OpenAI's unless another)."""
+    if is_anthropic_path(request.path):
+        return anthropic_error(error)
+    if is_ollama_path(request.path):
+        return ollama_error(error)
     return web.json_response(error.body(), status=error.status)
 
 
@@ -57,25 +66,27 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
     try:
         return await handler(request)
     except ApiError as err:
-        return _json_error(err)
+        return _json_error(request, err)
     except LemonDeskError as err:
-        return _json_error(from_app_error(err))
+        return _json_error(request, from_app_error(err))
     except web.HTTPRequestEntityTooLarge:
-        return _json_error(too_large())
+        return _json_error(request, too_large())
     except web.HTTPNotFound:
-        return _json_error(ApiError(404, f"There is no {request.path} here.", NOT_FOUND, "not_found"))
+        return _json_error(
+            request, ApiError(404, f"There is no {request.path} here.", NOT_FOUND, "not_found")
+        )
     except web.HTTPMethodNotAllowed as err:
         message = (
             f"{request.method} is not allowed on {request.path} (allowed: {', '.join(err.allowed_methods)})."
         )
-        return _json_error(ApiError(405, message, INVALID, "method_not_allowed"))
+        return _json_error(request, ApiError(405, message, INVALID, "method_not_allowed"))
     except web.HTTPException as err:
-        return _json_error(ApiError(err.status, err.reason, INVALID, None))
+        return _json_error(request, ApiError(err.status, err.reason, INVALID, None))
     except (ConnectionResetError, web.HTTPClientError):
         raise
     except Exception:
         log.exception("the local API failed on %s %s", request.method, request.path)
-        return _json_error(server_failed())
+        return _json_error(request, server_failed())
 
 
 async def _live(request: web.Request) -> web.Response:
@@ -113,21 +124,28 @@ class ApiServer:
     def _app(self) -> web.Application:
         app = web.Application(middlewares=[_errors, self._auth], client_max_size=MAX_BODY_BYTES)
         openai, lemonade = OpenAIRoutes(self.router), LemonadeRoutes(self.router)
+        anthropic = AnthropicRoutes(openai)
         app.on_cleanup.append(openai.close)
         for prefix in PREFIXES:
             openai.add_to(app, prefix)
             lemonade.add_to(app, prefix)
+            anthropic.add_to(app, prefix)
+        OllamaRoutes(openai).add_to(app)  # unprefixed: Ollama's /api/NAME has no version
         app.router.add_get("/live", _live)  # and HEAD: a liveness probe that does no work
         return app
 
     @web.middleware
     async def _auth(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         if self._key:
-            given = request.headers.get("Authorization", "")
-            scheme, _, token = given.partition(" ")
-            if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), self._key):
+            # OpenAI's clients send the key as a bearer token, Anthropic's as x-api-key: either will do.
+            scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+            given = token.strip() if scheme.lower() == "bearer" else request.headers.get("x-api-key", "")
+            if not hmac.compare_digest(given.encode(), self._key):
                 raise ApiError(
-                    401, "A valid API key is required (Authorization: Bearer KEY).", AUTH, "invalid_api_key"
+                    401,
+                    "A valid API key is required (Authorization: Bearer KEY, or x-api-key: KEY).",
+                    AUTH,
+                    "invalid_api_key",
                 )
         length = request.content_length
         if length is not None and length > MAX_BODY_BYTES:

@@ -1,0 +1,99 @@
+"""What the Anthropic and Ollama dialects share past the request: one call of the OpenAI chat path read
+as internal events (``chat_events``), written out by the dialect's ``Codec`` as a stream or gathered
+for a whole reply.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import AsyncGenerator
+from typing import TYPE_CHECKING, Any, Protocol, cast
+
+from aiohttp import web
+
+from app.client.adapters import Route
+from app.core.errors import LemonDeskError
+from app.supervisor.api.chat_events import ChatEvent, ChatReader, Finished
+from app.supervisor.api.errors import ApiError, from_app_error, server_failed
+
+if TYPE_CHECKING:
+    from app.supervisor.api.openai import OpenAIRoutes
+
+log = logging.getLogger(__name__)
+
+
+class Codec(Protocol):
+    def start(self) -> bytes:
+        """What a stream begins with, once the engine has accepted the request."""
+        ...
+
+    def feed(self, event: ChatEvent) -> bytes:
+        """Take one event; what to stream for it (b"": nothing yet)."""
+        ...
+
+    def finish(self, end: Finished) -> bytes:
+        """What a stream ends with."""
+        ...
+
+    def error(self, error: ApiError) -> bytes:
+        """A failure after the stream began, in the dialect's words."""
+        ...
+
+
+async def reply(
+    openai: OpenAIRoutes,
+    request: web.Request,
+    chat: dict[str, Any],
+    stops: list[str],
+    codec: Codec,
+    headers: dict[str, str] | None,
+) -> Finished | web.StreamResponse:
+    """Send ``chat`` (an OpenAI chat body, streamed) through the one chat path. With ``headers`` the
+    reply is streamed through ``codec`` and the response given; without, the events are fed to
+    ``codec`` and the end given, for the dialect to build its whole reply from."""
+    model = openai.router.library.models().get(chat["model"])
+    if stops and model is not None and model.recipe == "llamacpp":
+        # A reply cut at a stop sequence ends before the engine's usage: llama-server's figures come
+        # with every token instead (see chat_events).
+        chat["timings_per_token"] = True
+    async with openai.engine_call(chat, Route.CHAT, "chat") as call:
+        reader = ChatReader(stops)
+        events = cast(AsyncGenerator[ChatEvent | None, None], openai.chat_events(call, reader))
+        async with contextlib.aclosing(events):
+            if headers is not None:
+                return await _stream(request, headers, codec, events, reader)
+            async for event in events:
+                if event is not None:
+                    codec.feed(event)
+    assert reader.finished is not None  # chat_events raises when a reply does not finish
+    return reader.finished
+
+
+async def _stream(
+    request: web.Request,
+    headers: dict[str, str],
+    codec: Codec,
+    events: AsyncGenerator[ChatEvent | None, None],
+    reader: ChatReader,
+) -> web.StreamResponse:
+    await anext(events)  # the engine accepted the request: a refusal before this keeps its own status
+    response = web.StreamResponse(headers=headers)
+    await response.prepare(request)
+    try:
+        await response.write(codec.start())
+        async for event in events:
+            if event is not None and (data := codec.feed(event)):
+                await response.write(data)
+        assert reader.finished is not None
+        await response.write(codec.finish(reader.finished))
+    except LemonDeskError as err:
+        await response.write(codec.error(from_app_error(err)))
+    except ApiError as err:
+        await response.write(codec.error(err))
+    except Exception:
+        # Our headers are out: an error response now would land inside the stream's body.
+        log.exception("the local API failed while streaming a reply of %s", request.path)
+        await response.write(codec.error(server_failed()))
+    await response.write_eof()
+    return response

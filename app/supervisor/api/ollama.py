@@ -1,0 +1,525 @@
+"""Ollama's API under ``/api/`` (no version: ``/api/v0/`` and ``/api/v1/`` are Lemonade's), and ``GET /``
+and ``HEAD /`` answering "Ollama is running" as Ollama does, since clients probe them.
+
+``chat`` and ``generate`` are codecs over the OpenAI chat path (``OpenAIRoutes.engine_call`` and
+``chat_events``: the same routing, loading and telemetry as ``/v1/chat/completions``), streamed as
+NDJSON unless ``"stream": false``; ``embed`` and ``embeddings`` go through ``/v1/embeddings`` the same
+way. ``tags``, ``show``, ``ps`` and ``delete`` are router calls, ``version`` a constant.
+
+Names: Ollama's ``model:tag`` resolves to one of our models by ``resolve``: the name as given, else
+without a ``:latest`` tag, else the one model whose name matches it ignoring case. ``tags`` lists each
+model as ``NAME:latest``. Nothing else is guessed: another tag is a 404 that says to list the models.
+
+Errors take Ollama's shape, ``{"error": "..."}``, with our statuses; ``pull``, ``push``, ``create``,
+``copy`` and ``blobs`` are a 501 that says what to use instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import time
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import web
+
+from app.client.adapters import Route
+from app.core.models import Model
+from app.supervisor.api.bodies import optional, parse_object
+from app.supervisor.api.chat_events import (
+    ChatEvent,
+    Finish,
+    Finished,
+    Reasoning,
+    Text,
+    ToolCallArguments,
+    ToolCallStart,
+)
+from app.supervisor.api.codec import reply
+from app.supervisor.api.errors import (
+    NOT_FOUND,
+    ApiError,
+    bad_gateway,
+    bad_request,
+)
+from app.supervisor.api.openai import CREATED, context_length, launched_ctx_size
+
+if TYPE_CHECKING:
+    from app.supervisor.api.openai import OpenAIRoutes
+    from app.supervisor.router import ModelView
+
+# The Ollama API level served: clients gate features on /api/version (tools, thinking, /api/embed
+# arrived by 0.5), so it is the version whose API this module follows, not this app's own.
+OLLAMA_VERSION = "0.12.0"
+NDJSON = "application/x-ndjson"
+NOT_SERVED = {
+    "pull": "Download models with POST /api/v1/pull (Lemonade's route) or `lemon-desk pull`.",
+    "push": "This app publishes no models.",
+    "create": "Register a model with POST /api/v1/models/register or `lemon-desk import`.",
+    "copy": "Register the same checkpoint under another name with POST /api/v1/models/register.",
+    "blobs": "Register a model with POST /api/v1/models/register or `lemon-desk import`.",
+}
+# Ollama's options that have an OpenAI name; others (num_ctx among them: the model's own ctx_size
+# option decides its context) are ignored, as Ollama ignores what a model cannot use.
+OPTIONS = {
+    "temperature": "temperature",
+    "top_p": "top_p",
+    "top_k": "top_k",
+    "min_p": "min_p",
+    "seed": "seed",
+    "repeat_penalty": "repeat_penalty",
+    "presence_penalty": "presence_penalty",
+    "frequency_penalty": "frequency_penalty",
+}
+FAR_FUTURE = "2318-11-24T00:00:00Z"  # Ollama's expires_at for a model kept loaded for good
+IMAGE_MAGIC = {"iVBOR": "image/png", "/9j/": "image/jpeg", "R0lG": "image/gif", "UklGR": "image/webp"}
+
+
+def is_ollama_path(path: str) -> bool:
+    return path == "/" or (path.startswith("/api/") and not path.startswith(("/api/v0/", "/api/v1/")))
+
+
+def error_response(error: ApiError) -> web.Response:
+    return web.json_response({"error": error.message}, status=error.status)
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat().replace("+00:00", "Z")
+
+
+def _iso(unix: float) -> str:
+    return datetime.fromtimestamp(unix, UTC).isoformat().replace("+00:00", "Z")
+
+
+def _line(data: dict[str, Any]) -> bytes:
+    return json.dumps(data).encode() + b"\n"
+
+
+def _not_found(name: str) -> ApiError:
+    return ApiError(404, f"model '{name}' not found: GET /api/tags lists the models here.", NOT_FOUND)
+
+
+def _details(model: Model) -> dict[str, Any]:
+    return {
+        "parent_model": "",
+        "format": "gguf" if model.recipe == "llamacpp" else "safetensors",
+        "family": "",
+        "families": None,
+        "parameter_size": "",
+        "quantization_level": model.variant or "",
+    }
+
+
+def _digest(model: Model) -> str:
+    """A stable id for the model (its name and checkpoint): Ollama's is its manifest's, which we lack."""
+    return hashlib.sha256(f"{model.name}\0{model.checkpoint}".encode()).hexdigest()
+
+
+def _capabilities(model: Model) -> list[str]:
+    labels = set(model.labels)
+    found = ["embedding"] if "embeddings" in labels else [] if "reranking" in labels else ["completion"]
+    if "vision" in labels or model.mmproj:
+        found.append("vision")
+    if "tool-calling" in labels:
+        found.append("tools")
+    if "reasoning" in labels:
+        found.append("thinking")
+    return found
+
+
+def _image_part(data: Any, where: str) -> dict[str, Any]:
+    if not isinstance(data, str) or not data:
+        raise bad_request(f"'{where}' must be base64 image data.")
+    media = next((m for magic, m in IMAGE_MAGIC.items() if data.startswith(magic)), "image/jpeg")
+    return {"type": "image_url", "image_url": {"url": f"data:{media};base64,{data}"}}
+
+
+def _user_content(text: str, images: Any, where: str) -> str | list[dict[str, Any]]:
+    if images is None:
+        return text
+    if not isinstance(images, list):
+        raise bad_request(f"'{where}.images' must be a list of base64 images.")
+    parts = [_image_part(image, f"{where}.images[{i}]") for i, image in enumerate(images)]
+    return [{"type": "text", "text": text}, *parts] if text else parts
+
+
+def _tool_calls(calls: Any, where: str) -> list[dict[str, Any]]:
+    if not isinstance(calls, list):
+        raise bad_request(f"'{where}.tool_calls' must be a list.")
+    out = []
+    for i, call in enumerate(calls):
+        function = call.get("function") if isinstance(call, dict) else None
+        if not isinstance(function, dict) or not isinstance(function.get("name"), str):
+            raise bad_request(f"'{where}.tool_calls[{i}]' must hold a function with a name.")
+        arguments = function.get("arguments", {})
+        text = arguments if isinstance(arguments, str) else json.dumps(arguments)
+        call_id = call.get("id") if isinstance(call.get("id"), str) else f"call_{i}"
+        out.append(
+            {"id": call_id, "type": "function", "function": {"name": function["name"], "arguments": text}}
+        )
+    return out
+
+
+def _messages(raw: Any) -> list[dict[str, Any]]:
+    if raw is None:
+        return []
+    if not isinstance(raw, list):
+        raise bad_request("'messages' must be a list of message objects.")
+    out = []
+    for i, message in enumerate(raw):
+        where = f"messages[{i}]"
+        if not isinstance(message, dict) or not isinstance(message.get("role"), str):
+            raise bad_request(f"'{where}' must be an object with a 'role'.")
+        content = message.get("content") or ""
+        if not isinstance(content, str):
+            raise bad_request(f"'{where}.content' must be a string.")
+        role = message["role"]
+        converted: dict[str, Any] = {
+            "role": role,
+            "content": _user_content(content, message.get("images"), where),
+        }
+        if message.get("tool_calls") is not None:
+            converted["tool_calls"] = _tool_calls(message["tool_calls"], where)
+        if role == "tool" and isinstance(message.get("tool_call_id"), str):
+            converted["tool_call_id"] = message["tool_call_id"]
+        out.append(converted)
+    return out
+
+
+def _sampling(body: dict[str, Any], chat: dict[str, Any]) -> list[str]:
+    """``options``, ``format``, ``tools`` and ``think`` into the OpenAI body; gives the stop sequences."""
+    options = optional(body, "options", "object") or {}
+    for ours, theirs in OPTIONS.items():
+        if options.get(ours) is not None:
+            chat[theirs] = options[ours]
+    limit = options.get("num_predict")
+    if limit is not None:
+        if not isinstance(limit, int) or isinstance(limit, bool):
+            raise bad_request("'options.num_predict' must be a whole number.")
+        if limit >= 0:  # -1 (no limit) and -2 (fill the context) are the engine's own default
+            chat["max_tokens"] = limit
+    stops = options.get("stop") or []
+    if isinstance(stops, str):
+        stops = [stops]
+    if not isinstance(stops, list) or not all(isinstance(s, str) for s in stops):
+        raise bad_request("'options.stop' must be a list of strings.")
+    fmt = body.get("format")
+    if fmt == "json":
+        chat["response_format"] = {"type": "json_object"}
+    elif isinstance(fmt, dict):
+        chat["response_format"] = {"type": "json_schema", "json_schema": {"name": "format", "schema": fmt}}
+    elif fmt not in (None, ""):
+        raise bad_request("'format' must be \"json\" or a JSON schema.")
+    if body.get("tools") is not None:
+        chat["tools"] = optional(body, "tools", "list")
+    think = body.get("think")
+    if think is not None:
+        chat["chat_template_kwargs"] = {"enable_thinking": think not in (False, "false", "none")}
+    return stops
+
+
+def keep_alive_unloads(keep_alive: Any) -> bool:
+    """Ollama's ``keep_alive`` of 0 ("0", "0s", "0m"): unload the model once the reply is done."""
+    if isinstance(keep_alive, int | float) and not isinstance(keep_alive, bool):
+        return keep_alive == 0
+    return isinstance(keep_alive, str) and keep_alive.strip() in ("0", "0s", "0m", "0h")
+
+
+class _Reply:
+    """A chat or generate reply built from the internal events: Ollama's NDJSON lines, or its whole
+    object. Tool calls come whole, as Ollama sends them: each once its arguments are complete."""
+
+    def __init__(self, model: str, chat: bool, sent: float) -> None:
+        self.model = model
+        self.chat = chat
+        self.sent = sent
+        self.first: float | None = None
+        self.text: list[str] = []
+        self.thinking: list[str] = []
+        self.calls: list[tuple[str, list[str]]] = []  # (name, argument fragments) by index
+
+    def feed(self, event: ChatEvent) -> bytes:
+        self.first = self.first or time.perf_counter()
+        if isinstance(event, Text):
+            self.text.append(event.text)
+            return _line(self._piece(content=event.text))
+        if isinstance(event, Reasoning):
+            self.thinking.append(event.text)
+            return _line(self._piece(thinking=event.text))
+        if isinstance(event, ToolCallStart):
+            self.calls.append((event.name, []))
+        elif isinstance(event, ToolCallArguments) and self.calls:
+            self.calls[-1][1].append(event.fragment)
+        return b""
+
+    def _piece(self, content: str = "", thinking: str = "", **extra: Any) -> dict[str, Any]:
+        data: dict[str, Any] = {"model": self.model, "created_at": _now()}
+        if self.chat:
+            message: dict[str, Any] = {"role": "assistant", "content": content}
+            if thinking:
+                message["thinking"] = thinking
+            if extra.get("tool_calls"):
+                message["tool_calls"] = extra.pop("tool_calls")
+            data["message"] = message
+        else:
+            data["response"] = content
+            if thinking:
+                data["thinking"] = thinking
+        data["done"] = False
+        return {**data, **extra}
+
+    def _tool_calls(self) -> list[dict[str, Any]]:
+        out = []
+        for index, (name, fragments) in enumerate(self.calls):
+            raw = "".join(fragments)
+            try:
+                arguments = json.loads(raw) if raw.strip() else {}
+            except (ValueError, RecursionError):
+                arguments = None
+            if not isinstance(arguments, dict):
+                raise bad_gateway(
+                    f"The model called the tool {name!r} with arguments that are not a JSON object."
+                )
+            out.append({"function": {"index": index, "name": name, "arguments": arguments}})
+        return out
+
+    def _figures(self, end: Finished) -> dict[str, Any]:
+        now = time.perf_counter()
+        first = self.first or now
+        return {
+            "done": True,
+            "done_reason": "length" if end.reason is Finish.LENGTH else "stop",
+            "total_duration": int((now - self.sent) * 1e9),
+            "load_duration": 0,
+            "prompt_eval_count": end.input_tokens,
+            "prompt_eval_duration": int((first - self.sent) * 1e9),
+            "eval_count": end.output_tokens,
+            "eval_duration": int((now - first) * 1e9),
+        }
+
+    def start(self) -> bytes:
+        return b""
+
+    def error(self, error: ApiError) -> bytes:
+        return _line({"error": error.message})
+
+    def finish(self, end: Finished) -> bytes:
+        calls = self._tool_calls()
+        lines = _line(self._piece(tool_calls=calls)) if calls else b""
+        return lines + _line(self._piece(**self._figures(end)))
+
+    def whole(self, end: Finished) -> dict[str, Any]:
+        figures = self._figures(end)
+        return self._piece(
+            "".join(self.text), "".join(self.thinking), tool_calls=self._tool_calls(), **figures
+        )
+
+
+class OllamaRoutes:
+    def __init__(self, openai: OpenAIRoutes) -> None:
+        self.openai = openai
+        self.router = openai.router
+
+    def add_to(self, app: web.Application) -> None:
+        app.router.add_get("/", self.running)  # and HEAD
+        app.router.add_get("/api/version", self.version)
+        app.router.add_get("/api/tags", self.tags)
+        app.router.add_get("/api/ps", self.ps)
+        app.router.add_post("/api/show", self.show)
+        app.router.add_post("/api/chat", self.chat)
+        app.router.add_post("/api/generate", self.generate)
+        app.router.add_post("/api/embed", self.embed)
+        app.router.add_post("/api/embeddings", self.embeddings)
+        app.router.add_delete("/api/delete", self.delete)
+        for name in ("pull", "push", "create", "copy"):
+            app.router.add_post(f"/api/{name}", self.not_served)
+        app.router.add_route("*", "/api/blobs/{digest}", self.not_served)
+
+    def resolve(self, given: Any) -> Model:
+        """Our model for an Ollama name (the rule is the module's docstring's)."""
+        if not isinstance(given, str) or not given:
+            raise bad_request("'model' must name a model.")
+        models = self.router.library.models()
+        base = given.removesuffix(":latest")
+        for name in (given, base):
+            if name in models:
+                return models[name]
+        same = [m for n, m in models.items() if n.lower() == base.lower()]
+        if len(same) == 1:
+            return same[0]
+        raise _not_found(given)
+
+    async def _body(self, request: web.Request) -> dict[str, Any]:
+        return parse_object(await request.read())
+
+    # --- state ----------------------------------------------------------------------------------------
+
+    async def running(self, request: web.Request) -> web.Response:
+        return web.Response(text="Ollama is running")
+
+    async def version(self, request: web.Request) -> web.Response:
+        return web.json_response({"version": OLLAMA_VERSION})
+
+    async def tags(self, request: web.Request) -> web.Response:
+        views = await asyncio.to_thread(self.router.statuses)
+        return web.json_response({"models": [self._tag(v) for v in views if v.on_disk]})
+
+    def _tag(self, view: ModelView) -> dict[str, Any]:
+        model = view.model
+        return {
+            "name": f"{model.name}:latest",
+            "model": f"{model.name}:latest",
+            "modified_at": _iso(CREATED),
+            "size": view.size_bytes,
+            "digest": _digest(model),
+            "details": _details(model),
+        }
+
+    async def ps(self, request: web.Request) -> web.Response:
+        router = self.router
+        minutes = router.settings.idle_unload_minutes
+        out = []
+        for name in router.loaded():
+            view = await asyncio.to_thread(router.status, name)
+            used = router.last_used(name)
+            keeps = minutes <= 0 or router.pinned(name) or used is None
+            out.append(
+                {
+                    **self._tag(view),
+                    "expires_at": FAR_FUTURE if keeps else _iso((used or 0) + minutes * 60),
+                    "size_vram": sum(v for k, v in view.memory.items() if k.lower() != "cpu"),
+                    "context_length": launched_ctx_size(router.supervisor.engines[name]),
+                }
+            )
+        return web.json_response({"models": out})
+
+    async def show(self, request: web.Request) -> web.Response:
+        body = await self._body(request)
+        model = self.resolve(body.get("model") or body.get("name"))
+        context = context_length(self.router, model)
+        info: dict[str, Any] = {"general.architecture": "", "general.basename": model.name}
+        if context is not None:
+            info["general.context_length"] = context
+        return web.json_response(
+            {
+                "license": "",
+                "modelfile": f"# Served by Lemon Desk\nFROM {model.checkpoint}\n",
+                "parameters": "",
+                "template": "",  # the engine applies the model's own chat template
+                "details": _details(model),
+                "model_info": info,
+                "capabilities": _capabilities(model),
+                "modified_at": _iso(CREATED),
+            }
+        )
+
+    async def delete(self, request: web.Request) -> web.Response:
+        body = await self._body(request)
+        model = self.resolve(body.get("model") or body.get("name"))
+        await self.router.delete(model.name)
+        return web.Response()
+
+    async def not_served(self, request: web.Request) -> web.Response:
+        what = request.path.split("/")[2]
+        raise ApiError(501, f"/api/{what} is not served here. {NOT_SERVED[what]}", "not_implemented")
+
+    # --- generation -----------------------------------------------------------------------------------
+
+    async def chat(self, request: web.Request) -> web.StreamResponse:
+        body = await self._body(request)
+        model = self.resolve(body.get("model"))
+        messages = _messages(body.get("messages"))
+        if not messages:
+            return await self._load_or_unload(body, model, chat=True)
+        return await self._generate(request, body, model, {"messages": messages}, as_chat=True)
+
+    async def generate(self, request: web.Request) -> web.StreamResponse:
+        body = await self._body(request)
+        model = self.resolve(body.get("model"))
+        for field in ("suffix", "template", "raw", "context"):
+            if body.get(field) not in (None, "", False, []):
+                raise ApiError(
+                    501,
+                    f"'{field}' is not served: the engine applies the model's chat template to the prompt.",
+                    "not_implemented",
+                )
+        prompt = optional(body, "prompt", "str") or ""
+        system = optional(body, "system", "str")
+        if not prompt and body.get("images") is None:
+            return await self._load_or_unload(body, model, chat=False)
+        messages: list[dict[str, Any]] = [{"role": "system", "content": system}] if system else []
+        messages.append({"role": "user", "content": _user_content(prompt, body.get("images"), "images")})
+        return await self._generate(request, body, model, {"messages": messages}, as_chat=False)
+
+    async def _load_or_unload(self, body: dict[str, Any], model: Model, *, chat: bool) -> web.Response:
+        """Ollama's way to load a model (a request with nothing to answer) or to unload one (the same
+        with ``keep_alive`` 0)."""
+        if keep_alive_unloads(body.get("keep_alive")):
+            if model.name in self.router.supervisor.engines:
+                await self.router.unload(model.name)
+            reason = "unload"
+        else:
+            await self.router.ensure_loaded(model.name)
+            reason = "load"
+        data: dict[str, Any] = {"model": body["model"], "created_at": _now()}
+        data.update({"message": {"role": "assistant", "content": ""}} if chat else {"response": ""})
+        return web.json_response({**data, "done": True, "done_reason": reason})
+
+    async def _generate(
+        self, request: web.Request, body: dict[str, Any], model: Model, chat: dict[str, Any], *, as_chat: bool
+    ) -> web.StreamResponse:
+        chat["model"] = model.name
+        stops = _sampling(body, chat)
+        chat.update(stream=True, stream_options={"include_usage": True})
+        built = _Reply(str(body["model"]), as_chat, time.perf_counter())
+        headers = {"Content-Type": NDJSON} if optional(body, "stream", "bool") is not False else None
+        end = await reply(self.openai, request, chat, stops, built, headers)
+        response = end if isinstance(end, web.StreamResponse) else web.json_response(built.whole(end))
+        if keep_alive_unloads(body.get("keep_alive")) and not self.router.pinned(model.name):
+            await self.router.unload(model.name)
+        return response
+
+    # --- embeddings -----------------------------------------------------------------------------------
+
+    async def embed(self, request: web.Request) -> web.Response:
+        body = await self._body(request)
+        model = self.resolve(body.get("model"))
+        started = time.perf_counter()
+        data, usage = await self._embeddings(model, body.get("input"), body.get("dimensions"))
+        return web.json_response(
+            {
+                "model": body["model"],
+                "embeddings": data,
+                "total_duration": int((time.perf_counter() - started) * 1e9),
+                "load_duration": 0,
+                "prompt_eval_count": usage,
+            }
+        )
+
+    async def embeddings(self, request: web.Request) -> web.Response:
+        """The older route: one ``prompt``, one ``embedding``."""
+        body = await self._body(request)
+        model = self.resolve(body.get("model"))
+        prompt = optional(body, "prompt", "str")
+        if not prompt:
+            return web.json_response({"embedding": []})
+        data, _ = await self._embeddings(model, prompt, None)
+        return web.json_response({"embedding": data[0]})
+
+    async def _embeddings(self, model: Model, given: Any, dimensions: Any) -> tuple[list[Any], int]:
+        """The engine's embeddings of ``given`` (a string or a list of them), and the tokens they took."""
+        body: dict[str, Any] = {"model": model.name, "input": given}
+        if dimensions is not None:
+            body["dimensions"] = dimensions
+        async with self.openai.engine_call(body, Route.EMBEDDINGS, "embeddings") as call:
+            raw = await self.openai.read_whole(call)
+        try:
+            payload = json.loads(raw)
+            data = [item["embedding"] for item in sorted(payload["data"], key=lambda d: d["index"])]
+        except (ValueError, KeyError, TypeError, RecursionError):
+            raise bad_gateway(f"The engine of {model.name} sent embeddings that cannot be read.") from None
+        usage = payload.get("usage") if isinstance(payload.get("usage"), dict) else {}
+        tokens = usage.get("prompt_tokens")
+        return data, tokens if isinstance(tokens, int) else 0

@@ -1,0 +1,242 @@
+"""Ollama's API against the stand-in engine (a real child process that answers like llama-server), with
+the official `ollama` client and raw httpx: list, show, ps, chat and generate streamed and whole,
+options, keep_alive 0, delete, the name rule, 501s, every error in Ollama's shape, hostile bodies, and
+that Ollama's routes and Lemonade's /api/v1/ ones do not collide. The real engine is in
+tests/integration/test_api_dialects.py."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import ollama
+import pytest
+
+from app.store.settings import Settings
+from app.supervisor.api.ollama import keep_alive_unloads
+from app.supervisor.router import RequestFinished, RequestSource, Router, RouterEvent
+from tests.unit.test_api import models, run_api
+
+HI = [{"role": "user", "content": "hi"}]
+
+
+@contextlib.asynccontextmanager
+async def ollama_client(client: httpx.AsyncClient) -> AsyncIterator[ollama.AsyncClient]:
+    """The official client for the server ``client`` talks to (it has __aexit__ but no __aenter__)."""
+    api = ollama.AsyncClient(host=str(client.base_url), timeout=30)
+    try:
+        yield api
+    finally:
+        await api.close()
+
+
+def test_list_show_ps_chat_generate_and_delete_with_the_ollama_client(
+    standin_settings: Settings, tmp_path: Path
+) -> None:
+    async def body(router: Router, client: httpx.AsyncClient) -> dict[str, Any]:
+        (name,) = models(router, tmp_path, "alpha", tokens=4)
+        seen: list[RouterEvent] = []
+        router.subscribe(seen.append)
+        async with ollama_client(client) as api:
+            got: dict[str, Any] = {"listed": [m.model for m in (await api.list()).models]}
+            shown = await api.show(f"{name}:latest")
+            got["shown"] = (shown.capabilities, shown.details.format if shown.details else None)
+            got["ps before"] = [m.model for m in (await api.ps()).models]
+            pieces = [part async for part in await api.chat(model=name, messages=HI, stream=True)]
+            got["streamed"] = "".join(p.message.content or "" for p in pieces)
+            got["last"] = (pieces[-1].done, pieces[-1].done_reason, pieces[-1].eval_count)
+            whole = await api.chat(model=f"{name}:latest", messages=HI, options={"num_predict": 2})
+            got["whole"] = (
+                whole.message.content,
+                whole.done_reason,
+                whole.eval_count,
+                whole.prompt_eval_count,
+            )
+            generated = await api.generate(model=name, prompt="say it", system="briefly")
+            got["generated"] = (generated.response, generated.done_reason)
+            got["ps after"] = [m.model for m in (await api.ps()).models]
+            got["telemetry"] = [f.source for f in seen if isinstance(f, RequestFinished)]
+            got["deleted"] = (await api.delete(name)).status
+            got["listed after"] = [m.model for m in (await api.list()).models]
+            return got
+
+    got = run_api(standin_settings, body)
+    listed = got["listed"]
+    assert len(listed) == 1 and listed[0].endswith(":latest")
+    assert got["shown"] == (["completion"], "gguf")
+    assert got["ps before"] == []
+    assert got["streamed"] == "tok0 tok1 tok2 tok3 "
+    assert got["last"] == (True, "stop", 4)
+    assert got["whole"] == ("tok0 tok1 ", "length", 2, 1)  # the stand-in counts a prompt's words
+    assert got["generated"] == ("tok0 tok1 tok2 tok3 ", "stop")
+    assert got["ps after"] == listed
+    assert got["telemetry"] == [RequestSource.API] * 3
+    assert got["deleted"] == "success" and got["listed after"] == []
+
+
+def test_stop_options_keep_alive_zero_and_a_load_request(standin_settings: Settings, tmp_path: Path) -> None:
+    async def body(router: Router, client: httpx.AsyncClient) -> dict[str, Any]:
+        (name,) = models(router, tmp_path, "alpha", reply="one two three four five")
+        async with ollama_client(client) as api:
+            got: dict[str, Any] = {}
+            stopped = await api.chat(model=name, messages=HI, options={"stop": ["three"], "temperature": 0})
+            got["stopped"] = (stopped.message.content, stopped.done_reason)
+            got["loaded after chat"] = router.loaded()
+            unload = await api.generate(model=name, keep_alive=0)
+            got["unload"] = (unload.done_reason, router.loaded())
+            load = await api.generate(model=name)
+            got["load"] = (load.done_reason, router.loaded())
+            await api.chat(model=name, messages=HI, keep_alive="0s")
+            got["after keep_alive 0"] = router.loaded()
+            return got
+
+    got = run_api(standin_settings, body)
+    assert got["stopped"] == ("one two ", "stop")
+    assert len(got["loaded after chat"]) == 1
+    assert got["unload"] == ("unload", [])
+    assert got["load"] == ("load", got["loaded after chat"])
+    assert got["after keep_alive 0"] == []
+
+
+def test_root_version_and_the_name_rule(standin_settings: Settings, tmp_path: Path) -> None:
+    async def body(router: Router, client: httpx.AsyncClient) -> dict[str, Any]:
+        (name,) = models(router, tmp_path, "Alpha")
+        async with ollama_client(client) as api:
+            got: dict[str, Any] = {
+                "root": ((r := await client.get("/")).status_code, r.text),
+                "head": (await client.head("/")).status_code,
+                "version": (await client.get("/api/version")).json(),
+            }
+            for given in (name, f"{name}:latest", name.lower(), f"{name}:7b"):
+                try:
+                    got[given] = (await api.show(given)).capabilities
+                except ollama.ResponseError as err:
+                    got[given] = err.status_code
+            return got
+
+    got = run_api(standin_settings, body)
+    assert got.pop("root") == (200, "Ollama is running")
+    assert got.pop("head") == 200
+    assert set(got.pop("version")) == {"version"}
+    assert list(got.values()) == [["completion"], ["completion"], ["completion"], 404]
+
+
+def test_errors_have_ollamas_shape_and_nothing_collides(standin_settings: Settings, tmp_path: Path) -> None:
+    async def body(router: Router, client: httpx.AsyncClient) -> dict[str, Any]:
+        (name,) = models(router, tmp_path, "alpha")
+        async with ollama_client(client) as api:
+            got: dict[str, Any] = {}
+            for call in ("chat", "generate"):
+                try:
+                    await getattr(api, call)(
+                        model="nope", **({"messages": HI} if call == "chat" else {"prompt": "x"})
+                    )
+                except ollama.ResponseError as err:
+                    got[call] = (err.status_code, "not found" in err.error)
+            for path, method in (
+                ("/api/pull", "POST"),
+                ("/api/create", "POST"),
+                ("/api/blobs/sha256:00", "HEAD"),
+                ("/api/nothing", "GET"),
+                ("/api/chat", "GET"),
+            ):
+                response = await client.request(method, path)
+                error = response.json()["error"] if method != "HEAD" else None
+                assert method == "HEAD" or isinstance(error, str), response.text
+                got[path] = response.status_code
+            response = await client.post("/api/generate", json={"model": name, "prompt": "x", "raw": True})
+            got["raw"] = (response.status_code, response.json()["error"])
+            # Lemonade's /api/v1/ keeps OpenAI's shape; Ollama's unprefixed names are Ollama's.
+            got["v1 unknown"] = set((await client.get("/api/v1/nothing")).json()["error"])
+            got["v1 models"] = (await client.get("/api/v1/models")).json()["object"]
+            got["v1 delete"] = (await client.post("/api/v1/delete", json={"model_name": "nope"})).status_code
+            got["ollama delete"] = (
+                await client.request("DELETE", "/api/delete", json={"model": "nope"})
+            ).status_code
+            return got
+
+    got = run_api(standin_settings, body)
+    assert got["chat"] == got["generate"] == (404, True)
+    assert got["/api/pull"] == got["/api/create"] == got["/api/blobs/sha256:00"] == 501
+    assert got["/api/nothing"] == 404 and got["/api/chat"] == 405
+    assert got["raw"][0] == 501 and "raw" in got["raw"][1]
+    assert got["v1 unknown"] == {"message", "type", "code"}
+    assert got["v1 models"] == "list"
+    assert got["v1 delete"] == got["ollama delete"] == 404
+
+
+def test_hostile_bodies_get_a_4xx_in_ollamas_shape(standin_settings: Settings, tmp_path: Path) -> None:
+    async def body(router: Router, client: httpx.AsyncClient) -> tuple[list[int], int]:
+        (name,) = models(router, tmp_path, "alpha")
+        hostile: list[bytes] = [
+            b"\xff\xfe\x00garbage",
+            b"[" * 100_000 + b"]" * 100_000,
+            json.dumps({"model": ["x"]}).encode(),
+            json.dumps({"model": "../../etc/passwd"}).encode(),
+            json.dumps({"model": name, "messages": "hi", "prompt": 5}).encode(),
+            json.dumps({"model": name, "messages": [{"role": 5}], "prompt": "x", "images": "x"}).encode(),
+            json.dumps(
+                {"model": name, "messages": [{"role": "user", "content": [1]}], "prompt": "x", "images": [5]}
+            ).encode(),
+            json.dumps({"model": name, "messages": HI, "prompt": "x", "options": []}).encode(),
+            json.dumps(
+                {"model": name, "messages": HI, "prompt": "x", "options": {"num_predict": "x"}}
+            ).encode(),
+            json.dumps({"model": name, "messages": HI, "prompt": "x", "options": {"stop": [1]}}).encode(),
+            json.dumps(
+                {"model": name, "messages": HI, "prompt": "x", "options": {"temperature": "hot"}}
+            ).encode(),
+            json.dumps({"model": name, "messages": HI, "prompt": "x", "format": 5}).encode(),
+            json.dumps({"model": name, "messages": HI, "prompt": "x", "stream": "yes"}).encode(),
+            json.dumps({"model": name, "messages": HI, "prompt": "x", "tools": {}}).encode(),
+            json.dumps({"model": name, "messages": 5, "input": {}, "prompt": 5}).encode(),
+        ]
+        codes = []
+        for i, raw in enumerate(hostile):
+            paths = ["/api/chat", "/api/generate", "/api/embed", "/api/embeddings"]
+            for path in paths + ["/api/show"] * (i < 4):  # show reads the model's name only
+                response = await client.post(path, content=raw)
+                assert isinstance(response.json()["error"], str), (path, raw[:80], response.text)
+                assert "Traceback" not in response.text
+                codes.append(response.status_code)
+        return codes, (await client.get("/api/v1/health")).status_code
+
+    codes, health = run_api(standin_settings, body)
+    assert all(400 <= c < 500 for c in codes), codes
+    assert health == 200
+
+
+@pytest.mark.parametrize("keep_alive", [0, "0", "0s", "0m"])
+def test_keep_alive_zero_in_every_spelling_unloads(keep_alive: Any) -> None:
+    assert keep_alive_unloads(keep_alive)
+    assert not any(keep_alive_unloads(k) for k in ("5m", -1, None, False))
+
+
+def test_tool_calls_come_whole_in_stream_and_reply(standin_settings: Settings, tmp_path: Path) -> None:
+    call = {"name": "weather", "arguments": '{"city": "Paris"}'}
+    tool = {"type": "function", "function": {"name": "weather", "parameters": {"type": "object"}}}
+
+    async def body(router: Router, client: httpx.AsyncClient) -> tuple[list[Any], Any, Any]:
+        (name,) = models(router, tmp_path, "alpha", reply="Looking.", tool_call=call)
+        async with ollama_client(client) as api:
+            parts = [p async for p in await api.chat(model=name, messages=HI, tools=[tool], stream=True)]
+            whole = await api.chat(model=name, messages=HI, tools=[tool])
+            called = [*HI, whole.message.model_dump(exclude_none=True), {"role": "tool", "content": "Sunny"}]
+            after = await api.chat(model=name, messages=called, tools=[tool])
+        return parts, whole, after
+
+    parts, whole, after = run_api(standin_settings, body)
+    with_calls = [p for p in parts if p.message.tool_calls]
+    assert len(with_calls) == 1 and not with_calls[0].done
+    (streamed,) = with_calls[0].message.tool_calls or []
+    assert (streamed.function.name, streamed.function.arguments) == ("weather", {"city": "Paris"})
+    assert parts[-1].done and parts[-1].done_reason == "stop"
+    assert whole.message.content == "Looking."
+    assert [(c.function.name, c.function.arguments) for c in whole.message.tool_calls or []] == [
+        ("weather", {"city": "Paris"})
+    ]
+    assert after.done  # the call and its result went back to the engine as OpenAI's messages
