@@ -52,12 +52,20 @@ class EngineAdapter(Protocol):
         """A fresh splitter for one stream, or None to pass deltas through untouched."""
         ...
 
+    def finish_reason(self, said: str | None, body: dict[str, Any], completion_tokens: int) -> str | None:
+        """Why the reply ended, given what the engine ``said``, the adapted request ``body`` and the
+        tokens the reply took: the engine's word, corrected where it is known to be wrong."""
+        ...
+
 
 class LlamaCppAdapter:
     """llama-server speaks OpenAI's API and streams ``reasoning_content`` itself: nothing to adapt."""
 
     def check(self, route: Route, stream: bool) -> None:
         return None
+
+    def finish_reason(self, said: str | None, body: dict[str, Any], completion_tokens: int) -> str | None:
+        return said
 
     def adapt_body(self, body: dict[str, Any], route: Route = Route.CHAT) -> dict[str, Any]:
         return body
@@ -146,6 +154,15 @@ class LemonMlxAdapter:
 
     def splitter(self) -> DeltaSplitter | None:
         return ThinkDeltaSplitter()
+
+    def finish_reason(self, said: str | None, body: dict[str, Any], completion_tokens: int) -> str | None:
+        # lemon-mlx-engine (b1050-stable) decides "length" by counting the text pieces it sent, not
+        # the tokens: a token that decodes to no text (the first byte of a two-byte character) makes
+        # it say "stop" for a reply the limit cut. Its own token count shows the limit was reached.
+        limit = body.get("max_tokens")
+        if said == "stop" and type(limit) is int and 0 < limit <= completion_tokens:
+            return "length"
+        return said
 
     def _one_prompt(self, prompt: Any) -> str:
         if isinstance(prompt, list) and len(prompt) == 1:

@@ -299,9 +299,9 @@ class ChatClient:
         for delta in stream.flush():
             yield delta
         done = stream.result(time.perf_counter())
-        if self._telemetry:
-            done = ChatDone(done.finish_reason, await self._telemetry.refine(done.telemetry))
-        yield done
+        telemetry = await self._telemetry.refine(done.telemetry) if self._telemetry else done.telemetry
+        finish = self._adapter.finish_reason(done.finish_reason, body, telemetry.completion_tokens)
+        yield ChatDone(finish, telemetry)
 
     async def reconnect(self, relay: aiohttp.ClientSession) -> bool:
         """Leave an open connection to the engine in ``relay``'s pool for the next request. llama-server
@@ -433,4 +433,6 @@ class ChatClient:
         telemetry = telemetry_from(times, payload.get("timings"), payload.get("usage"))
         if self._telemetry:
             telemetry = await self._telemetry.refine(telemetry)
-        return ChatReply(content, reasoning, _text(choice.get("finish_reason")) or None, telemetry)
+        said = _text(choice.get("finish_reason")) or None
+        finish = self._adapter.finish_reason(said, body, telemetry.completion_tokens)
+        return ChatReply(content, reasoning, finish, telemetry)

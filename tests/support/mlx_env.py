@@ -1,5 +1,6 @@
-"""A real MLX engine for tests: a cached venv with the pinned ``mlx[cpu]`` + ``mlx-lm``, and the tiny
-model of ``mlx_model.py``, both kept under ``platformdirs.user_cache_dir("lemon-desk-tests")``.
+"""A real MLX engine for tests: a cached venv with the pinned ``mlx[cpu]`` + ``mlx-lm``, the tiny
+model of ``mlx_model.py`` and the Qwen3-shaped one of ``qwen3_model.py``, all kept under
+``platformdirs.user_cache_dir("lemon-desk-tests")``.
 
 The first run pays a pip install (seconds from a warm pip cache); later runs reuse the folders. Each
 is built beside its final place and renamed into it, so an interrupted build is never reused.
@@ -20,6 +21,7 @@ from app.store.catalog import load_backend_versions
 
 HERE = Path(__file__).parent
 MODEL_VERSION = "1"  # bump when mlx_model.py changes
+QWEN3_MODEL_VERSION = "1"  # bump when qwen3_model.py changes
 
 
 def cache_root() -> Path:
@@ -70,3 +72,13 @@ def tiny_mlx_model() -> Path:
         subprocess.run([str(python), str(HERE / "mlx_model.py"), str(folder)], check=True)
 
     return _build_once(cache_root() / f"tiny-mlx-model-v{MODEL_VERSION}", build)
+
+
+def qwen3_mlx_model() -> Path:
+    """The tiny Qwen3-shaped model folder whose reply is known (its ``reply.json``)."""
+    python = mlx_python()
+
+    def build(folder: Path) -> None:
+        subprocess.run([str(python), str(HERE / "qwen3_model.py"), str(folder)], check=True)
+
+    return _build_once(cache_root() / f"qwen3-mlx-model-v{QWEN3_MODEL_VERSION}", build)
