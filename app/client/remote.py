@@ -70,6 +70,9 @@ class RemoteAdapter:
     def splitter(self) -> DeltaSplitter | None:
         return None
 
+    def stops(self, body: dict[str, Any]) -> tuple[str, ...]:
+        return ()
+
     def finish_reason(self, said: str | None, body: dict[str, Any], completion_tokens: int) -> str | None:
         return said
 

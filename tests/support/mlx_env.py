@@ -74,11 +74,14 @@ def tiny_mlx_model() -> Path:
     return _build_once(cache_root() / f"tiny-mlx-model-v{MODEL_VERSION}", build)
 
 
-def qwen3_mlx_model() -> Path:
-    """The tiny Qwen3-shaped model folder whose reply is known (its ``reply.json``)."""
+def qwen3_mlx_model(endless: bool = False) -> Path:
+    """The tiny Qwen3-shaped model folder whose reply is known (its ``reply.json``); ``endless``: the
+    variant whose reply goes on until the token limit."""
     python = mlx_python()
+    flags = ["--endless"] if endless else []
 
     def build(folder: Path) -> None:
-        subprocess.run([str(python), str(HERE / "qwen3_model.py"), str(folder)], check=True)
+        subprocess.run([str(python), str(HERE / "qwen3_model.py"), str(folder), *flags], check=True)
 
-    return _build_once(cache_root() / f"qwen3-mlx-model-v{QWEN3_MODEL_VERSION}", build)
+    kind = "-endless" if endless else ""
+    return _build_once(cache_root() / f"qwen3{kind}-mlx-model-v{QWEN3_MODEL_VERSION}", build)

@@ -5,8 +5,9 @@ lemon-mlx-engine b1050-stable serves qwen3-shaped models (a llama-shaped one mak
 docs/lemon-mlx-engine.md), and a known reply lets a test check what the app did with it (the
 ``<think>`` split, a stop string, a limit cut inside a two-byte character). Made with the ``mlx`` and
 ``tokenizers`` packages, nothing downloaded; run it with a Python that has both (the cached mlx-lm test
-venv): ``python tests/support/qwen3_model.py OUT_DIR``. It writes ``reply.json`` beside the model: the
-reply's tokens as the engine counts them, for the tests.
+venv): ``python tests/support/qwen3_model.py OUT_DIR [--endless]``. It writes ``reply.json`` beside the
+model: the reply's tokens as the engine counts them, for the tests. ``--endless`` makes a model whose
+reply never ends (after its last token it goes on from its second), for benchmarks of long replies.
 
 How the weights make the reply: every token's embedding is nearly orthogonal to the others, the
 attention and MLP outputs are kept tiny, so the last hidden state is (almost) the last token's own
@@ -86,7 +87,7 @@ def _tokenizer(out: Path) -> tuple[int, list[int], int]:
     return int(tok.get_vocab_size()), reply, int(tok.token_to_id("<|im_end|>"))
 
 
-def _weights(out: Path, vocab: int, reply: list[int], eos: int) -> None:
+def _weights(out: Path, vocab: int, reply: list[int], eos: int, endless: bool) -> None:
     import mlx.core as mx
 
     mx.random.seed(0)
@@ -101,13 +102,14 @@ def _weights(out: Path, vocab: int, reply: list[int], eos: int) -> None:
     routing[mx.array(reply)] = -4.0
     embed[:, 0] = routing
     # The head: each reply token's logit row is the previous reply token's embedding (without the
-    # routing dimension), the first one's the routing dimension, the end token follows the last.
+    # routing dimension), the first one's the routing dimension; the end token follows the last (or,
+    # endless, the second token: the first is the routing dimension's alone).
     head = mx.zeros((vocab, HIDDEN))
-    follows = [*reply[1:], eos]
+    follows = [*reply[1:], reply[1] if endless else eos]
     for before, after in zip(reply, follows, strict=True):
         row = embed[before]
         row[0] = 0.0
-        head[after] = row
+        head[after] = head[after] + row
     head[reply[0], 0] = 16.0
     tensors = {
         "model.embed_tokens.weight": embed,
@@ -130,7 +132,7 @@ def _weights(out: Path, vocab: int, reply: list[int], eos: int) -> None:
     mx.save_safetensors(str(out / "model.safetensors"), tensors, metadata={"format": "mlx"})
 
 
-def write_model(out: Path) -> Path:
+def write_model(out: Path, endless: bool = False) -> Path:
     """Write the model into ``out`` (created) and return it."""
     out.mkdir(parents=True, exist_ok=True)
     vocab, reply, eos = _tokenizer(out)
@@ -152,9 +154,9 @@ def write_model(out: Path) -> Path:
         "eos_token_id": eos,
     }
     (out / "config.json").write_text(json.dumps(config, indent=2))
-    _weights(out, vocab, reply, eos)
+    _weights(out, vocab, reply, eos, endless)
     return out
 
 
 if __name__ == "__main__":
-    write_model(Path(sys.argv[1]))
+    write_model(Path(sys.argv[1]), endless="--endless" in sys.argv[2:])
