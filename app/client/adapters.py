@@ -1,10 +1,13 @@
 """Per-engine request adaptation: the one seam where engines that differ from OpenAI's API are bent into it.
 
 An adapter says which requests its engine cannot answer (``check``), may rewrite the request body
-(``adapt_body``), and may re-split the streamed deltas (``splitter``). llama.cpp needs none of it.
-lemon-mlx (and mlx-lm serving the same recipe) ignores ``max_completion_tokens``, rejects a bare-string
-``stop`` and content given as parts, does not stream ``/v1/completions``, has no Responses or
-embeddings route, and puts its reasoning inside ``content`` as ``<think>...</think>``.
+(``adapt_body``), may re-split the streamed deltas (``splitter``), names the stop strings the client
+must apply itself (``stops``) and corrects a misreported finish reason (``finish_reason``). llama.cpp
+needs none of it. lemon-mlx (and mlx-lm serving the same recipe) ignores ``max_completion_tokens``,
+rejects a bare-string ``stop`` and content given as parts, does not stream ``/v1/completions``, has no
+Responses or embeddings route, and puts its reasoning inside ``content`` as ``<think>...</think>``;
+lemon-mlx-engine b1050-stable also applies no ``stop`` at all and says "stop" for some replies its
+``max_tokens`` cut (docs/lemon-mlx-engine.md).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from typing import Any, Protocol
 from app.client.events import ChatDelta
 from app.core.errors import RequestError, UnsupportedRequestError
 from app.core.reasoning import ThinkSplitter
+from app.core.stops import stop_strings
 
 IMAGE_PARTS = frozenset({"image_url", "input_image", "image"})
 
@@ -52,12 +56,28 @@ class EngineAdapter(Protocol):
         """A fresh splitter for one stream, or None to pass deltas through untouched."""
         ...
 
+    def stops(self, body: dict[str, Any]) -> tuple[str, ...]:
+        """The stop strings of the adapted request ``body`` that the client must apply itself (the
+        engine takes them but does not act on them)."""
+        ...
+
+    def finish_reason(self, said: str | None, body: dict[str, Any], completion_tokens: int) -> str | None:
+        """Why the reply ended, given what the engine ``said``, the adapted request ``body`` and the
+        tokens the reply took: the engine's word, corrected where it is known to be wrong."""
+        ...
+
 
 class LlamaCppAdapter:
     """llama-server speaks OpenAI's API and streams ``reasoning_content`` itself: nothing to adapt."""
 
     def check(self, route: Route, stream: bool) -> None:
         return None
+
+    def stops(self, body: dict[str, Any]) -> tuple[str, ...]:
+        return ()
+
+    def finish_reason(self, said: str | None, body: dict[str, Any], completion_tokens: int) -> str | None:
+        return said
 
     def adapt_body(self, body: dict[str, Any], route: Route = Route.CHAT) -> dict[str, Any]:
         return body
@@ -146,6 +166,19 @@ class LemonMlxAdapter:
 
     def splitter(self) -> DeltaSplitter | None:
         return ThinkDeltaSplitter()
+
+    def stops(self, body: dict[str, Any]) -> tuple[str, ...]:
+        # lemon-mlx-engine (b1050-stable) parses "stop" (refusing a bare string) and never uses it.
+        return stop_strings(body.get("stop"))
+
+    def finish_reason(self, said: str | None, body: dict[str, Any], completion_tokens: int) -> str | None:
+        # lemon-mlx-engine (b1050-stable) decides "length" by counting the text pieces it sent, not
+        # the tokens: a token that decodes to no text (the first byte of a two-byte character) makes
+        # it say "stop" for a reply the limit cut. Its own token count shows the limit was reached.
+        limit = body.get("max_tokens")
+        if said == "stop" and type(limit) is int and 0 < limit <= completion_tokens:
+            return "length"
+        return said
 
     def _one_prompt(self, prompt: Any) -> str:
         if isinstance(prompt, list) and len(prompt) == 1:

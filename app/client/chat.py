@@ -12,15 +12,17 @@ import functools
 import json
 import ssl
 import time
-from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Iterator, Sequence
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from app.client.adapters import DeltaSplitter, EngineAdapter, LlamaCppAdapter, Route, sse_error
 from app.client.capped import read_upto
 from app.client.events import ChatDelta, ChatDone, ChatEvent, ChatReply
 from app.client.sse import EventTooLarge, SSEEvent, SSEParser
+from app.client.stop_relay import StreamStops, cut_whole
 from app.core.errors import LemonDeskError, RequestError, UnsupportedRequestError
+from app.core.stops import StopCutter, cut_at_stop
 from app.core.telemetry import ClientTimes, Telemetry, telemetry_from
 
 if TYPE_CHECKING:
@@ -114,8 +116,9 @@ async def read_answer(response: httpx.Response) -> bytes:
 class _Stream:
     """One streamed reply being read: its deltas, finish reason, engine timings and client times."""
 
-    def __init__(self, splitter: DeltaSplitter | None) -> None:
+    def __init__(self, splitter: DeltaSplitter | None, stops: tuple[str, ...] = ()) -> None:
         self.splitter = splitter
+        self.cutter = StopCutter(stops) if stops else None  # stop strings the engine does not apply
         self.sent = 0.0
         self.first: float | None = None
         self.deltas = 0
@@ -154,17 +157,32 @@ class _Stream:
                     if self.first is None:
                         self.first = time.perf_counter()
                     self.deltas += 1
-                    if self.splitter is None:
-                        yield ChatDelta(content, reasoning)
-                    else:
-                        yield from self.splitter.feed(ChatDelta(content, reasoning))
+                    if self.cutter is not None:
+                        content = self.cutter.feed(content)
+                    yield from self._split(ChatDelta(content, reasoning))
                 self.finish = _text(choice.get("finish_reason")) or self.finish
+                if self.cutter is not None and self.cutter.hit:
+                    # The reply ends at its stop string: the caller hangs up, which stops the engine.
+                    self.finish, self.done = "stop", True
+                    return
             timings, usage = payload.get("timings"), payload.get("usage")
             self.timings = timings if isinstance(timings, dict) and timings else self.timings
             self.usage = usage if isinstance(usage, dict) and usage else self.usage
 
+    def _split(self, delta: ChatDelta) -> Iterable[ChatDelta]:
+        if self.splitter is None:
+            return (delta,) if delta.content or delta.reasoning else ()
+        return self.splitter.feed(delta)
+
+    @property
+    def stopped(self) -> bool:
+        """A stop string the client applies ended the reply."""
+        return self.cutter is not None and self.cutter.hit
+
     def flush(self) -> Iterable[ChatDelta]:
-        return self.splitter.flush() if self.splitter is not None else ()
+        held = self.cutter.flush() if self.cutter is not None else ""
+        tail = list(self._split(ChatDelta(held))) if held else []
+        return [*tail, *(self.splitter.flush() if self.splitter is not None else ())]
 
     def result(self, end: float) -> ChatDone:
         times = ClientTimes(self.sent, self.first, end, self.deltas)
@@ -237,7 +255,7 @@ class ChatClient:
         import httpx
 
         body = self._body(messages, True, params)
-        stream = _Stream(self._adapter.splitter())
+        stream = _Stream(self._adapter.splitter(), self._adapter.stops(body))
         observer = self._observer
         if observer:
             observer.request_started()
@@ -261,21 +279,27 @@ class ChatClient:
                             raise _status_error(response.status_code, refusal, response.reason_phrase)
                         parser = SSEParser()
                         # Read to the end even after [DONE] or an error event (the engine ends the body
-                        # right after them): breaking off would leave httpx's generators half-run, to be
-                        # finalised by the garbage collector outside the loop (qasync installs no
-                        # async-generator hooks).
-                        async for chunk in response.aiter_bytes():
-                            if observer:
-                                observer.data_received()
-                            if not stream.done:
-                                try:
-                                    events = parser.feed(chunk)
-                                except EventTooLarge as err:
-                                    # No engine's: the rest may never end, so it is not read.
-                                    stream._fail(RequestError(f"The engine's stream is unreadable: {err}."))
-                                    break
-                                for delta in stream.consume(events):
-                                    yield delta
+                        # right after them). A reply that ends early (a stop string the client applies,
+                        # an unreadable stream) leaves, closing the generator here: left half-run, httpx's
+                        # generators would be finalised by the garbage collector outside the loop
+                        # (qasync installs no async-generator hooks).
+                        body_bytes = cast(AsyncGenerator[bytes, None], response.aiter_bytes())
+                        async with contextlib.aclosing(body_bytes) as chunks:
+                            async for chunk in chunks:
+                                if observer:
+                                    observer.data_received()
+                                if not stream.done:
+                                    try:
+                                        events = parser.feed(chunk)
+                                    except EventTooLarge as err:
+                                        # No engine's: the rest may never end, so it is not read.
+                                        why = f"The engine's stream is unreadable: {err}."
+                                        stream._fail(RequestError(why))
+                                        break
+                                    for delta in stream.consume(events):
+                                        yield delta
+                                    if stream.stopped:
+                                        break  # leaving the stream closes its connection
                         if not stream.done:
                             for delta in stream.consume(parser.close()):
                                 yield delta
@@ -299,9 +323,9 @@ class ChatClient:
         for delta in stream.flush():
             yield delta
         done = stream.result(time.perf_counter())
-        if self._telemetry:
-            done = ChatDone(done.finish_reason, await self._telemetry.refine(done.telemetry))
-        yield done
+        telemetry = await self._telemetry.refine(done.telemetry) if self._telemetry else done.telemetry
+        finish = self._adapter.finish_reason(done.finish_reason, body, telemetry.completion_tokens)
+        yield ChatDone(finish, telemetry)
 
     async def reconnect(self, relay: aiohttp.ClientSession) -> bool:
         """Leave an open connection to the engine in ``relay``'s pool for the next request. llama-server
@@ -367,9 +391,7 @@ class ChatClient:
                             refusal = await read_upto(response.content.iter_any(), REFUSAL_BYTES)
                             raise _status_error(response.status, refusal, response.reason or "")
                         yield b""
-                        async for chunk in response.content.iter_any():
-                            if observer:
-                                observer.data_received()
+                        async for chunk in self._relayed(response, body, route):
                             yield chunk
                     return
                 except aiohttp.ServerDisconnectedError:
@@ -405,6 +427,31 @@ class ChatClient:
             return json.loads(answer)
         except (ValueError, RecursionError):
             raise RequestError(f"The engine's answer to {path} is not JSON.") from None
+
+    async def _relayed(
+        self, response: aiohttp.ClientResponse, body: dict[str, Any], route: Route
+    ) -> AsyncIterator[bytes]:
+        """The engine's answer as the local API passes it on: its bytes as they come, unless the request
+        has stop strings the engine does not apply; then cut before the first one (and a stream ended
+        there, which closes the connection and so stops the engine)."""
+        observer = self._observer
+        stops = self._adapter.stops(body) if route in (Route.CHAT, Route.COMPLETIONS) else ()
+        if stops and not body.get("stream"):
+            yield cut_whole(await read_upto(response.content.iter_any(), MAX_ANSWER_BYTES), stops)
+            return
+        cutter = StreamStops(stops) if stops else None
+        async for chunk in response.content.iter_any():
+            if observer:
+                observer.data_received()
+            if cutter is None:
+                yield chunk
+                continue
+            if out := cutter.feed(chunk):
+                yield out
+            if cutter.ended:
+                return
+        if cutter is not None and (tail := cutter.close()):
+            yield tail
 
     async def chat(self, messages: Messages, **params: Any) -> ChatReply:
         """One whole reply, without streaming, read up to ``MAX_ANSWER_BYTES``; gives up after
@@ -446,6 +493,10 @@ class ChatClient:
         except (ValueError, KeyError, IndexError, TypeError, AttributeError, RecursionError):
             text = answer[:200].decode("utf-8", "replace")
             raise RequestError(f"The engine sent an unreadable reply: {text!r}") from None
+        said = _text(choice.get("finish_reason")) or None
+        if stops := self._adapter.stops(body):
+            content, hit = cut_at_stop(content, stops)
+            said = "stop" if hit else said
         splitter = self._adapter.splitter()
         if splitter is not None:
             parts = [*splitter.feed(ChatDelta(content, reasoning)), *splitter.flush()]
@@ -454,4 +505,5 @@ class ChatClient:
         telemetry = telemetry_from(times, payload.get("timings"), payload.get("usage"))
         if self._telemetry:
             telemetry = await self._telemetry.refine(telemetry)
-        return ChatReply(content, reasoning, _text(choice.get("finish_reason")) or None, telemetry)
+        finish = self._adapter.finish_reason(said, body, telemetry.completion_tokens)
+        return ChatReply(content, reasoning, finish, telemetry)

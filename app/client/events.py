@@ -15,7 +15,7 @@ class ChatDelta:
 
 @dataclass(frozen=True)
 class ChatDone:
-    finish_reason: str | None  # "stop", "length", ... as the engine said; None if it did not say
+    finish_reason: str | None  # "stop", "length"...: the engine's word, corrected where it errs; None: unsaid
     telemetry: Telemetry
 
 

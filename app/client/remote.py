@@ -70,6 +70,12 @@ class RemoteAdapter:
     def splitter(self) -> DeltaSplitter | None:
         return None
 
+    def stops(self, body: dict[str, Any]) -> tuple[str, ...]:
+        return ()
+
+    def finish_reason(self, said: str | None, body: dict[str, Any], completion_tokens: int) -> str | None:
+        return said
+
 
 def connection_pool(root: str) -> httpx.AsyncClient:
     """One pool of connections to a remote, shared by its probes and its replies."""

@@ -96,11 +96,17 @@ def hf_cache_env(hub_cache: str) -> dict[str, str]:
     return env
 
 
-# lemon-mlx prints per-request speed to stderr only, e.g.
-# "[TPS] Prompt: 12 tokens, 340.5 tokens/s, 0.035s" and "[TPS] Generation: 64 tokens, 41.2 tokens/s, 1.55s".
+# lemon-mlx prints per-request speed to stderr only, as one block of two lines whose first alone has
+# the prefix (b1050-stable: "[TPS] " + a summary holding a newline):
+#   "[TPS] Prompt:     12 tokens, 340.5 tokens/s, 0.035s"
+#   "Generation: 64 tokens, 41.2 tokens/s, 1.55s"
+# Either line may come with the prefix (after anything, such as a log's timestamp) or start without it.
+# C++ streams print a tiny double as "1.2e-05": read too. A speed divided by zero prints "inf": such a
+# line is not read (the client's own figures stay).
+_NUMBER = r"\d+(?:\.\d*)?(?:[eE][-+]?\d+)?"
 _TPS = re.compile(
-    r"\[TPS\]\s*(?P<kind>Prompt|Generation):\s*(?P<tokens>\d+)\s*tokens,\s*"
-    r"(?P<tps>\d+(?:\.\d+)?)\s*tokens/s,\s*(?P<secs>\d+(?:\.\d+)?)\s*s"
+    r"(?:^\s*|\[TPS\]\s*)(?P<kind>Prompt|Generation):\s*(?P<tokens>\d+)\s*tokens,\s*"
+    rf"(?P<tps>{_NUMBER})\s*tokens/s,\s*(?P<secs>{_NUMBER})\s*s\s*$"
 )
 
 
@@ -118,7 +124,8 @@ class TpsLine:
 
 
 def parse_tps_line(line: str) -> TpsLine | None:
-    """A ``[TPS]`` line of lemon-mlx's stderr, or None for any other line."""
+    """A speed line of lemon-mlx's stderr (``[TPS] Prompt: ...`` or ``Generation: ...``), or None for
+    any other line."""
     match = _TPS.search(line)
     if match is None:
         return None

@@ -1,7 +1,8 @@
-"""A real MLX engine for tests: a cached venv with the pinned ``mlx[cpu]`` + ``mlx-lm``, and the tiny
-model of ``mlx_model.py``, both kept under ``platformdirs.user_cache_dir("lemon-desk-tests")``.
+"""A real MLX engine for tests: a cached venv with the pinned ``mlx[cpu]`` + ``mlx-lm``, the tiny
+model of ``mlx_model.py`` and the Qwen3-shaped one of ``qwen3_model.py``, all kept under
+``platformdirs.user_cache_dir("lemon-desk-tests")``.
 
-``python -m tests.support.prepare`` makes both (a pip install: seconds from a warm pip cache, about a
+``python -m tests.support.prepare`` makes them (a pip install: seconds from a warm pip cache, about a
 minute cold); tests only find them. Each is built beside its final place and renamed into it, so an
 interrupted build is never reused.
 """
@@ -21,6 +22,7 @@ from tests.support.llama import NotBuilt, Say, _run
 
 HERE = Path(__file__).parent
 MODEL_VERSION = "1"  # bump when mlx_model.py changes
+QWEN3_MODEL_VERSION = "1"  # bump when qwen3_model.py changes
 
 
 def cache_root() -> Path:
@@ -73,8 +75,18 @@ def tiny_mlx_model() -> Path:
     return _found(_model_folder(), "the tiny MLX model")
 
 
+def _qwen3_folder(endless: bool) -> Path:
+    return cache_root() / f"qwen3{'-endless' if endless else ''}-mlx-model-v{QWEN3_MODEL_VERSION}"
+
+
+def qwen3_mlx_model(endless: bool = False) -> Path:
+    """The tiny Qwen3-shaped model folder whose reply is known (its ``reply.json``; made by ``build_mlx``);
+    ``endless``: the variant whose reply goes on until the token limit."""
+    return _found(_qwen3_folder(endless), "the tiny Qwen3-shaped MLX model")
+
+
 def build_mlx(say: Say) -> Path:
-    """Make the venv (the app's pinned ``mlx[cpu]`` and ``mlx-lm``) and, with it, the tiny model."""
+    """Make the venv (the app's pinned ``mlx[cpu]`` and ``mlx-lm``) and, with it, the tiny models."""
 
     def venv(folder: Path) -> None:
         say(f"installing {' '.join(pinned_requirements())} into {folder.name}")
@@ -82,8 +94,11 @@ def build_mlx(say: Say) -> Path:
         pip = [str(folder / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
         _run([*pip, "--progress-bar", "off", *pinned_requirements()], say)
 
-    def model(folder: Path) -> None:
-        _run([str(_venv_folder() / "bin" / "python"), str(HERE / "mlx_model.py"), str(folder)], say)
+    def script(name: str, *flags: str) -> Callable[[Path], None]:
+        python = str(_venv_folder() / "bin" / "python")
+        return lambda folder: _run([python, str(HERE / name), str(folder), *flags], say)
 
     _build_once(_venv_folder(), venv)
-    return _build_once(_model_folder(), model)
+    for endless in (False, True):
+        _build_once(_qwen3_folder(endless), script("qwen3_model.py", *(["--endless"] if endless else [])))
+    return _build_once(_model_folder(), script("mlx_model.py"))

@@ -4,11 +4,11 @@
 
 ``tests/run`` runs it first. Each step is cached under ``platformdirs.user_cache_dir("lemon-desk-tests")``
 and takes no time once done; a first run builds llama-server (10-15 minutes on two cores), the mlx-lm
-venv (about a minute), the packaged app (about three minutes) and, where its pinned sources are at hand,
-the real lemon-mlx engine. A build is set-up, not a test: none runs under a test's timeout, and tests
-only find what is here (``NotBuilt`` says to run this when it is not). Every step says what it does, one
-line at a time, and how long it took; a step that fails says why, and the steps after it still run, so one
-failure does not hide another. Exit 1 when any step failed.
+venv (about a minute), the real lemon-mlx engine where its pinned sources are at hand (8-20 minutes)
+and the packaged app (about three minutes). A build is set-up, not a test: none runs under a test's
+timeout, and tests only find what is here (``NotBuilt`` says to run this when it is not). Every step
+says what it does, one line at a time, and how long it took; a step that fails says why, and the steps
+after it still run, so one failure does not hide another. Exit 1 when any step failed.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable
 
 from tests.support.bundle import build_bundle
+from tests.support.lemon_mlx_engine import build_lemon_mlx_engine
 from tests.support.llama import BuildFailed, build_llama_server, fetch_smollm_gguf
 from tests.support.mlx_env import build_mlx
 
@@ -28,6 +29,10 @@ STEPS: dict[str, tuple[str, Step]] = {
     "llama-server": ("llama-server, its RPC worker and llama-bench", build_llama_server),
     "smollm": ("the SmolLM2-135M test model", fetch_smollm_gguf),
     "mlx": ("the mlx-lm venv and the tiny MLX model", build_mlx),
+    "lemon-mlx-engine": (
+        "the real lemon-mlx engine, where its pinned sources are at hand",
+        build_lemon_mlx_engine,
+    ),
     "bundle": ("the packaged app", build_bundle),
 }
 
@@ -50,7 +55,8 @@ def prepare(names: list[str]) -> bool:
             failed.append(name)
             print(f"[set-up]   FAILED after {time.monotonic() - began:.0f} s: {error}", flush=True)
             continue
-        print(f"[set-up]   ready in {time.monotonic() - began:.0f} s: {found}", flush=True)
+        if found is not None:
+            print(f"[set-up]   ready in {time.monotonic() - began:.0f} s: {found}", flush=True)
     total = time.monotonic() - started
     if failed:
         print(

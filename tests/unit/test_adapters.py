@@ -68,6 +68,18 @@ def test_streamed_completions_responses_and_embeddings_are_unsupported() -> None
         MLX.adapt_body(route=Route.EMBEDDINGS, body={"input": "x"})
 
 
+def test_a_stop_the_token_count_shows_was_the_limit_is_corrected_to_length() -> None:
+    # lemon-mlx-engine b1050-stable says "stop" when max_tokens cut a reply holding a token with no
+    # text of its own; its token count shows the limit was reached.
+    assert MLX.finish_reason("stop", chat(max_tokens=8), completion_tokens=8) == "length"
+    assert MLX.finish_reason("stop", chat(max_tokens=8), completion_tokens=7) == "stop"
+    assert MLX.finish_reason("stop", chat(), completion_tokens=2048) == "stop"  # no limit known
+    assert MLX.finish_reason("tool_calls", chat(max_tokens=8), completion_tokens=8) == "tool_calls"
+    assert MLX.finish_reason(None, chat(max_tokens=8), completion_tokens=8) is None
+    assert MLX.finish_reason("stop", chat(max_tokens=True), completion_tokens=8) == "stop"
+    assert LlamaCppAdapter().finish_reason("stop", chat(max_tokens=8), completion_tokens=8) == "stop"
+
+
 def test_llama_cpp_passes_requests_through() -> None:
     body = chat(max_completion_tokens=5, stop="x", stream=True)
     assert LlamaCppAdapter().adapt_body(dict(body)) == body

@@ -18,7 +18,7 @@ import httpx
 import pytest
 
 from app.client import chat, remote
-from app.client.adapters import Route
+from app.client.adapters import LemonMlxAdapter, Route
 from app.client.chat import ChatClient, error_detail
 from app.client.events import ChatDelta, ChatDone, ChatEvent
 from app.core.errors import EngineError, LemonDeskError, RequestError
@@ -280,6 +280,32 @@ def test_cancelling_closes_the_connection() -> None:
             return stand_in.hung_up.is_set()
 
     assert asyncio.run(go())
+
+
+def test_a_stop_string_the_engine_ignores_ends_the_reply_and_hangs_up() -> None:
+    # lemon-mlx-engine b1050-stable takes "stop" and goes on: the client cuts the reply and hangs up.
+    async def script(w: asyncio.StreamWriter) -> None:
+        await start_stream(w)
+        await send(w, delta("<think>hm</think>Sure, "))
+        await send(w, delta("a lem"))
+        while True:  # an endless reply, until the client hangs up
+            await send(w, delta("on and more "))
+            await asyncio.sleep(0.01)
+
+    async def go() -> tuple[list[ChatEvent], StandInEngine]:
+        async with engine(script) as (stand_in, url):
+            async with ChatClient(url, None, adapter=LemonMlxAdapter()) as client:
+                events = await collect(client, stop=" lemon")
+            await asyncio.wait_for(stand_in.hung_up.wait(), 10)
+            return events, stand_in
+
+    events, stand_in = asyncio.run(go())
+    deltas = [e for e in events if isinstance(e, ChatDelta)]
+    assert "".join(d.reasoning for d in deltas) == "hm"
+    assert "".join(d.content for d in deltas) == "Sure, a"
+    done = events[-1]
+    assert isinstance(done, ChatDone) and done.finish_reason == "stop"
+    assert stand_in.requests[0]["stop"] == [" lemon"]  # still sent, as the array the engine parses
 
 
 def test_non_streaming_reply_and_timeout() -> None:

@@ -264,11 +264,11 @@ def test_cli_system_info_json_shape() -> None:
     rocm = data["recipes"]["lemon-mlx"]["backends"]["rocm"]
     assert rocm == {
         "state": "installable",
-        "message": "Can be installed (b1045-stable).",
-        "version": "b1045-stable",
-        "asset": "mlx-engine-b1045-stable-ubuntu-rocm-x64.zip",
-        "url": "https://github.com/lemonade-sdk/lemon-mlx-engine/releases/download/b1045-stable/"
-        "mlx-engine-b1045-stable-ubuntu-rocm-x64.zip",
+        "message": "Can be installed (b1050-stable).",
+        "version": "b1050-stable",
+        "asset": "mlx-engine-b1050-stable-ubuntu-rocm-x64.zip",
+        "url": "https://github.com/lemonade-sdk/lemon-mlx-engine/releases/download/b1050-stable/"
+        "mlx-engine-b1050-stable-ubuntu-rocm-x64.zip",
     }
     assert data["recipes"]["llamacpp"]["default_backend"] == "rocm"
     assert set(data["recipes"]["llamacpp"]["backends"]["metal"]) == {"state", "message", "version"}

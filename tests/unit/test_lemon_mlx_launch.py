@@ -176,6 +176,15 @@ def test_tps_lines() -> None:
     assert parse_tps_line("2026-05-01 [info] [TPS] Generation: 64 tokens, 41 tokens/s, 1.55s") == TpsLine(
         TpsKind.GENERATION, 64, 41.0, 1.55
     )
+    # b1050-stable prints its summary after one "[TPS] ": the generation line comes without the prefix.
+    assert parse_tps_line("[TPS] Prompt:     17 tokens, 1234.56 tokens/s, 0.0137706s") == TpsLine(
+        TpsKind.PROMPT, 17, 1234.56, 0.0137706
+    )
+    assert parse_tps_line("Generation: 9 tokens, 8.5e+03 tokens/s, 1.05e-03s") == TpsLine(
+        TpsKind.GENERATION, 9, 8500.0, 0.00105
+    )
+    assert parse_tps_line("Generation: 0 tokens, inf tokens/s, 0s") is None  # no speed to read
+    assert parse_tps_line("a reply said Generation: 9 tokens, 5 tokens/s, 1s") is None  # mid-line, no prefix
     assert parse_tps_line("Loading model mlx-community/Qwen3-0.6B-4bit") is None
     assert parse_tps_line("[TPS] Generation: tokens") is None
 

@@ -44,8 +44,8 @@ def test_apple_silicon() -> None:
     )
     assert states(m["lemon-mlx"]) == {"metal": CAN, "rocm": NO, "cpu": CAN, "mlx-lm": CAN}
     assert m["lemon-mlx"].default_backend == "metal"
-    assert m["lemon-mlx"].backends["metal"].asset == "mlx-engine-b1045-stable-macos-arm64.zip"
-    assert m["lemon-mlx"].backends["cpu"].asset == "mlx-engine-b1045-stable-macos-arm64.zip"
+    assert m["lemon-mlx"].backends["metal"].asset == "mlx-engine-b1050-stable-macos-arm64.zip"
+    assert m["lemon-mlx"].backends["cpu"].asset == "mlx-engine-b1050-stable-macos-arm64.zip"
 
 
 def test_intel_mac_refuses_every_lemon_mlx_backend_before_download() -> None:
@@ -79,8 +79,8 @@ def test_strix_halo() -> None:
     )
     assert states(m["lemon-mlx"]) == {"metal": NO, "rocm": CAN, "cpu": CAN, "mlx-lm": CAN}
     assert m["lemon-mlx"].default_backend == "rocm"
-    assert m["lemon-mlx"].backends["rocm"].asset == "mlx-engine-b1045-stable-ubuntu-rocm-x64.zip"
-    assert m["lemon-mlx"].backends["cpu"].asset == "mlx-engine-b1045-stable-ubuntu-cpu-x64.zip"
+    assert m["lemon-mlx"].backends["rocm"].asset == "mlx-engine-b1050-stable-ubuntu-rocm-x64.zip"
+    assert m["lemon-mlx"].backends["cpu"].asset == "mlx-engine-b1050-stable-ubuntu-cpu-x64.zip"
 
 
 def test_igpu_beside_rdna4_card_picks_the_card() -> None:
@@ -197,7 +197,7 @@ def test_installed_beats_installable_and_pin_mismatch_is_update_required() -> No
     assert m["llamacpp"].default_backend == "vulkan"
     cpu = m["lemon-mlx"].backends["cpu"]
     assert cpu.state is BackendState.UPDATE_REQUIRED
-    assert "b1040-stable" in cpu.message and "b1045-stable" in cpu.message
+    assert "b1040-stable" in cpu.message and "b1050-stable" in cpu.message
     assert m["lemon-mlx"].default_backend == "cpu"
 
 
