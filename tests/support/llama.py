@@ -140,12 +140,14 @@ def build_llama_server(say: Say) -> Path:
         build = work / "build"
         log = work / "build.log"
         say(f"compiling llama-server (10-15 minutes on 2 cores, once; what is compiled is kept; log: {log})")
-        run_logged(["cmake", "-S", str(source / "llama.cpp"), "-B", str(build), *CMAKE_ARGS], log, say)
-        run_logged(
-            ["cmake", "--build", str(build), "--config", "Release", f"-j{BUILD_JOBS}", "--target", *TARGETS],
-            log,
-            say,
-        )
+        try:
+            run_logged(["cmake", "-S", str(source / "llama.cpp"), "-B", str(build), *CMAKE_ARGS], log, say)
+            build_cmd = ["cmake", "--build", str(build), "--config", "Release", f"-j{BUILD_JOBS}"]
+            run_logged([*build_cmd, "--target", *TARGETS], log, say)
+        except BuildFailed as failed:
+            raise BuildFailed(
+                f"{failed}\nWhat was compiled is kept in {build}: the set-up goes on from it."
+            ) from None
         tmp = Path(tempfile.mkdtemp(prefix=".llama-server-", dir=cache_dir()))
         for item in (build / "bin").iterdir():
             if item.name in TARGETS or ".so" in item.name:
@@ -172,15 +174,8 @@ def run_logged(argv: list[str], log: Path, say: Say) -> None:
                 say(f"  still building ({time.monotonic() - started:.0f} s{far})")
     if proc.returncode != 0:
         tail = log.read_text(errors="replace").splitlines()[-30:]
-        raise BuildFailed(
-            "\n".join(
-                [
-                    f"{argv[0]} {argv[1]} failed (exit {proc.returncode}); the end of {log}:",
-                    *tail,
-                    "What was compiled is kept: running the set-up again goes on from it.",
-                ]
-            )
-        )
+        said = f"{' '.join(argv[:2])} failed (exit {proc.returncode}); the end of {log}:"
+        raise BuildFailed("\n".join([said, *tail]))
 
 
 def release_archive(server_dir: Path, tag: str, asset: str) -> Path:
