@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from app.core.errors import ConfigError, LemonDeskError, ModelError
+from app.core.models import Model
 from app.core.names import USER_PREFIX
 from app.store.collections import (
     Collection,
@@ -25,7 +26,25 @@ from app.store.collections import (
 from app.store.paths import home
 
 if TYPE_CHECKING:
-    from app.supervisor.router import Router
+    import asyncio
+
+    from app.store.library import Library
+    from app.store.model_options import ModelOptions
+    from app.supervisor.engine import Engine
+
+
+class Router(Protocol):
+    """What collections need of the router (``app.supervisor.router.Router``), which owns them: named
+    here so that this module sits below the router without importing it."""
+
+    warnings: list[str]
+    library: Library
+
+    def loaded(self) -> list[str]: ...
+
+    def options(self, name: str) -> ModelOptions: ...
+
+    def load(self, model: str | Model, options: ModelOptions | None = None) -> asyncio.Task[Engine]: ...
 
 
 @dataclasses.dataclass(frozen=True)

@@ -216,7 +216,7 @@ class _Observer:
 
     async def explain(self, error: RequestError) -> LemonDeskError:
         remote = self._remote
-        await self._remotes._look(remote)
+        await self._remotes.look(remote)
         return error if remote.state is RemoteState.REACHABLE else _unreachable(remote)
 
 
@@ -316,7 +316,7 @@ class Remotes:
                 raise _unsaved(err) from None
             self._file_stamp = _file_stamp()
             remote = self._adopt(record, key)
-        await self._look(remote)
+        await self.look(remote)
         return remote.snapshot()
 
     def _adopt(self, record: RemoteRecord, key: str | None = None) -> _Remote:
@@ -384,7 +384,7 @@ class Remotes:
     async def refresh(self, names: list[str] | None = None) -> list[RemoteSnapshot]:
         """Look at the remotes (all, or those named) now, together; their snapshots after."""
         chosen = [self._get(n) for n in names] if names is not None else list(self._remotes.values())
-        await asyncio.gather(*(self._look(r) for r in chosen))
+        await asyncio.gather(*(self.look(r) for r in chosen))
         return [r.snapshot() for r in chosen]
 
     def _start_watcher(self, remote: _Remote) -> None:
@@ -393,7 +393,7 @@ class Remotes:
 
     async def _watch(self, remote: _Remote) -> None:
         while True:
-            await self._look(remote)
+            await self.look(remote)
             await self._rest(remote)
 
     async def _rest(self, remote: _Remote) -> None:
@@ -412,7 +412,7 @@ class Remotes:
             return self.poll_s
         return self.backoff_s[min(max(remote.failures, 1), len(self.backoff_s)) - 1]
 
-    async def _look(self, remote: _Remote) -> None:
+    async def look(self, remote: _Remote) -> None:
         """Look at a remote once; looks asked for while one is under way wait for that one."""
         if remote.looking is None or remote.looking.done():
             remote.looking = asyncio.ensure_future(self._probe(remote))
@@ -485,7 +485,7 @@ class Remotes:
         ref = parse_remote_model(name)
         remote = self._get(ref.remote)
         if remote.state is not RemoteState.REACHABLE:
-            await self._look(remote)
+            await self.look(remote)
         if remote.state is RemoteState.REFUSED:
             raise RemoteError(
                 f"The remote {ref.remote} ({remote.record.url}) {remote.message.removeprefix('it ')}.",
@@ -526,7 +526,7 @@ class Remotes:
         remote, ref = await self._usable(name)
         if remote.kind in (RemoteKind.LEMON_DESK, RemoteKind.LEMONADE):
             await verb(self._pool(remote), await self._key(remote), ref.model, self._timeouts()[0])
-            await self._look(remote)  # its loaded models changed
+            await self.look(remote)  # its loaded models changed
 
     async def stats(self, name: str) -> dict[str, Any] | None:
         """The remote's own figures for its last request (Lemon Desk and Lemonade), else None."""
