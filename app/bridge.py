@@ -223,6 +223,7 @@ class Bridge(QObject):
         if not self.shut_down:
             self.models_changed.emit(self.rows())
         if self.info is None:
+            await self.router.start()  # engines an earlier run left: stopped before the first load
             self.router.remotes.watch()
             self.remotes_changed.emit(self.router.remotes.snapshots())
             await self._refresh_backends()

@@ -130,6 +130,7 @@ class Supervisor:
         hardware: Hardware | None = None,
         resolve_model: ModelResolver,
         resolve_projector: ProjectorResolver = _no_projector,
+        clean_start: bool = True,
     ) -> None:
         self.settings = settings
         self._hardware = hardware
@@ -140,7 +141,8 @@ class Supervisor:
         self._engines: dict[str, Engine] = {}
         self._stops: set[asyncio.Future[None]] = set()  # engine stops under way; shutdown waits for them
         self._shutting_down = False
-        stop_orphans()  # engines of an earlier run that crashed: before this one starts its own
+        if clean_start:  # else the owner does it before its first launch (``Router.start``)
+            stop_orphans()  # engines of an earlier run that crashed: before this one starts its own
 
     async def __aenter__(self) -> Supervisor:
         return self

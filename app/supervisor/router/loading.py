@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import psutil
@@ -51,6 +51,7 @@ class Loading:
         clock: Callable[[], float],
         raise_limit: str,
         closing: Callable[[], bool],
+        started: Callable[[], Awaitable[None]],
     ) -> None:
         self._settings = settings
         self._library = library
@@ -60,6 +61,7 @@ class Loading:
         self._clock = clock
         self._raise_limit = raise_limit  # how the front end's user raises max_loaded_models, for a refusal
         self._closing = closing
+        self._started = started  # the router's start: engines an earlier run left are stopped first
         self._room: asyncio.Lock | None = None  # held while choosing evictions and launching
         self.idle: asyncio.Task[None] | None = None
 
@@ -170,6 +172,7 @@ class Loading:
 
     async def launch(self, model: Model, options: LoadOptions, force: bool) -> Engine:
         """Check the workers and the fit, make room under the caps, start the engine."""
+        await self._started()
         supervisor = self._supervisor
         request = await supervisor.launch_request(model, options)
         device = engine_device(request, supervisor.hardware)

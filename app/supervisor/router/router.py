@@ -21,6 +21,7 @@ from app.core.models import Model
 from app.core.policy import RAISE_LIMIT, parse_caps
 from app.core.refs import FileSet
 from app.core.rpc import Endpoint
+from app.core.run_record import RunRecord
 from app.core.runcard import RunCard
 from app.core.telemetry import Telemetry, TelemetryTotals
 from app.store.library import Library
@@ -32,6 +33,7 @@ from app.supervisor.engine import Engine
 from app.supervisor.hub import HubClient
 from app.supervisor.hubsearch import HubResult
 from app.supervisor.listeners import Listeners
+from app.supervisor.orphans import stop_orphans
 from app.supervisor.remotes import Remotes
 from app.supervisor.router.backends import Backends, launch_options
 from app.supervisor.router.catalog import Catalog
@@ -77,11 +79,13 @@ class Router:
         self._runtime = Runtime(self._emit)
         self.warnings = [*self.library.warnings, *([self._runtime.warning] if self._runtime.warning else [])]
         self._closing = False
+        self._started: asyncio.Future[list[RunRecord]] | None = None
         self._background: set[asyncio.Task[Any]] = set()
         self.supervisor = Supervisor(
             settings,
             resolve_model=lambda m: self.library.location(m),
             resolve_projector=lambda m: self._discover.projector(m),
+            clean_start=False,  # start() does it: a front end that only reads stops nothing
         )
         self._unsubscribe = [self.supervisor.subscribe(self._on_supervisor)]
         # Other machines' servers, whose models are named @NAME/MODEL (app.supervisor.remotes).
@@ -103,6 +107,7 @@ class Router:
             clock=clock,
             raise_limit=raise_limit,
             closing=closing,
+            started=self.start,
         )
         self._recovery = Recovery(self.supervisor, self._runtime, self._loading.launch, clock, closing)
         self._requests = Requests(
@@ -117,11 +122,20 @@ class Router:
             library_now, self.supervisor, self._runtime, self._pulls, self._discover, self.pinned
         )
         self._usage = Usage(self.supervisor, self._emit, closing)
-        self._workers = Workers(self.supervisor, settings_now, self._emit)
+        self._workers = Workers(self.supervisor, settings_now, self._emit, self.start)
         # The read-only faces front ends use instead of the supervisor and the library.
         self.catalog = Catalog(library_now)
         self.engines = Engines(self.supervisor, self._runtime)
         self.backends = Backends(self.supervisor, settings_now)
+
+    async def start(self) -> None:
+        """Stop the engines an earlier run of the app left running (once; later calls wait for that one).
+        Every launch (a load, a restart, this machine's worker) awaits it first, so a front end that only
+        reads (``lemon-desk models``) never does it, and one that calls it at start-up frees the memory
+        those engines hold before anyone asks for a model."""
+        if self._started is None:
+            self._started = asyncio.ensure_future(asyncio.to_thread(stop_orphans))
+        await asyncio.shield(self._started)
 
     async def __aenter__(self) -> Router:
         return self

@@ -3,7 +3,7 @@ or as the CLI asks; its state comes as ``WorkerChanged`` events."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from app.core.engine_state import EngineState
 from app.core.errors import EngineError, LemonDeskError
@@ -16,8 +16,15 @@ from app.supervisor.supervisor import Supervisor
 
 
 class Workers:
-    def __init__(self, supervisor: Supervisor, settings: Callable[[], Settings], emit: Emit) -> None:
+    def __init__(
+        self,
+        supervisor: Supervisor,
+        settings: Callable[[], Settings],
+        emit: Emit,
+        started: Callable[[], Awaitable[None]],
+    ) -> None:
         self._supervisor = supervisor
+        self._started = started  # the router's start: engines an earlier run left are stopped first
         self._settings = settings
         self._emit = emit
         self.worker: Worker | None = None  # this machine's RPC worker, when it runs one
@@ -29,6 +36,7 @@ class Workers:
         is installable or out of date; kept running until ``stop`` or shutdown. Binding beyond loopback
         is the caller's decision to check (``app.core.rpc.exposure_warning``)."""
         await self.stop()
+        await self._started()
         supervisor = self._supervisor
         await install_backend(supervisor, "llamacpp", backend)
         _, engine, library_dir = await supervisor.engine_binary("llamacpp", backend)
