@@ -23,7 +23,7 @@ from app.store.collections import (
     save_collections,
     write_collection_file,
 )
-from app.store.paths import home
+from app.store.saving import saving
 
 if TYPE_CHECKING:
     import asyncio
@@ -74,12 +74,8 @@ class Collections:
             raise ConfigError(f"There is no collection named {bare}.", f"Collections: {known}.") from None
 
     def _store(self) -> None:
-        try:
+        with saving("the collections"):
             save_collections(self._items)
-        except OSError as err:
-            raise ConfigError(
-                f"Could not save the collections: {err.strerror}.", f"Check that {home()} is writable."
-            ) from None
 
     def save(self, name: str, models: list[str] | None = None) -> Collection:
         """Save ``models`` (default: the loaded ones) with their recipe options as collection ``name``."""

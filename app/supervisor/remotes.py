@@ -43,8 +43,8 @@ from app.core.remotes import (
 )
 from app.core.runcard import RunCard, figures, quant_of
 from app.core.telemetry import Telemetry
-from app.store.paths import home
 from app.store.remotes import RemoteRecord, load_remotes, remotes_path, save_remotes
+from app.store.saving import unsaved
 from app.store.secrets import delete_remote_key, get_remote_key, set_remote_key
 
 if TYPE_CHECKING:
@@ -220,10 +220,6 @@ class _Observer:
         return error if remote.state is RemoteState.REACHABLE else _unreachable(remote)
 
 
-def _unsaved(err: OSError) -> ConfigError:
-    return ConfigError(f"Could not save the remotes: {err.strerror}.", f"Check that {home()} is writable.")
-
-
 def _unreachable(remote: _Remote) -> RemoteError:
     name = remote.record.name
     return RemoteError(
@@ -313,7 +309,7 @@ class Remotes:
             except OSError as err:
                 if key:
                     await asyncio.to_thread(delete_remote_key, name)
-                raise _unsaved(err) from None
+                raise unsaved("the remotes", err) from None
             self._file_stamp = _file_stamp()
             remote = self._adopt(record, key)
         await self.look(remote)
@@ -337,7 +333,7 @@ class Remotes:
             try:
                 await asyncio.to_thread(save_remotes, records)
             except OSError as err:
-                raise _unsaved(err) from None
+                raise unsaved("the remotes", err) from None
             self._file_stamp = _file_stamp()
             await self._forget(name)
         if remote.record.has_key:

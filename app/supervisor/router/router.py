@@ -16,7 +16,7 @@ from app.client.chat import ChatClient, Messages
 from app.client.events import ChatEvent, ChatReply
 from app.core.downloads import DownloadRecord
 from app.core.engine_state import EngineState
-from app.core.fit import DEFAULT_CONTEXT, BandwidthCap
+from app.core.fit import DEFAULT_CONTEXT
 from app.core.models import Model
 from app.core.policy import RAISE_LIMIT, parse_caps
 from app.core.refs import FileSet
@@ -129,10 +129,8 @@ class Router:
         self.backends = Backends(self.supervisor, settings_now)
 
     async def start(self) -> None:
-        """Stop the engines an earlier run of the app left running (once; later calls wait for that one).
-        Every launch (a load, a restart, this machine's worker) awaits it first, so a front end that only
-        reads (``lemon-desk models``) never does it, and one that calls it at start-up frees the memory
-        those engines hold before anyone asks for a model."""
+        """Stop the engines an earlier run left running (once; later calls wait for that one). Every
+        launch awaits it first, so a front end that only reads (``lemon-desk models``) never does it."""
         if self._started is None:
             self._started = asyncio.ensure_future(asyncio.to_thread(stop_orphans))
         await asyncio.shield(self._started)
@@ -271,8 +269,7 @@ class Router:
     def downloads(self) -> DownloadManager:
         return self._pulls.downloads()
 
-    def _cap(self, recipe: str, remaining: int) -> BandwidthCap | None:
-        return self._pulls.cap(recipe, remaining)
+    _cap = property(lambda self: self._pulls.cap)  # read by tests/unit/test_bandwidth_cap.py
 
     def register(self, model: Model) -> Model:
         """Register a user model defined from outside (Lemonade's ``models/register``), downloading
@@ -331,13 +328,9 @@ class Router:
         force: bool = False,
         pinned: bool | None = None,
     ) -> asyncio.Task[Engine]:
-        """Load a model, downloading it and installing its backend first when needed, under the policy.
-
-        One ``LoadProgress`` per phase. A load of the same model under way is replaced. Cancelling the
-        task at any phase leaves nothing half made: a partial download is deleted, an install undone,
-        a starting engine stopped. ``force`` skips the check against the memory free now. ``pinned``:
-        pinned or not while this load runs, whatever is saved (None: as saved).
-        """
+        """Load a model under the policy, downloading it and installing its backend first when needed
+        (one ``LoadProgress`` per phase; a load of it under way is replaced; cancelled, nothing is left
+        half made). ``force`` skips the fit check; ``pinned``: for this load alone (None: as saved)."""
         return self._loading.load(model, options, force, pinned)
 
     def reload_without(self, name: str, workers: tuple[str, ...]) -> asyncio.Task[Engine]:
@@ -401,10 +394,7 @@ class Router:
         """What produced a reply of ``name``'s engine, for the reply's run card."""
         return self._requests.run_card(name, params, telemetry)
 
-    @property
-    def _restarts(self) -> dict[str, asyncio.Task[Engine]]:
-        """The restarts under way, by model (read by the recovery tests)."""
-        return self._runtime.restarts()
+    _restarts = property(lambda self: self._runtime.restarts())  # read by tests/unit/test_router.py
 
     # --- this machine's RPC worker --------------------------------------------------------------------
 
@@ -454,8 +444,7 @@ class Router:
     # --- settings and shutdown ------------------------------------------------------------------------
 
     def apply_settings(self, settings: Settings) -> None:
-        """Take new settings at once: caps (evicting what is over them), idle unload, models folder,
-        release mirror and timeouts; nothing needs a restart."""
+        """Take new settings at once (caps, idle unload, models folder, mirror, timeouts): no restart."""
         parse_caps(settings.max_loaded_models)  # a bad value is refused before anything changes
         old, self.settings = self.settings, settings
         self.supervisor.settings = settings

@@ -13,11 +13,10 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from app.core.errors import ModelError
 from app.core.models import Model
 from app.core.status import LoadPhase
 from app.store.model_options import ModelOptions, load_model_options, save_model_options
-from app.store.paths import home
+from app.store.saving import saving
 from app.supervisor.router.events import Emit, LoadProgress, ModelsChanged
 from app.supervisor.supervisor import LoadOptions
 
@@ -129,15 +128,11 @@ class Runtime:
 
     def drop_options(self, name: str) -> None:
         if self.saved.pop(name, None) is not None:
-            save_model_options(self.saved)
+            self.save(name)
 
     def save(self, name: str) -> None:
-        try:
+        with saving(f"the options of {name}"):
             save_model_options(self.saved)
-        except OSError as err:
-            raise ModelError(
-                f"Could not save the options of {name}: {err.strerror}.", f"Check that {home()} is writable."
-            ) from None
 
     def pinned(self, name: str, running: Callable[[str], bool]) -> bool:
         """As the model's running load pinned it for itself alone, else as saved."""
