@@ -29,7 +29,7 @@ from app.store.model_options import ModelOptions
 from app.store.settings import Settings
 from app.supervisor.bench import bench
 from app.supervisor.downloads import DownloadChanged, DownloadProgress
-from app.supervisor.remotes import RemoteChanged, RemoteSnapshot
+from app.supervisor.remote_views import RemoteChanged, RemoteSnapshot
 from app.supervisor.router import (
     EngineRecovery,
     EngineUsage,

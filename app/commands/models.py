@@ -24,7 +24,7 @@ from app.supervisor.downloads import DownloadProgress
 from app.supervisor.hub import HubClient
 from app.supervisor.hubsearch import fit_of
 from app.supervisor.modelmeta import remote_parameter_count
-from app.supervisor.remotes import RemoteSnapshot
+from app.supervisor.remote_views import RemoteSnapshot
 from app.supervisor.router import Catalog, Router
 
 GB = 1e9

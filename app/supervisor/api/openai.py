@@ -41,7 +41,7 @@ from app.supervisor.api.options import resolved_ctx_size, saved_json
 
 if TYPE_CHECKING:
     from app.client.chat import ChatClient
-    from app.supervisor.remotes import RemoteModelView
+    from app.supervisor.remote_views import RemoteModelView
     from app.supervisor.router import ModelView, Router
 
 log = logging.getLogger(__name__)

@@ -11,7 +11,7 @@ from enum import Enum
 from app.core.status import LoadPhase
 from app.core.telemetry import Telemetry
 from app.supervisor.downloads import DownloadEvent
-from app.supervisor.remotes import RemoteChanged
+from app.supervisor.remote_views import RemoteChanged
 from app.supervisor.rpc import WorkerChanged
 from app.supervisor.sampler import SystemSample
 from app.supervisor.supervisor import SupervisorEvent
