@@ -29,12 +29,14 @@ class Recovery:
         launch: Launch,
         clock: Callable[[], float],
         closing: Callable[[], bool],
+        backoff_s: tuple[float, ...] | None = None,
     ) -> None:
         self._supervisor = supervisor
         self._runtime = runtime
         self._launch = launch  # the loading policy's launch: a restart makes room like any load
         self._clock = clock
         self._closing = closing
+        self._backoff_s = backoff_s  # None: the policy's, read at each crash
 
     def engine_changed(self, event: EngineStateChanged) -> None:
         """Keep what a ready engine tells of itself; restart a crashed one."""
@@ -72,7 +74,7 @@ class Recovery:
             record.error = message
             self._runtime.emit(EngineRecovery(name, message, gave_up=True))
             return
-        delay = restart_delay(record.streak, RESTART_BACKOFF_S)
+        delay = restart_delay(record.streak, self._backoff_s or RESTART_BACKOFF_S)
         record.streak += 1
         message = f"{name} crashed; restarting it in {delay:g} s.\n{why}"
         record.error = message
