@@ -56,6 +56,8 @@ REFRESH_MS = 200  # model statuses are read again at most this often (downloads 
 
 
 class Bridge(QObject):
+    """Turns the router's events into Qt signals and the window's intents into router tasks."""
+
     models_changed = Signal(list)  # [ModelView]
     backends_changed = Signal(object)  # SystemInfo
     engine_changed = Signal(object)  # EngineStateChanged

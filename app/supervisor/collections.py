@@ -55,6 +55,8 @@ class Imported:
 
 
 class Collections:
+    """The saved collections (``<home>/collections.json``) and the router calls that use them."""
+
     def __init__(self, router: Router) -> None:
         self.router = router
         loaded = load_collections()
