@@ -68,3 +68,16 @@ def test_making_a_router_reads_no_secret() -> None:
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["False"], "the keychain was opened by a router that needs no secret"
+
+
+def test_the_download_manager_needs_no_hub_call_first(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HF_TOKEN", "hf_from_the_environment")  # the keychain is not asked
+
+    async def go() -> None:
+        async with Router(Settings()) as router:
+            manager = router.downloads()  # was an AssertionError ("hub() comes first")
+            assert await router.hub() is manager.hub, "one Hub client, made with the manager"
+            assert manager.hub.token == "hf_from_the_environment"
+            assert router.downloads() is manager
+
+    asyncio.run(go())
