@@ -27,9 +27,9 @@ from app.core.remotes import RemoteModelStatus, RemoteState, is_remote_model
 from app.core.status import Status
 from app.store.model_options import ModelOptions
 from app.store.settings import Settings
-from app.supervisor.bench import BenchProgress
+from app.supervisor.bench import bench
 from app.supervisor.downloads import DownloadChanged, DownloadProgress
-from app.supervisor.remotes import RemoteChanged, RemoteSnapshot
+from app.supervisor.remote_views import RemoteChanged, RemoteSnapshot
 from app.supervisor.router import (
     EngineRecovery,
     EngineUsage,
@@ -56,6 +56,8 @@ REFRESH_MS = 200  # model statuses are read again at most this often (downloads 
 
 
 class Bridge(QObject):
+    """Turns the router's events into Qt signals and the window's intents into router tasks."""
+
     models_changed = Signal(list)  # [ModelView]
     backends_changed = Signal(object)  # SystemInfo
     engine_changed = Signal(object)  # EngineStateChanged
@@ -123,8 +125,8 @@ class Bridge(QObject):
 
     def engine_log(self, name: str) -> tuple[list[str], Path | None]:
         """The engine's recent output (its bounded buffer) and its log file."""
-        engine = self.router.supervisor.engines.get(name)
-        return (list(engine.output), engine.log_path) if engine else ([], None)
+        engine = self.router.engines.get(name)
+        return (list(engine.lines), engine.log_path) if engine else ([], None)
 
     def remotes(self) -> list[RemoteSnapshot]:
         return self.router.remotes.snapshots()
@@ -180,8 +182,6 @@ class Bridge(QObject):
             self.usage_changed.emit(event)
         elif isinstance(event, SystemSample):
             self.system_sampled.emit(event)
-        elif isinstance(event, BenchProgress):
-            self.bench_progress.emit(event)
         elif isinstance(event, LoadProgress):
             self.load_progress.emit(event)
         elif isinstance(event, InstallProgress):
@@ -210,10 +210,9 @@ class Bridge(QObject):
             self.notify.emit(f"{event.name} is {event.state.value}", event.message, True)
 
     def _engine_changed(self, event: EngineStateChanged) -> None:
-        engine = self.router.supervisor.engines.get(event.model)
-        if event.state is EngineState.STARTING and engine is not None:
+        if event.state is EngineState.STARTING:
             name = event.model
-            engine.add_output_listener(lambda line: self.engine_output.emit(name, line))
+            self.router.engines.follow_output(name, lambda line: self.engine_output.emit(name, line))
         self.router.sample_usage(bool(self.router.loaded()))
         self.engine_changed.emit(event)
 
@@ -226,6 +225,7 @@ class Bridge(QObject):
         if not self.shut_down:
             self.models_changed.emit(self.rows())
         if self.info is None:
+            await self.router.start()  # engines an earlier run left: stopped before the first load
             self.router.remotes.watch()
             self.remotes_changed.emit(self.router.remotes.snapshots())
             await self._refresh_backends()
@@ -234,7 +234,7 @@ class Bridge(QObject):
             self.refresh()  # the fits, now that the hardware is known
 
     async def _refresh_backends(self) -> None:
-        self.info = await self.router.supervisor.info()
+        self.info = await self.router.backends.info()
         self.backends_changed.emit(self.info)
 
     # --- models ---------------------------------------------------------------------------------------
@@ -246,7 +246,7 @@ class Bridge(QObject):
         return self.spawn(self._import(Path(path)))
 
     async def _import(self, path: Path) -> None:
-        model = await asyncio.to_thread(self.router.library.import_path, path)
+        model = await asyncio.to_thread(self.router.catalog.import_path, path)
         await self._read_statuses()
         self.model_added.emit(model.name)
 
@@ -377,7 +377,7 @@ class Bridge(QObject):
 
     async def _install(self, recipe: str, backend: str) -> None:
         key = BackendKey(recipe, backend)
-        task = self.router.supervisor.install(recipe, backend)
+        task = self.router.backends.install(key)
         await asyncio.wait([task])
         if task.cancelled():
             self.install_done.emit(key, "Cancelled: nothing was installed.")
@@ -388,13 +388,13 @@ class Bridge(QObject):
         await self._refresh_backends()
 
     def cancel_install(self, recipe: str, backend: str) -> None:
-        self.router.supervisor.cancel(f"install:{BackendKey(recipe, backend)}")
+        self.router.backends.cancel_install(BackendKey(recipe, backend))
 
     def uninstall(self, recipe: str, backend: str) -> asyncio.Task[None]:
         return self.spawn(self._uninstall(recipe, backend))
 
     async def _uninstall(self, recipe: str, backend: str) -> None:
-        await self.router.supervisor.uninstall(recipe, backend)
+        await self.router.backends.uninstall(BackendKey(recipe, backend))
         await self._refresh_backends()
 
     def apply_settings(self, settings: Settings) -> None:
@@ -491,8 +491,8 @@ class Bridge(QObject):
         message = str(err)
         if isinstance(err, EngineError) and err.last_output:
             return message  # it quotes them already, as they were when the engine died
-        engine = self.router.supervisor.engines.get(target)
-        words = engine.last_output(LAST_WORDS) if engine else ""
+        engine = self.router.engines.get(target)
+        words = engine.last_words(LAST_WORDS) if engine else ""
         if not words or words in message:
             return message
         return f"{message}\n\nThe engine's last words:\n{words}"
@@ -510,7 +510,7 @@ class Bridge(QObject):
 
     async def _run_bench(self, spec: BenchSpec) -> None:
         try:
-            run = await self.router.bench(spec)
+            run = await bench(self.router, spec, self.bench_progress.emit)
         except asyncio.CancelledError:
             self.bench_failed.emit("Cancelled: nothing was kept from this run.")
             raise

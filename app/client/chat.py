@@ -128,7 +128,7 @@ class _Stream:
         self.done = False  # [DONE] or an error arrived: the rest of the body is read and ignored
         self.failure: RequestError | None = None
 
-    def _fail(self, error: RequestError) -> None:
+    def fail(self, error: RequestError) -> None:
         self.failure, self.done = error, True
 
     def consume(self, events: list[SSEEvent]) -> Iterator[ChatDelta]:
@@ -139,12 +139,12 @@ class _Stream:
             try:
                 payload = json.loads(event.data)
             except (ValueError, RecursionError):
-                self._fail(RequestError(f"The engine sent an unreadable event: {event.data[:200]!r}"))
+                self.fail(RequestError(f"The engine sent an unreadable event: {event.data[:200]!r}"))
                 return
             if not isinstance(payload, dict):
                 continue
             if "error" in payload:
-                self._fail(RequestError(f"The engine reported an error: {_error_text(payload)}"))
+                self.fail(RequestError(f"The engine reported an error: {_error_text(payload)}"))
                 return
             choices = payload.get("choices")
             for choice in choices if isinstance(choices, list) else ():
@@ -294,7 +294,7 @@ class ChatClient:
                                     except EventTooLarge as err:
                                         # No engine's: the rest may never end, so it is not read.
                                         why = f"The engine's stream is unreadable: {err}."
-                                        stream._fail(RequestError(why))
+                                        stream.fail(RequestError(why))
                                         break
                                     for delta in stream.consume(events):
                                         yield delta

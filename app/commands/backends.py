@@ -14,7 +14,9 @@ from app.supervisor.supervisor import Supervisor
 
 def _supervisor() -> Supervisor:
     settings = load_settings_noting_problems()
-    return Supervisor(settings, resolve_model=location_on_demand(settings))
+    # Lists, installs and removes backends, never an engine: the engines an earlier run left are not its
+    # business (the next command that launches one stops them).
+    return Supervisor(settings, resolve_model=location_on_demand(settings), clean_start=False)
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

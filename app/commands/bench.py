@@ -26,7 +26,7 @@ from app.core.bench import (
     table_rows,
 )
 from app.core.errors import ConfigError
-from app.supervisor.bench import BenchProgress
+from app.supervisor.bench import BenchProgress, bench
 from app.supervisor.router import Router
 
 
@@ -58,7 +58,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     router = Router(load_settings_noting_problems())
     models = list(args.models)
     if args.pair:
-        models += [m for m in pair(router.library.models(), args.pair) if m not in models]
+        models += [m for m in pair(router.catalog.models(), args.pair) if m not in models]
     if not models:
         raise ConfigError("Name at least one model to benchmark (or --pair BASE).")
     spec = BenchSpec(
@@ -86,8 +86,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 async def _bench(router: Router, spec: BenchSpec) -> BenchRun:
     async with router:
-        router.subscribe(_progress_line)
-        return await router.bench(spec)
+        return await bench(router, spec, _progress_line)
 
 
 def _progress_line(event: object) -> None:

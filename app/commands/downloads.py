@@ -62,14 +62,14 @@ def print_snapshots(snapshots: list[DownloadSnapshot]) -> None:
 
 async def _act(args: argparse.Namespace, router: Router) -> dict[str, Any]:
     async with router:
-        name = router.library.resolve(args.model).name
+        name = router.catalog.resolve(args.model).name
         if args.action == "pause":
             await router.pause_download(name)
         elif args.action == "cancel":
             await router.cancel_download(name, keep_partial=args.keep_partial)
         else:
             await router.resume_download(name)
-            rid = router.library.resolve(name).checkpoint
+            rid = router.catalog.resolve(name).checkpoint
             if not args.json:
                 print(f"resuming {name}; Ctrl-C pauses it", file=sys.stderr)
             await router.downloads().outcome(rid)

@@ -24,8 +24,8 @@ from app.supervisor.downloads import DownloadProgress
 from app.supervisor.hub import HubClient
 from app.supervisor.hubsearch import fit_of
 from app.supervisor.modelmeta import remote_parameter_count
-from app.supervisor.remotes import RemoteSnapshot
-from app.supervisor.router import Router
+from app.supervisor.remote_views import RemoteSnapshot
+from app.supervisor.router import Catalog, Router
 
 GB = 1e9
 BAR_WIDTH = 30
@@ -179,7 +179,7 @@ class _FileLines:
 
 
 async def _pull(args: argparse.Namespace, router: Router) -> dict[str, Any]:
-    library = router.library
+    library = router.catalog
     async with router:
         model, files = await router.plan_pull(args.model, args.recipe)
         hub = await router.hub()
@@ -222,7 +222,7 @@ def _print_plan(report: dict[str, Any], fit: FitEstimate | None) -> None:
     print(f"fit: {fit.summary()}" if fit else f"fit unknown: {report['fit_error']}")
 
 
-def _finish(report: dict[str, Any], record: DownloadRecord, library: Library, name: str) -> dict[str, Any]:
+def _finish(report: dict[str, Any], record: DownloadRecord, library: Catalog, name: str) -> dict[str, Any]:
     report["state"] = record.state.value
     local = library.local_files(library.models()[name])
     if local is None:  # say so rather than "is ready: None"
@@ -267,9 +267,8 @@ def cmd_models(args: argparse.Namespace) -> int:
     remotes = asyncio.run(_look_at_remotes(router)) if router.remotes.names() else []
     remote_views = [view for snapshot in remotes for view in snapshot.views()]
     # The router's own (model options set aside, say) as well as the library's.
-    for warning in dict.fromkeys([*router.warnings, *router.library.warnings]):
+    for warning in dict.fromkeys([*router.warnings, *router.catalog.take_warnings()]):
         print(f"warning: {warning}", file=sys.stderr)
-    router.library.warnings.clear()
     # From the files' headers, for the models on disk (the Hub is not asked here: `search` does).
     params = {v.name: router.local_parameter_count(v.model) if v.on_disk else None for v in views}
     if args.json:
@@ -298,7 +297,7 @@ def cmd_models(args: argparse.Namespace) -> int:
 
 def cmd_pin(args: argparse.Namespace) -> int:
     router = Router(load_settings_noting_problems())
-    name = router.library.resolve(args.model).name
+    name = router.catalog.resolve(args.model).name
     router.set_pinned(name, args.pinned)
     print(f"{name} is {'pinned' if args.pinned else 'no longer pinned'}.")
     return 0

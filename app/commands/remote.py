@@ -17,7 +17,7 @@ import sys
 from app.commands.output import load_settings_noting_problems, print_json, table
 from app.core.errors import ConfigError
 from app.core.remotes import RemoteState
-from app.supervisor.remotes import RemoteSnapshot
+from app.supervisor.remote_views import RemoteSnapshot
 from app.supervisor.router import Router
 
 KEY_VARIABLE = "LEMON_DESK_REMOTE_API_KEY"

@@ -17,8 +17,7 @@ from typing import Any
 from app.client.events import ChatDelta
 from app.commands.output import telemetry_line
 from app.core.engine_state import EngineState
-from app.core.errors import LemonDeskError
-from app.supervisor.engine import Engine
+from app.core.errors import EngineError, LemonDeskError
 from app.supervisor.router import Router
 
 PROMPT = "> "
@@ -43,8 +42,8 @@ async def _reply(router: Router, name: str, history: list[dict[str, Any]], text:
             print(telemetry_line(event.telemetry), file=sys.stderr)
 
 
-async def chat_in_terminal(router: Router, name: str, engine: Engine | None = None) -> None:
-    """Chat with ``name`` until end of input: a model loaded here in ``engine``, or a remote model. The
+async def chat_in_terminal(router: Router, name: str, *, local: bool = False) -> None:
+    """Chat with ``name`` until end of input: a model loaded here (``local``), or a remote model. The
     local engine's death ends the chat with its error; a reply that fails otherwise (a remote that went
     away) is said, and the question can be asked again."""
     loop = asyncio.get_running_loop()
@@ -62,8 +61,8 @@ async def chat_in_terminal(router: Router, name: str, engine: Engine | None = No
     loop.add_signal_handler(signal.SIGINT, interrupt)
     history: list[dict[str, Any]] = []
     died: asyncio.Future[Any] = (
-        asyncio.ensure_future(engine.wait_for_state(EngineState.CRASHED, EngineState.STOPPED))
-        if engine is not None
+        asyncio.ensure_future(router.engines.ended(name))
+        if local
         else loop.create_future()  # a remote model's server may go and come back: never "died"
     )
     print(f"Chatting with {name}. Ctrl-C stops a reply; Ctrl-D quits.", file=sys.stderr)
@@ -93,7 +92,7 @@ async def chat_in_terminal(router: Router, name: str, engine: Engine | None = No
                 print()
                 print("[stopped]", file=sys.stderr)
             except LemonDeskError as err:
-                if engine is not None and engine.state is not EngineState.READY:
+                if local and router.engine_state(name) is not EngineState.READY:
                     await asyncio.wait({died}, timeout=5)
                     break  # the engine died: its own error is raised below
                 print(f"\nerror: {err}", file=sys.stderr)
@@ -105,5 +104,6 @@ async def chat_in_terminal(router: Router, name: str, engine: Engine | None = No
         died.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await died
-    if engine is not None and engine.state is EngineState.CRASHED and engine.error is not None:
-        raise engine.error
+    crashed: EngineError | None = died.result() if died.done() and not died.cancelled() else None
+    if crashed is not None:
+        raise crashed

@@ -76,7 +76,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     router = Router(load_settings_noting_problems())
     if is_remote_model(args.model):
         return asyncio.run(_run_remote(router, args))
-    model = router.library.find(args.model)
+    model = router.catalog.find(args.model)
     options = _options(model, args)
     if args.dry_run:
         return asyncio.run(_dry_run(router, model, options, args.json))
@@ -84,7 +84,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 async def _dry_run(router: Router, model: Model, options: ModelOptions, as_json: bool) -> int:
-    plan = await router.supervisor.dry_run(model, router.launch_options(model, options), dict(os.environ))
+    plan = await router.backends.dry_run(model, options, dict(os.environ))
     if as_json:
         print_json({"command": list(plan.argv), "env": plan.env, "device": plan.device.value})
     else:
@@ -97,12 +97,15 @@ async def _dry_run(router: Router, model: Model, options: ModelOptions, as_json:
 async def _run(router: Router, model: Model, options: ModelOptions, args: argparse.Namespace) -> int:
     async with router:
         router.subscribe(LoadLines())
-        engine = await router.load(model, options, force=args.force)
-        backend = f"{engine.request.recipe}:{engine.request.backend}"
+        await router.load(model, options, force=args.force)
+        name = model.name  # its engine's id
+        engine = router.engines.get(name)
+        assert engine is not None  # loaded just now
+        backend = str(engine.backend)
         if args.prompt is None:
-            await chat_in_terminal(router, engine.id, engine)
+            await chat_in_terminal(router, name, local=True)
             return 0
-        reply, reasoning, done = await _answer(router, engine.id, args.prompt, echo=not args.json)
+        reply, reasoning, done = await _answer(router, name, args.prompt, echo=not args.json)
     if args.json:
         result: dict[str, Any] = {"model": model.name, "backend": backend, "reply": reply}
         if reasoning:

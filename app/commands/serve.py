@@ -112,6 +112,7 @@ async def _serve(
         loop.add_signal_handler(signum, stop.set)
     try:
         async with router:
+            await router.start()  # engines an earlier run left go before the API takes requests
             server = ApiServer(router, host, port, key)
             await server.start()
             router.remotes.watch()  # their models are listed and served as @NAME/MODEL

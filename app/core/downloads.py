@@ -25,10 +25,6 @@ class DownloadState(Enum):
     def active(self) -> bool:
         return self in (DownloadState.QUEUED, DownloadState.RUNNING)
 
-    @property
-    def resumable(self) -> bool:
-        return self in (DownloadState.PAUSED, DownloadState.FAILED)
-
 
 @dataclass(frozen=True)
 class DownloadRecord:

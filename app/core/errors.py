@@ -65,7 +65,8 @@ class InstallError(LemonDeskError):
 
 
 class StorageError(LemonDeskError):
-    """A file the app keeps (the chat history) could not be written: the disk is full or read-only."""
+    """A file the app keeps (the chat history, options, collections, remotes) could not be written: the
+    disk is full or read-only (``app.store.saving``)."""
 
 
 class ModelError(LemonDeskError):

@@ -1,4 +1,5 @@
-"""``bench``: an engine A/B on the user's machine, run by the router (``Router.bench``).
+"""``bench``: an engine A/B on the user's machine, a client of the router (the CLI's and the window's
+one bench, ``bench()``).
 
 Each model is loaded on each backend through the router's one-click load (so the loading policy and
 run's check against free memory hold, the latter skipped with ``force``), warmed up once, then measured
@@ -28,6 +29,7 @@ from app.core.bench import BenchResult, BenchRun, BenchSpec, Sample, summarize
 from app.core.errors import ConfigError
 from app.core.models import Model
 from app.core.remotes import RemoteKind, is_remote_model, parse_remote_model
+from app.store.bench_results import save_run
 from app.store.model_options import ModelOptions
 
 if TYPE_CHECKING:
@@ -76,6 +78,18 @@ def plan(router: Router, spec: BenchSpec) -> list[tuple[Model, str | None]]:
             )
         pairs += [(model, b) for b in backends] if backends else [(model, None)]
     return pairs
+
+
+async def bench(router: Router, spec: BenchSpec, progress: Progress, run_id: str = "") -> BenchRun:
+    """Measure every model of ``spec`` on each of its backends (``progress`` hears each step). Cancelling
+    it unloads what it loaded. The run is kept in the app's home with its hardware and versions
+    (``app.store.bench_results``); a warning saving it is logged and added to the router's."""
+    run = await run_bench(router, spec, progress, run_id)
+    saved = await asyncio.to_thread(save_run, run)
+    if saved.warning:
+        log.warning("%s", saved.warning)
+        router.warnings.append(saved.warning)
+    return run
 
 
 async def run_bench(router: Router, spec: BenchSpec, progress: Progress, run_id: str = "") -> BenchRun:

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from app.core.errors import ConfigError, LemonDeskError, ModelError
+from app.core.models import Model
 from app.core.names import USER_PREFIX
 from app.store.collections import (
     Collection,
@@ -22,10 +23,28 @@ from app.store.collections import (
     save_collections,
     write_collection_file,
 )
-from app.store.paths import home
+from app.store.saving import saving
 
 if TYPE_CHECKING:
-    from app.supervisor.router import Router
+    import asyncio
+
+    from app.store.library import Library
+    from app.store.model_options import ModelOptions
+    from app.supervisor.engine import Engine
+
+
+class Router(Protocol):
+    """What collections need of the router (``app.supervisor.router.Router``), which owns them: named
+    here so that this module sits below the router without importing it."""
+
+    warnings: list[str]
+    library: Library
+
+    def loaded(self) -> list[str]: ...
+
+    def options(self, name: str) -> ModelOptions: ...
+
+    def load(self, model: str | Model, options: ModelOptions | None = None) -> asyncio.Task[Engine]: ...
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,6 +55,8 @@ class Imported:
 
 
 class Collections:
+    """The saved collections (``<home>/collections.json``) and the router calls that use them."""
+
     def __init__(self, router: Router) -> None:
         self.router = router
         loaded = load_collections()
@@ -55,12 +76,8 @@ class Collections:
             raise ConfigError(f"There is no collection named {bare}.", f"Collections: {known}.") from None
 
     def _store(self) -> None:
-        try:
+        with saving("the collections"):
             save_collections(self._items)
-        except OSError as err:
-            raise ConfigError(
-                f"Could not save the collections: {err.strerror}.", f"Check that {home()} is writable."
-            ) from None
 
     def save(self, name: str, models: list[str] | None = None) -> Collection:
         """Save ``models`` (default: the loaded ones) with their recipe options as collection ``name``."""

@@ -32,20 +32,19 @@ from app.core.errors import ConfigError, LemonDeskError, ModelError, RemoteError
 from app.core.remotes import (
     RemoteKind,
     RemoteModelInfo,
-    RemoteModelStatus,
     RemoteRef,
     RemoteState,
     can_transition,
     check_remote_name,
     normalise_url,
     parse_remote_model,
-    remote_model_status,
 )
 from app.core.runcard import RunCard, figures, quant_of
 from app.core.telemetry import Telemetry
-from app.store.paths import home
 from app.store.remotes import RemoteRecord, load_remotes, remotes_path, save_remotes
+from app.store.saving import unsaved
 from app.store.secrets import delete_remote_key, get_remote_key, set_remote_key
+from app.supervisor.remote_views import RemoteChanged, RemoteModelView, RemoteSnapshot
 
 if TYPE_CHECKING:
     import httpx
@@ -65,99 +64,6 @@ def _file_stamp() -> tuple[int, int, int] | None:
     except OSError:
         return None
     return info.st_ino, info.st_mtime_ns, info.st_size
-
-
-# --- events and snapshots ---------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class RemoteChanged:
-    """A remote moved between states (``old`` is not ``state``), its model list changed (``old`` is
-    ``state``), or it was added or removed."""
-
-    name: str
-    old: RemoteState
-    state: RemoteState
-    message: str = ""  # why it is unreachable or refused
-    removed: bool = False
-
-    @property
-    def moved(self) -> bool:
-        return self.old is not self.state
-
-
-@dataclass(frozen=True)
-class RemoteSnapshot:
-    """A remote as front ends show it (read-only)."""
-
-    name: str
-    url: str
-    state: RemoteState
-    kind: RemoteKind | None
-    version: str
-    message: str
-    since: float  # when it entered its state, seconds since the epoch
-    has_key: bool
-    models: tuple[RemoteModelInfo, ...]  # the last list it sent (kept while it is unreachable)
-
-    @property
-    def text(self) -> str:
-        """``reachable``, ``unreachable since 14:02``..."""
-        state: str = self.state.value
-        if self.state in (RemoteState.UNREACHABLE, RemoteState.REFUSED):
-            return f"{state} since {time.strftime('%H:%M', time.localtime(self.since))}"
-        return state
-
-    def views(self) -> list[RemoteModelView]:
-        return [RemoteModelView(self, m, remote_model_status(self.state, m.loaded)) for m in self.models]
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "url": self.url,
-            "state": self.state.value,
-            "kind": self.kind.value if self.kind else None,
-            "version": self.version or None,
-            "message": self.message,
-            "since": round(self.since, 3),
-            "key": self.has_key,
-            "models": [m.id for m in self.models],
-        }
-
-
-@dataclass(frozen=True)
-class RemoteModelView:
-    """A remote's model with its one status: what ``models``, the Model Manager, the tray and the API show."""
-
-    remote: RemoteSnapshot
-    info: RemoteModelInfo
-    status: RemoteModelStatus
-
-    @property
-    def name(self) -> str:
-        return RemoteRef(self.remote.name, self.info.id).name
-
-    @property
-    def message(self) -> str:
-        return self.remote.message
-
-    def to_json(self) -> dict[str, Any]:
-        """The keys of ``lemon-desk models --json``'s local rows that apply, and the remote's."""
-        return {
-            "name": self.name,
-            "recipe": self.info.recipe,
-            "checkpoint": self.info.checkpoint,
-            "labels": list(self.info.labels),
-            "size_gb": round(self.info.size_bytes / 1e9, 3),
-            "user": False,
-            "downloaded": True,  # on its remote: nothing to download here
-            "state": self.status.value,
-            "pinned": False,
-            "message": self.message,
-            "remote": self.remote.name,
-            "remote_url": self.remote.url,
-            "remote_model": self.info.id,
-        }
 
 
 # --- one remote, inside -----------------------------------------------------------------------------
@@ -216,12 +122,8 @@ class _Observer:
 
     async def explain(self, error: RequestError) -> LemonDeskError:
         remote = self._remote
-        await self._remotes._look(remote)
+        await self._remotes.look(remote)
         return error if remote.state is RemoteState.REACHABLE else _unreachable(remote)
-
-
-def _unsaved(err: OSError) -> ConfigError:
-    return ConfigError(f"Could not save the remotes: {err.strerror}.", f"Check that {home()} is writable.")
 
 
 def _unreachable(remote: _Remote) -> RemoteError:
@@ -313,10 +215,10 @@ class Remotes:
             except OSError as err:
                 if key:
                     await asyncio.to_thread(delete_remote_key, name)
-                raise _unsaved(err) from None
+                raise unsaved("the remotes", err) from None
             self._file_stamp = _file_stamp()
             remote = self._adopt(record, key)
-        await self._look(remote)
+        await self.look(remote)
         return remote.snapshot()
 
     def _adopt(self, record: RemoteRecord, key: str | None = None) -> _Remote:
@@ -337,7 +239,7 @@ class Remotes:
             try:
                 await asyncio.to_thread(save_remotes, records)
             except OSError as err:
-                raise _unsaved(err) from None
+                raise unsaved("the remotes", err) from None
             self._file_stamp = _file_stamp()
             try:  # the key goes before anyone is told the remote has: nothing can read it after that
                 if remote.record.has_key:
@@ -386,7 +288,7 @@ class Remotes:
     async def refresh(self, names: list[str] | None = None) -> list[RemoteSnapshot]:
         """Look at the remotes (all, or those named) now, together; their snapshots after."""
         chosen = [self._get(n) for n in names] if names is not None else list(self._remotes.values())
-        await asyncio.gather(*(self._look(r) for r in chosen))
+        await asyncio.gather(*(self.look(r) for r in chosen))
         return [r.snapshot() for r in chosen]
 
     def _start_watcher(self, remote: _Remote) -> None:
@@ -395,7 +297,7 @@ class Remotes:
 
     async def _watch(self, remote: _Remote) -> None:
         while True:
-            await self._look(remote)
+            await self.look(remote)
             await self._rest(remote)
 
     async def _rest(self, remote: _Remote) -> None:
@@ -414,7 +316,7 @@ class Remotes:
             return self.poll_s
         return self.backoff_s[min(max(remote.failures, 1), len(self.backoff_s)) - 1]
 
-    async def _look(self, remote: _Remote) -> None:
+    async def look(self, remote: _Remote) -> None:
         """Look at a remote once; looks asked for while one is under way wait for that one."""
         if remote.looking is None or remote.looking.done():
             remote.looking = asyncio.ensure_future(self._probe(remote))
@@ -487,7 +389,7 @@ class Remotes:
         ref = parse_remote_model(name)
         remote = self._get(ref.remote)
         if remote.state is not RemoteState.REACHABLE:
-            await self._look(remote)
+            await self.look(remote)
         if remote.state is RemoteState.REFUSED:
             raise RemoteError(
                 f"The remote {ref.remote} ({remote.record.url}) {remote.message.removeprefix('it ')}.",
@@ -528,7 +430,7 @@ class Remotes:
         remote, ref = await self._usable(name)
         if remote.kind in (RemoteKind.LEMON_DESK, RemoteKind.LEMONADE):
             await verb(self._pool(remote), await self._key(remote), ref.model, self._timeouts()[0])
-            await self._look(remote)  # its loaded models changed
+            await self.look(remote)  # its loaded models changed
 
     async def stats(self, name: str) -> dict[str, Any] | None:
         """The remote's own figures for its last request (Lemon Desk and Lemonade), else None."""

@@ -3,8 +3,9 @@ subscribers what happens through plain event dataclasses (the UI bridge turns th
 
 Every long job is an ``asyncio.Task`` kept here until it ends: ``install:<recipe>:<backend>`` and
 ``load:<engine id>``. Cancelling one cleans up after it; ``shutdown()`` cancels them all and stops every
-engine. Before anything starts, it stops the engines an earlier run of the app left behind
-(``app.supervisor.orphans``). asyncio only: nothing here knows about Qt.
+engine. Made with ``clean_start`` (the default), it first stops the engines an earlier run of the app
+left behind (``app.supervisor.orphans``); the router makes it without, and does that in ``start()``.
+asyncio only: nothing here knows about Qt.
 """
 
 from __future__ import annotations
@@ -123,6 +124,8 @@ def _no_projector(model: Model) -> Path | None:
 
 
 class Supervisor:
+    """Owns backend installs and engine processes, each a task keyed by id, and reports what happens."""
+
     def __init__(
         self,
         settings: Settings,
@@ -130,6 +133,7 @@ class Supervisor:
         hardware: Hardware | None = None,
         resolve_model: ModelResolver,
         resolve_projector: ProjectorResolver = _no_projector,
+        clean_start: bool = True,
     ) -> None:
         self.settings = settings
         self._hardware = hardware
@@ -140,7 +144,8 @@ class Supervisor:
         self._engines: dict[str, Engine] = {}
         self._stops: set[asyncio.Future[None]] = set()  # engine stops under way; shutdown waits for them
         self._shutting_down = False
-        stop_orphans()  # engines of an earlier run that crashed: before this one starts its own
+        if clean_start:  # else the owner does it before its first launch (``Router.start``)
+            stop_orphans()  # engines of an earlier run that crashed: before this one starts its own
 
     async def __aenter__(self) -> Supervisor:
         return self

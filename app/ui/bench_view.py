@@ -50,7 +50,6 @@ if TYPE_CHECKING:
     from app.supervisor.bench import BenchProgress
 
 PP_COLOUR, TG_COLOUR = "#2980b9", "#e67e22"
-EARLIER_ALPHA = 110  # earlier runs' bars are paler
 COLUMNS = ["Model", "Backend", "Engine", "pp t/s", "tg t/s", "TTFT s", "Run"]
 
 

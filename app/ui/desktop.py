@@ -46,7 +46,7 @@ if TYPE_CHECKING:
     from app.bridge import Bridge
     from app.core.bench import BenchRun
     from app.store.history import History
-    from app.supervisor.remotes import RemoteSnapshot
+    from app.supervisor.remote_views import RemoteSnapshot
     from app.supervisor.router import EngineUsage, LoadProgress, ModelView, RequestFinished, Suggestion
     from app.supervisor.rpc import WorkerChanged
     from app.supervisor.supervisor import EngineStateChanged

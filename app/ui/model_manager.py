@@ -47,7 +47,7 @@ from app.ui.look import (
 )
 
 if TYPE_CHECKING:
-    from app.supervisor.remotes import RemoteModelView, RemoteSnapshot
+    from app.supervisor.remote_views import RemoteModelView, RemoteSnapshot
     from app.supervisor.router import ModelView
 
 NAME_ROLE = Qt.ItemDataRole.UserRole

@@ -25,7 +25,7 @@ from app.core.errors import ConfigError
 from app.core.remotes import check_remote_name, normalise_url
 
 if TYPE_CHECKING:
-    from app.supervisor.remotes import RemoteSnapshot
+    from app.supervisor.remote_views import RemoteSnapshot
 
 PROBLEM_STYLE = "color: #c0392b;"
 

@@ -19,9 +19,9 @@ from app.core.errors import WorkerError
 from app.core.rpc import Endpoint, memory_by_device, parse_endpoint
 from app.store.library import Library
 from app.store.settings import Settings
-from app.supervisor import router as router_module
 from app.supervisor.process import free_port
 from app.supervisor.router import EngineRecovery, Router
+from app.supervisor.router import recovery as router_module
 from app.supervisor.rpc import probe
 from tests.integration.conftest import Mirror, engines_of, lemon_desk
 from tests.integration.test_run import ENDLESS, after_phases, engine_of, start

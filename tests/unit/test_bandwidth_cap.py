@@ -16,11 +16,11 @@ from app.core.fit import DOWNLOAD_CAP_BPS, BandwidthCap, MemoryKind, download_ca
 from app.core.refs import FileSet, parse_ref, select
 from app.store.hfcache import hub_cache_dir
 from app.store.settings import Settings
-from app.supervisor import router as router_module
 from app.supervisor.downloads import DownloadManager, DownloadProgress
 from app.supervisor.fetch import fetch
 from app.supervisor.hub import HubClient
 from app.supervisor.router import Router
+from app.supervisor.router import pulls as router_module
 from tests.conftest import profile_path
 from tests.support.fileserver import Served, serve
 from tests.support.hubserver import LoopbackHub

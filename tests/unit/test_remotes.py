@@ -28,7 +28,8 @@ from app.store import secrets
 from app.store.settings import Settings
 from app.supervisor.api import ApiServer
 from app.supervisor.api import openai as openai_routes
-from app.supervisor.remotes import RemoteChanged, Remotes
+from app.supervisor.remote_views import RemoteChanged
+from app.supervisor.remotes import Remotes
 from app.supervisor.router import RequestFinished, Router, RouterEvent
 from tests.support.fileserver import Served, serve
 from tests.support.keychain import private_keychain

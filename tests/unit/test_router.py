@@ -20,8 +20,8 @@ from app.core.policy import Caps, LoadedModel, over_caps, parse_caps, plan_evict
 from app.core.status import Status
 from app.store.model_options import ModelOptions
 from app.store.settings import Settings
-from app.supervisor import router as router_module
 from app.supervisor.router import EngineRecovery, Router, RouterEvent
+from app.supervisor.router import recovery as router_module
 from tests.support.standin import control, make_standin_model
 
 SYSTEM = ModelOptions(backend="system")

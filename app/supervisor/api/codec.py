@@ -52,7 +52,7 @@ async def reply(
     """Send ``chat`` (an OpenAI chat body, streamed) through the one chat path. With ``headers`` the
     reply is streamed through ``codec`` and the response given; without, the events are fed to
     ``codec`` and the end given, for the dialect to build its whole reply from."""
-    model = openai.router.library.models().get(chat["model"])
+    model = openai.router.catalog.models().get(chat["model"])
     if stops and model is not None and model.recipe == "llamacpp":
         # A reply cut at a stop sequence ends before the engine's usage: llama-server's figures come
         # with every token instead (see chat_events).

@@ -27,7 +27,7 @@ from app.store.hfcache import hub_cache_dir
 from app.store.model_options import ModelOptions
 from app.supervisor.api.bodies import optional, parse_object, required_str
 from app.supervisor.api.errors import ApiError, bad_request, from_app_error, model_not_found
-from app.supervisor.api.openai import SSE_HEADERS, check_remote, find_model, launched_ctx_size, model_json
+from app.supervisor.api.openai import SSE_HEADERS, check_remote, find_model, model_json
 from app.supervisor.api.options import (
     options_json,
     requested,
@@ -37,8 +37,7 @@ from app.supervisor.api.options import (
 from app.supervisor.api.system import model_storage, system_info_json
 
 if TYPE_CHECKING:
-    from app.supervisor.engine import Engine
-    from app.supervisor.router import Router, RouterEvent
+    from app.supervisor.router import EngineSnapshot, Router, RouterEvent
 
 OPTIONS_FIELDS = frozenset({"model_name", "dry_run"})
 MODEL_TYPES = ("llm", "embedding", "reranking")
@@ -116,7 +115,7 @@ class LemonadeRoutes:
             await self.router.unload(name)  # its remote unloads it
             return _success(f"Model unloaded: {name}")
         find_model(self.router, name)
-        if name not in self.router.supervisor.engines:
+        if name not in self.router.engines:
             raise ApiError(404, f"{name} is not loaded.", "not_found_error", "model_not_loaded")
         await self.router.unload(name)
         return _success(f"Model unloaded: {name}")
@@ -143,7 +142,7 @@ class LemonadeRoutes:
     def _to_pull(self, body: dict[str, Any], name: str) -> Model:
         """The model a pull names, or the user model its registration fields define (registered when
         its download starts, so a definition the Hub refuses leaves nothing behind)."""
-        library = self.router.library
+        library = self.router.catalog
         if defines_model(body):
             return library.define(user_model_from_request(body, known=name in library.models()))
         if name in library.models() or "/" in name:
@@ -233,7 +232,7 @@ class LemonadeRoutes:
     async def health(self, request: web.Request) -> web.Response:
         router = self.router
         loaded = router.loaded()  # least recently used first
-        models = [self._loaded_json(name, router.supervisor.engines[name]) for name in loaded]
+        models = [self._loaded_json(engine) for name in loaded if (engine := router.engines.get(name))]
         pinned = dict.fromkeys(MODEL_TYPES, 0)
         for entry in models:
             pinned[entry["type"]] += entry["pinned"]
@@ -249,19 +248,20 @@ class LemonadeRoutes:
             }
         )
 
-    def _loaded_json(self, name: str, engine: Engine) -> dict[str, Any]:
+    def _loaded_json(self, engine: EngineSnapshot) -> dict[str, Any]:
         router = self.router
-        model = router.library.models().get(name)
-        recipe = engine.request.recipe
+        name = engine.model
+        model = router.catalog.models().get(name)
+        recipe = engine.backend.recipe
         loaded_with = router.load_options(name)
         args = loaded_with.args if loaded_with is not None else ""
-        used = ModelOptions(backend=engine.request.backend, ctx_size=launched_ctx_size(engine), args=args)
+        used = ModelOptions(backend=engine.backend.backend, ctx_size=engine.ctx_size, args=args)
         return {
             "model_name": name,
-            "checkpoint": model.checkpoint if model else engine.request.model,
+            "checkpoint": model.checkpoint if model else engine.checkpoint,
             "recipe": recipe,
-            "backend": engine.request.backend,
-            "device": _device(engine),
+            "backend": engine.backend.backend,
+            "device": engine.device.value if engine.state is EngineState.READY else "",
             "type": model_type(model),
             "pinned": router.pinned(name),
             "last_use": router.last_used(name),
@@ -310,7 +310,7 @@ class LemonadeRoutes:
         return web.json_response(data)
 
     async def system_info(self, request: web.Request) -> web.Response:
-        info = await self.router.supervisor.info()
+        info = await self.router.backends.info()
         path = hub_cache_dir(self.router.settings.models_dir)
         storage = await asyncio.to_thread(model_storage, path)
         return web.json_response(system_info_json(info, storage))
@@ -326,7 +326,7 @@ class LemonadeRoutes:
         model = find_model(self.router, name)
         saved = self.router.options(name)
         options = options or saved
-        info = await self.router.supervisor.info()
+        info = await self.router.backends.info()
         support = info.recipes.get(model.recipe)
         auto = support.default_backend if support else None
 
@@ -364,9 +364,3 @@ class LemonadeRoutes:
         find_model(self.router, name)
         self.router.save_options(name, ModelOptions())
         return await self._options_reply(name)
-
-
-def _device(engine: Engine) -> str:
-    from app.supervisor.router import device_of
-
-    return str(device_of(engine).value) if engine.state is EngineState.READY else ""

@@ -44,7 +44,7 @@ from app.supervisor.api.errors import (
     bad_gateway,
     bad_request,
 )
-from app.supervisor.api.openai import CREATED, context_length, launched_ctx_size
+from app.supervisor.api.openai import CREATED, context_length
 
 if TYPE_CHECKING:
     from app.supervisor.api.openai import OpenAIRoutes
@@ -341,7 +341,7 @@ class OllamaRoutes:
         """Our model for an Ollama name (the rule is the module's docstring's)."""
         if not isinstance(given, str) or not given:
             raise bad_request("'model' must name a model.")
-        models = self.router.library.models()
+        models = self.router.catalog.models()
         base = given.removesuffix(":latest")
         for name in (given, base):
             if name in models:
@@ -390,7 +390,7 @@ class OllamaRoutes:
                     **self._tag(view),
                     "expires_at": FAR_FUTURE if keeps else _iso((used or 0) + minutes * 60),
                     "size_vram": sum(v for k, v in view.memory.items() if k.lower() != "cpu"),
-                    "context_length": launched_ctx_size(router.supervisor.engines[name]),
+                    "context_length": engine.ctx_size if (engine := router.engines.get(name)) else None,
                 }
             )
         return web.json_response({"models": out})
@@ -457,7 +457,7 @@ class OllamaRoutes:
         """Ollama's way to load a model (a request with nothing to answer) or to unload one (the same
         with ``keep_alive`` 0)."""
         if keep_alive_unloads(body.get("keep_alive")):
-            if model.name in self.router.supervisor.engines:
+            if model.name in self.router.engines:
                 await self.router.unload(model.name)
             reason = "unload"
         else:

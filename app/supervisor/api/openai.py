@@ -43,8 +43,7 @@ from app.supervisor.api.options import resolved_ctx_size, saved_json
 
 if TYPE_CHECKING:
     from app.client.chat import ChatClient
-    from app.supervisor.engine import Engine
-    from app.supervisor.remotes import RemoteModelView
+    from app.supervisor.remote_views import RemoteModelView
     from app.supervisor.router import ModelView, Router
 
 log = logging.getLogger(__name__)
@@ -70,26 +69,17 @@ def find_model(router: Router, name: str) -> Model:
         raise bad_request(
             f"{name} is a model of a remote server: delete it or change its options there.", "remote_model"
         )
-    model = router.library.models().get(name)
+    model = router.catalog.models().get(name)
     if model is None:
         raise model_not_found(name)
     return model
 
 
-def launched_ctx_size(engine: Engine) -> int | None:
-    """The context size an engine was started with, from its command line (None: the engine's own)."""
-    argv = list(engine.argv)
-    if "--ctx-size" in argv[:-1]:
-        value = argv[argv.index("--ctx-size") + 1]
-        return int(value) if value.isdigit() else None
-    return engine.request.ctx_size
-
-
 def context_length(router: Router, model: Model) -> int | None:
     """Tokens one request can hold: the running engine's context, else the one a load would use."""
-    engine = router.supervisor.engines.get(model.name)
+    engine = router.engines.get(model.name)
     if engine is not None and engine.state is EngineState.READY:
-        return launched_ctx_size(engine)
+        return engine.ctx_size
     return resolved_ctx_size(model.recipe, router.options(model.name))
 
 
@@ -429,8 +419,7 @@ class OpenAIRoutes:
     async def _cut_short(self, name: str) -> LemonDeskError:
         """Why a stream ended without [DONE]: the engine's crash when it crashed, said as such."""
         error = RequestError("The engine ended the reply before finishing it.")
-        engine = self.router.supervisor.engines.get(name)
-        return await engine.explain(error) if engine is not None else error
+        return await self.router.engines.explain(name, error)
 
     def _finished(self, name: str, watch: _Watch) -> None:
         from app.supervisor.router import RequestSource

@@ -1,0 +1,233 @@
+"""Pulls: the Hub client and the download manager's lifetime, and every verb that fetches a model's
+files (plan, download, add, pause, resume, cancel, the snapshots the CLI and the window list).
+
+The Hub client is made on first use (reading the Hugging Face token then, not at start-up), and the
+download manager with it; whichever verb comes first makes both.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import Callable, Coroutine
+from typing import TYPE_CHECKING, Any
+
+from app.core.downloads import INTERRUPTED, DownloadRecord, DownloadState
+from app.core.errors import ModelError
+from app.core.fit import BandwidthCap, download_cap, memory_budget
+from app.core.hardware import Hardware
+from app.core.models import Model
+from app.core.refs import FileSet, parse_ref, select
+from app.core.status import LoadPhase
+from app.platform import detect_hardware, free_memory
+from app.store.downloads import load_downloads
+from app.store.hfcache import RepoCache
+from app.store.library import GB, Library
+from app.store.secrets import get_hf_token
+from app.supervisor.downloads import (
+    DownloadChanged,
+    DownloadEvent,
+    DownloadManager,
+    DownloadProgress,
+    DownloadSnapshot,
+    recovered,
+)
+from app.supervisor.hub import HubClient, gated_error
+from app.supervisor.router.runtime import Runtime
+
+if TYPE_CHECKING:
+    import httpx
+
+
+class Pulls:
+    def __init__(
+        self,
+        library: Callable[[], Library],
+        runtime: Runtime,
+        hardware: Callable[[], Hardware],
+        warnings: list[str],
+    ) -> None:
+        self._library = library
+        self._runtime = runtime
+        self._hardware = hardware  # raises RuntimeError while no load has asked for the machine
+        self._warnings = warnings  # the router's, where a download manager's warning is added
+        self._http: httpx.AsyncClient | None = None
+        self._hub: HubClient | None = None
+        self._downloads: DownloadManager | None = None
+
+    # --- the Hub and the download manager -------------------------------------------------------------
+
+    async def hub(self) -> HubClient:
+        if self._hub is None:
+            token = await asyncio.to_thread(get_hf_token)
+            if self._hub is None:  # two first calls at once (the window's) make one client, not two
+                self._make_hub(token)
+        assert self._hub is not None
+        return self._hub
+
+    def _make_hub(self, token: str | None) -> None:
+        import httpx  # on first use: the window's start-up does without it
+
+        self._http = httpx.AsyncClient()
+        self._hub = HubClient(self._http, token=token)
+
+    def downloads(self) -> DownloadManager:
+        """The download manager, made (with the Hub client) when there is none. Prefer ``manager()`` on
+        the loop: made here first, the Hub client reads the token on the caller's thread."""
+        if self._downloads is None:
+            if self._hub is None:
+                self._make_hub(get_hf_token())
+            assert self._hub is not None
+            self._downloads = DownloadManager(self._library().cache_root, self._hub, cap_policy=self.cap)
+            if self._downloads.warning:
+                self._warnings.append(self._downloads.warning)
+            self._downloads.subscribe(self._on_download)
+        return self._downloads
+
+    async def manager(self) -> DownloadManager:
+        await self.hub()
+        return self.downloads()
+
+    @property
+    def running(self) -> DownloadManager | None:
+        """The download manager when one was made, without making one."""
+        return self._downloads
+
+    def records(self) -> dict[str, DownloadRecord] | None:
+        return self._downloads.records if self._downloads else None
+
+    def done_bytes(self, record: DownloadRecord) -> int:
+        live = self._downloads.progress.get(record.id) if self._downloads else None
+        return live if live is not None else record.done_bytes
+
+    def folder_changed(self) -> Coroutine[Any, Any, None] | None:
+        """The models folder moved: downloads under way finish where they started, the next one goes to
+        the new folder. Returns the closing of the old manager, for the caller to run."""
+        if self._downloads is None or self._downloads.busy:
+            return None
+        closing = self._downloads.close()
+        self._downloads = None
+        return closing
+
+    async def close(self, resume_later: bool) -> None:
+        if self._downloads is not None:
+            await self._downloads.close(resume_later=resume_later)
+        if self._http is not None:
+            await self._http.aclose()
+
+    def cap(self, recipe: str, remaining: int) -> BandwidthCap | None:
+        """The seed's bandwidth cap for a download on unified memory (``app.core.fit.download_cap``)."""
+        try:
+            hardware = self._hardware()
+        except RuntimeError:  # no load has asked for the machine yet
+            hardware = detect_hardware()
+        kind = memory_budget(hardware, recipe).kind
+        return download_cap(kind, remaining, free_memory(kind, hardware))
+
+    def _on_download(self, event: DownloadEvent) -> None:
+        runtime = self._runtime
+        runtime.emit(event)
+        record = self._downloads.records.get(event.id) if self._downloads else None
+        name = record.model if record else event.id
+        known = runtime.get(name)
+        phase = known.phase if known is not None else None
+        if phase is not None and phase.phase is LoadPhase.DOWNLOADING and isinstance(event, DownloadProgress):
+            runtime.set_phase(name, LoadPhase.DOWNLOADING, event.done, event.total, event.file)
+        elif isinstance(event, DownloadChanged):
+            runtime.changed(name)
+
+    # --- pulls ----------------------------------------------------------------------------------------
+
+    async def plan_pull(self, name_or_ref: str | Model, recipe: str | None = None) -> tuple[Model, FileSet]:
+        """The model and the files a download of it needs (asks the Hub; downloads nothing)."""
+        model = name_or_ref if isinstance(name_or_ref, Model) else self._library().resolve(name_or_ref)
+        if model.repo_id is None:
+            raise ModelError(f"{model.name} is a local model: there is nothing to download.")
+        hub = await self.hub()
+        ref = parse_ref(model.checkpoint)
+        listing = await hub.listing(ref.repo_id)
+        if listing.gated and not hub.token:
+            raise gated_error(ref.repo_id, hub.endpoint)
+        files = select(listing, ref, recipe or model.recipe or None, model.mmproj)
+        if model.user:
+            model = dataclasses.replace(model, recipe=files.recipe, size_gb=round(files.size / GB, 3))
+        return model, files
+
+    async def download(self, model: Model, files: FileSet) -> DownloadRecord:
+        """Fetch ``files`` for ``model`` into the cache (joining a download of it under way).
+
+        Raises why it failed (``DownloadManager.outcome``); cancelling this call leaves the download
+        running (pause or cancel it through ``downloads()``).
+        """
+        manager = await self._submit(model, files)
+        record = await manager.outcome(model.checkpoint)
+        if record.state is DownloadState.CANCELLED:
+            raise asyncio.CancelledError
+        return record
+
+    async def add(self, ref: str) -> Model:
+        """Register a Hub reference (``org/repo:VARIANT``) as a model and start its download; returns
+        the model without waiting for the download (its progress comes as events)."""
+        model, files = await self.plan_pull(ref)
+        await self._submit(model, files)
+        return model
+
+    async def _submit(self, model: Model, files: FileSet) -> DownloadManager:
+        self._library().register(model)
+        manager = await self.manager()
+        self._runtime[model.name].error = ""
+        manager.submit(model.checkpoint, model.name, files)
+        self._runtime.changed(model.name)
+        return manager
+
+    async def pull(self, name_or_ref: str | Model, recipe: str | None = None) -> DownloadRecord:
+        """The one pull: the CLI's, the window's and the API's."""
+        model, files = await self.plan_pull(name_or_ref, recipe)
+        return await self.download(model, files)
+
+    async def pause(self, name: str) -> None:
+        await (await self.manager()).pause(self._library().resolve(name).checkpoint)
+
+    async def resume(self, name: str) -> None:
+        (await self.manager()).resume(self._library().resolve(name).checkpoint)
+
+    async def cancel(self, name: str, *, keep_partial: bool = False) -> None:
+        """Stop a download and delete its partial files (``keep_partial``: keep them, so a later
+        download of the model goes on from there)."""
+        manager = await self.manager()
+        await manager.cancel(self._library().resolve(name).checkpoint, keep_partial=keep_partial)
+        self._runtime.changed(name)
+
+    async def drop(self, model: Model) -> None:
+        """Cancel the model's download, when this run's manager has one (before its files go)."""
+        if self._downloads is not None and model.checkpoint in self._downloads.records:
+            await self._downloads.cancel(model.checkpoint)
+
+    def snapshots(self) -> list[DownloadSnapshot]:
+        """Every download the app remembers (``<home>/downloads.json``), with speed and ETA for those
+        running in this process. Reads files: front ends on the loop call it in a thread."""
+        if self._downloads is not None:
+            return self._downloads.snapshots()
+        loaded = load_downloads()
+        if loaded.warning:
+            self._warnings.append(loaded.warning)
+        root = self._library().cache_root
+        out = []
+        for record in (recovered(r, root) for r in loaded.items.values()):
+            # Running in another process: its record's count is from when it started; the disk is now.
+            live = RepoCache(root, record.files.repo_id).bytes_on_disk(record.files.files)
+            out.append(DownloadSnapshot(record, live if record.state.active else record.done_bytes))
+        return out
+
+    async def open(self) -> list[str]:
+        """Read the downloads remembered and resume those the app's last run left unfinished (quit or
+        crash); returns the names of those resumed."""
+        manager = await self.manager()
+        resumed = []
+        for record in list(manager.records.values()):
+            if record.state is DownloadState.PAUSED and record.message == INTERRUPTED:
+                manager.resume(record.id)
+                resumed.append(record.model)
+        if resumed:
+            self._runtime.changed(*resumed)
+        return resumed

@@ -1,0 +1,191 @@
+"""Requests: a client for a model's engine (loaded on demand), chat with one replay after a crash, run
+cards and request accounting (in flight, streaming, last use, totals).
+
+This is the one place that decides whether a name is a local model or a remote one (``@NAME/MODEL``,
+served by ``app.supervisor.remotes``); every verb that could go either way asks here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import shlex
+import time
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator
+from typing import Any, cast
+
+from app.client.chat import ChatClient, Messages
+from app.client.events import ChatDone, ChatEvent, ChatReply
+from app.core.bench import hardware_summary, known_version
+from app.core.engine_state import EngineState
+from app.core.errors import EngineError
+from app.core.launch import DEFAULT_CTX_SIZE
+from app.core.remotes import is_remote_model
+from app.core.runcard import RunCard, figures, quant_of
+from app.core.telemetry import Telemetry, TelemetryTotals
+from app.store.settings import Settings
+from app.supervisor.engine import Engine
+from app.supervisor.remotes import Remotes
+from app.supervisor.router.events import RequestFinished, RequestSource
+from app.supervisor.router.loading import Loading
+from app.supervisor.router.runtime import Runtime
+from app.supervisor.supervisor import Supervisor
+
+log = logging.getLogger(__name__)
+
+
+def is_remote(name: str) -> bool:
+    """Whether ``name`` is served by a remote (``@NAME/MODEL``) rather than by an engine here."""
+    return is_remote_model(name)
+
+
+class Requests:
+    def __init__(
+        self,
+        *,
+        settings: Callable[[], Settings],
+        supervisor: Supervisor,
+        runtime: Runtime,
+        loading: Loading,
+        remotes: Remotes,
+        clock: Callable[[], float],
+    ) -> None:
+        self._settings = settings
+        self._supervisor = supervisor
+        self._runtime = runtime
+        self._loading = loading
+        self._remotes = remotes
+        self._clock = clock
+        self.last_request: RequestFinished | None = None
+        self.totals = TelemetryTotals()  # over every reply since the router started
+
+    # --- accounting -----------------------------------------------------------------------------------
+
+    def last_used(self, name: str) -> float | None:
+        """When a loaded model was last loaded or asked, as a Unix time; None when it is not loaded."""
+        used = self._loading.used(name)
+        return None if used is None else time.time() - (self._clock() - used)
+
+    def busy(self, name: str) -> bool:
+        record = self._runtime.get(name)
+        return record is not None and record.busy > 0
+
+    def streaming(self, name: str) -> bool:
+        record = self._runtime.get(name)
+        return record is not None and record.streaming > 0
+
+    @contextlib.contextmanager
+    def reply_streaming(self, name: str) -> Iterator[None]:
+        """Mark a reply of ``name`` as streaming for as long as the block runs."""
+        record = self._runtime[name]
+        record.streaming += 1
+        try:
+            yield
+        finally:
+            record.streaming -= 1
+
+    def request_finished(self, name: str, telemetry: Telemetry, source: RequestSource) -> None:
+        """Note a finished reply's figures (the last one is kept) and tell the front ends."""
+        self.last_request = RequestFinished(name, source, telemetry)
+        self.totals = self.totals.add(telemetry)
+        self._runtime.emit(self.last_request)
+
+    # --- local or remote ------------------------------------------------------------------------------
+
+    async def unload(self, name: str) -> None:
+        """Stop a model's engine; a remote model is unloaded by its remote."""
+        if is_remote(name):
+            await self._remotes.unload(name)
+        else:
+            await self._loading.unload(name)
+
+    async def ensure_loaded(self, name: str) -> Engine:
+        """The model's ready engine, loading it (one-click) under the policy when it is not loaded."""
+        engine = self._supervisor.engines.get(name)
+        if engine is not None and engine.state is EngineState.READY:
+            self._loading.touch(name)
+            return engine
+        record = self._runtime.get(name)
+        pending = (record.restart or record.load) if record is not None else None
+        return await asyncio.shield(pending or self._loading.load(name, None, False, None))
+
+    @contextlib.asynccontextmanager
+    async def client(self, name: str) -> AsyncIterator[ChatClient]:
+        """A client for the model's engine, loaded on demand; the model counts as used while it is open.
+        A remote model (``@NAME/MODEL``) gets a client pointed at its remote."""
+        if is_remote(name):
+            async with self._remotes.client(name) as remote:
+                yield remote
+            return
+        engine = await self.ensure_loaded(name)
+        record = self._runtime[name]
+        record.busy += 1
+        self._loading.touch(name)
+        try:
+            async with engine.chat_client(self._settings().request_timeout_s) as client:
+                yield client
+        finally:
+            record.busy -= 1
+            self._loading.touch(name)
+
+    async def stream_chat(self, name: str, messages: Messages, **params: Any) -> AsyncIterator[ChatEvent]:
+        """A streamed reply. An engine that dies mid-reply ends it with an EngineError naming the cause
+        (the engine restarts behind it; a stream cannot be replayed without the user seeing it twice)."""
+        async with self.client(name) as client:
+            # Closing the generator closes the HTTP stream, which stops the engine generating.
+            stream = cast(AsyncGenerator[ChatEvent, None], client.stream_chat(messages, **params))
+            async with contextlib.aclosing(stream):
+                with contextlib.ExitStack() as marks:
+                    marked = False
+                    async for event in stream:
+                        if not marked:  # streaming from its first event on
+                            marks.enter_context(self.reply_streaming(name))
+                            marked = True
+                        if isinstance(event, ChatDone):
+                            self.request_finished(name, event.telemetry, RequestSource.CHAT)
+                        yield event
+
+    async def chat(self, name: str, messages: Messages, **params: Any) -> ChatReply:
+        """A whole reply. One broken by an engine crash is sent once more after the restart."""
+        try:
+            async with self.client(name) as client:
+                reply = await client.chat(messages, **params)
+        except EngineError:
+            record = self._runtime.get(name)
+            restart = record.restart if record is not None else None
+            if restart is None:
+                raise
+            log.info("replaying a request to %s after its engine restarts", name)
+            await asyncio.shield(restart)
+            async with self.client(name) as client:
+                reply = await client.chat(messages, **params)
+        self.request_finished(name, reply.telemetry, RequestSource.CHAT)
+        return reply
+
+    def run_card(self, name: str, params: dict[str, Any], telemetry: Telemetry) -> RunCard:
+        """What produced a reply of ``name``'s engine: its model, engine, options, sampling, hardware
+        and figures, for the reply's run card."""
+        if is_remote(name):
+            return self._remotes.run_card(name, params, telemetry)
+        engine = self._supervisor.engines.get(name)
+        record = self._runtime.get(name)
+        model = record.model if record is not None else None
+        request = engine.request if engine is not None else None
+        hardware = engine.hardware.to_json() if engine is not None else {}
+        checkpoint = model.checkpoint if model is not None else (request.model if request else "")
+        return RunCard(
+            model=name,
+            checkpoint=checkpoint,
+            quant=quant_of(checkpoint),
+            recipe=request.recipe if request else "",
+            backend=request.backend if request else "",
+            engine_version=known_version(record.version if record is not None else ""),
+            ctx_size=request.ctx_size or (DEFAULT_CTX_SIZE if request.recipe == "llamacpp" else None)
+            if request
+            else None,
+            extra_args=shlex.join(request.user_args) if request else "",
+            sampling={k: v for k, v in params.items() if isinstance(v, int | float | str)},
+            hardware=hardware_summary(hardware) if hardware else "",
+            **figures(telemetry),
+        )

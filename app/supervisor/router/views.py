@@ -1,0 +1,125 @@
+"""Views: a model as every front end shows it (``ModelView``), built from the library's disk facts and
+the router's runtime facts; the only caller of ``app.core.status.model_status``."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from app.core.engine_state import EngineState
+from app.core.fit import DEFAULT_CONTEXT, SIZE_ONLY, FitEstimate, ModelShape, estimate
+from app.core.models import Model
+from app.core.status import ModelFacts, ModelStatus, model_status
+from app.store.library import GB, Library, ModelState
+from app.store.library import ModelStatus as DiskStatus
+from app.supervisor.router.discover import Discover
+from app.supervisor.router.pulls import Pulls
+from app.supervisor.router.runtime import Runtime
+from app.supervisor.supervisor import Supervisor
+
+
+@dataclass(frozen=True)
+class ModelView:
+    """A model as every front end shows it: what it is, where its files are, and its one status."""
+
+    model: Model
+    status: ModelStatus
+    on_disk: bool
+    size_bytes: int
+    disk: DiskStatus
+    fit: FitEstimate | None = None  # at the model's context; None until the hardware is known
+    fit_exact: bool = False  # False: by size alone (the header is not read yet), a lower bound
+    fit_note: str = ""  # why the header could not be read, when it could not
+    context_window: int | None = None  # the context the model was trained for, once its header is read
+    memory: dict[str, int] = dataclasses.field(default_factory=dict)  # loaded: bytes per device, from its log
+    lost_workers: tuple[str, ...] = ()  # crashed: the RPC workers found gone ("host:port"), to load without
+
+    @property
+    def name(self) -> str:
+        return self.model.name
+
+    def to_json(self) -> dict[str, Any]:
+        data = self.disk.to_json()
+        data["state"] = self.status.status.value
+        data["pinned"] = self.status.pinned
+        data["message"] = self.status.message
+        return data
+
+
+class Views:
+    def __init__(
+        self,
+        library: Callable[[], Library],
+        supervisor: Supervisor,
+        runtime: Runtime,
+        pulls: Pulls,
+        discover: Discover,
+        pinned: Callable[[str], bool],
+    ) -> None:
+        self._library = library
+        self._supervisor = supervisor
+        self._runtime = runtime
+        self._pulls = pulls
+        self._discover = discover
+        self._pinned = pinned
+
+    def statuses(self) -> list[ModelView]:
+        """Every model with its status; reads the cache, so front ends on the loop call it in a thread."""
+        return [self._view(d) for d in self._library().statuses(self._pulls.records())]
+
+    def status(self, name: str) -> ModelView:
+        library = self._library()
+        return self._view(library.status(library.resolve(name), self._pulls.records()))
+
+    def fit_of(self, model: Model) -> FitEstimate | None:
+        """A model's fit as its view shows it, whether or not it is on disk or downloading."""
+        return self._view(self._library().status(model, None)).fit
+
+    def _engine_state(self, name: str) -> EngineState | None:
+        engine = self._supervisor.engines.get(name)
+        return engine.state if engine is not None else None
+
+    def _facts(self, disk: DiskStatus) -> ModelFacts:
+        name = disk.model.name
+        record = disk.download
+        known = self._runtime.get(name)
+        phase = known.phase if known is not None else None
+        done, total = (phase.done, phase.total) if phase else (0, 0)
+        if phase is None and record is not None:
+            done, total = self._pulls.done_bytes(record), record.files.size
+        return ModelFacts(
+            on_disk=disk.state in (ModelState.DOWNLOADED, ModelState.LOCAL),
+            download=record.state if record is not None else None,
+            done_bytes=done,
+            total_bytes=total,
+            download_message=record.message if record is not None else "",
+            phase=phase.phase if phase else None,
+            engine=self._engine_state(name),
+            error=known.error if known is not None else "",
+            pinned=self._pinned(name),
+        )
+
+    def _view(self, disk: DiskStatus) -> ModelView:
+        on_disk = disk.state in (ModelState.DOWNLOADED, ModelState.LOCAL)
+        size = disk.local.size if disk.local and disk.local.size else int(disk.model.size_gb * GB)
+        shape = self._discover.shape(disk)
+        fit, exact = self._fit(disk, size, shape)
+        note = self._discover.shape_errors.get(disk.model.checkpoint, "")
+        window = (shape.context_train or None) if shape is not None else None
+        status = model_status(self._facts(disk))
+        known = self._runtime.get(disk.model.name)
+        memory = dict(known.placement) if known is not None else {}
+        lost = known.lost_workers if known is not None else ()
+        return ModelView(disk.model, status, on_disk, size, disk, fit, exact, note, window, memory, lost)
+
+    def _fit(self, disk: DiskStatus, size: int, shape: ModelShape | None) -> tuple[FitEstimate | None, bool]:
+        """The fit at the model's context: from its header when read, else by size alone."""
+        model = disk.model
+        hardware = self._supervisor.known_hardware
+        if hardware is None or (not size and disk.local is None):
+            return None, False
+        context = self._runtime.options(model.name).ctx_size or DEFAULT_CONTEXT
+        recipe = model.recipe or "llamacpp"
+        return estimate(size, shape or SIZE_ONLY, hardware, recipe, context), shape is not None
