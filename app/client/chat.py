@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from app.client.adapters import DeltaSplitter, EngineAdapter, LlamaCppAdapter, Route, sse_error
 from app.client.capped import read_upto
 from app.client.events import ChatDelta, ChatDone, ChatEvent, ChatReply
+from app.client.pacing import OPENAI_SSE, UNPACED, Pacing, paced
 from app.client.sse import EventTooLarge, SSEEvent, SSEParser
 from app.core.errors import LemonDeskError, RequestError, UnsupportedRequestError
 from app.core.telemetry import ClientTimes, Telemetry, telemetry_from
@@ -263,19 +264,23 @@ class ChatClient:
                         # Read to the end even after [DONE] or an error event (the engine ends the body
                         # right after them): breaking off would leave httpx's generators half-run, to be
                         # finalised by the garbage collector outside the loop (qasync installs no
-                        # async-generator hooks).
-                        async for chunk in response.aiter_bytes():
-                            if observer:
-                                observer.data_received()
-                            if not stream.done:
-                                try:
-                                    events = parser.feed(chunk)
-                                except EventTooLarge as err:
-                                    # No engine's: the rest may never end, so it is not read.
-                                    stream._fail(RequestError(f"The engine's stream is unreadable: {err}."))
-                                    break
-                                for delta in stream.consume(events):
-                                    yield delta
+                        # async-generator hooks). Paced: a frame's tokens come in one read.
+                        chunks = paced(response.aiter_bytes(), OPENAI_SSE)
+                        async with contextlib.aclosing(chunks):
+                            async for chunk in chunks:
+                                if observer:
+                                    observer.data_received()
+                                if not stream.done:
+                                    try:
+                                        events = parser.feed(chunk)
+                                    except EventTooLarge as err:
+                                        # No engine's: the rest may never end, so it is not read.
+                                        stream._fail(
+                                            RequestError(f"The engine's stream is unreadable: {err}.")
+                                        )
+                                        break
+                                    for delta in stream.consume(events):
+                                        yield delta
                         if not stream.done:
                             for delta in stream.consume(parser.close()):
                                 yield delta
@@ -328,7 +333,11 @@ class ChatClient:
         return True  # not answered: whether it keeps connections is not known
 
     async def forward_stream(
-        self, route: Route, body: dict[str, Any], relay: aiohttp.ClientSession
+        self,
+        route: Route,
+        body: dict[str, Any],
+        relay: aiohttp.ClientSession,
+        pacing: Pacing | None = None,
     ) -> AsyncIterator[bytes]:
         """Send a streamed OpenAI request as it is and yield the engine's SSE bytes, as the local API
         passes them on. A stream the engine cannot give (lemon-mlx's ``/v1/completions``) is answered
@@ -342,6 +351,9 @@ class ChatClient:
         engine uses, every millisecond the relay takes per token is taken from the engine. Closing
         the generator early closes the connection (a body not read to its end is not pooled), which
         makes llama-server stop generating.
+
+        ``pacing``: the stream is read at most once a frame after its first token (``paced``), with
+        this dialect's event boundary; None reads it as it comes.
         """
         import aiohttp
 
@@ -367,10 +379,13 @@ class ChatClient:
                             refusal = await read_upto(response.content.iter_any(), REFUSAL_BYTES)
                             raise _status_error(response.status, refusal, response.reason or "")
                         yield b""
-                        async for chunk in response.content.iter_any():
-                            if observer:
-                                observer.data_received()
-                            yield chunk
+                        valve = response.connection.transport if response.connection else None
+                        chunks = paced(response.content.iter_any(), pacing or UNPACED, valve)
+                        async with contextlib.aclosing(chunks):
+                            async for chunk in chunks:
+                                if observer:
+                                    observer.data_received()
+                                yield chunk
                     return
                 except aiohttp.ServerDisconnectedError:
                     # A pooled connection the engine closed as the request went out: the engine never

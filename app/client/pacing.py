@@ -1,0 +1,149 @@
+"""Frame pacing: a stream read at most once per display frame after its first token, not once per token.
+
+An engine writes one event per token; read as they come, every token costs the reader a wake of the
+event loop, a socket read, a parse and a write (about 0.2 ms of CPU here), and on a machine whose
+cores the engine uses, that time is taken from the engine. Nobody reads faster than a screen redraws,
+so after the first token (passed on at once: the time to first token is unchanged) the socket is left
+alone for ``FRAME_S`` and then read once: everything that arrived meanwhile comes in one read and
+goes on in one write. Wakes per second are then bounded by the frame rate, not by the engine's speed.
+
+The kernel holds what arrives meanwhile: the reader's transport is paused (``Valve``), so the event
+loop does not even look at the socket. anyio's streams, under httpx, pause their transport by
+themselves whenever nobody is reading, so httpx needs no valve.
+
+Events are passed on whole: a read that ends inside an event keeps its tail for the next read (a
+client that takes each chunk for whole events is not broken by pacing), and what is left when the
+stream ends is passed on as it is. The order of the bytes never changes; only their grouping does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+# 25 reads a second: text still reads as smooth at 25 updates a second (films run at 24), and at the
+# 150-500 tok/s these engines reach it is 6-20 times fewer wakes than one per token. Measured with
+# tests/bench/serve_overhead.py (16, 25 and 40 ms): past 25 ms the CPU per token barely falls, while
+# the last tokens of a reply (held up to one interval) come visibly later. 0 turns pacing off.
+FRAME_S = 0.025
+# An event this long is passed on in pieces rather than held whole (no engine's event comes near).
+HELD_LIMIT = 1 << 20
+# A delta with text in it, as llama-server writes JSON (no spaces) and as Python's json module does; a
+# Responses API stream's deltas are strings ("delta":"..."), a chat stream's objects ("delta":{...}).
+TOKEN_MARKS = tuple(
+    f'"{key}"{colon}"'.encode()
+    for key in ("content", "text", "reasoning_content", "delta")
+    for colon in (":", ": ")
+)
+
+
+class Valve(Protocol):
+    """What stops a connection's reads and starts them again: its asyncio transport (aiohttp's)."""
+
+    def pause_reading(self) -> None: ...
+
+    def resume_reading(self) -> None: ...
+
+
+def has_text_delta(data: bytes) -> bool:
+    """``data`` holds an OpenAI event with a token in it (a non-empty text delta)."""
+    for mark in TOKEN_MARKS:
+        at = data.find(mark)
+        if at >= 0 and data[at + len(mark) : at + len(mark) + 1] != b'"':
+            return True
+    return False
+
+
+def never(_data: bytes) -> bool:
+    return False
+
+
+@dataclass(frozen=True, slots=True)
+class Pacing:
+    """How one dialect's stream is paced: where its events end, what counts as its first token (pacing
+    starts after it), and what says the stream is over (read at once: nothing more is coming but the end)."""
+
+    boundary: bytes = b"\n\n"  # SSE's blank line; NDJSON's is b"\n"
+    started: Callable[[bytes], bool] = has_text_delta
+    finished: Callable[[bytes], bool] = never
+    interval_s: float | None = None  # None: FRAME_S as it is when the stream starts
+
+
+def openai_done(data: bytes) -> bool:
+    return data.endswith(b"data: [DONE]\n\n")
+
+
+OPENAI_SSE = Pacing(finished=openai_done)  # chat and completions streams, and the Responses API's
+UNPACED = Pacing(interval_s=0)  # every chunk passed on as it comes
+
+
+class _Suspended:
+    """Whether an await gave the loop a turn: a callback scheduled before it has run after it. A chunk
+    that came without one was already read (httpx hands a read's HTTP chunks over one by one)."""
+
+    def __init__(self) -> None:
+        self.ran = False
+
+    def __call__(self) -> None:
+        self.ran = True
+
+
+async def paced(
+    chunks: AsyncIterator[bytes], pacing: Pacing = OPENAI_SSE, valve: Valve | None = None
+) -> AsyncGenerator[bytes, None]:
+    """``chunks`` in the same order, regrouped: read at once until the first token has gone by, then at
+    most once per interval, each group ending at an event's end. Cancelling (a client that went away)
+    ends the wait at once; the valve is left open for the connection's close."""
+    interval = FRAME_S if pacing.interval_s is None else pacing.interval_s
+    source = aiter(chunks)
+    if interval <= 0:
+        async for chunk in source:
+            yield chunk
+        return
+    loop = asyncio.get_running_loop()
+    end = len(pacing.boundary)
+    held = b""
+    on = False  # the first token went by: reads are paced from now on
+    read_at = 0.0  # when the last read that waited for the network ended
+    paused = False
+    try:
+        while True:
+            if paused:
+                wait = read_at + interval - loop.time()
+                if wait > 0:
+                    await asyncio.sleep(wait)
+                if valve is not None:
+                    valve.resume_reading()
+                paused = False
+            turn = _Suspended()
+            handle = loop.call_soon(turn)
+            try:
+                chunk = await anext(source)
+            except StopAsyncIteration:
+                break
+            handle.cancel()
+            data = held + chunk if held else chunk
+            cut = data.rfind(pacing.boundary) + end
+            if cut >= end:
+                whole, held = data[:cut], data[cut:]
+            elif len(data) >= HELD_LIMIT:
+                whole, held = data, b""
+            else:
+                whole, held = b"", data
+            on = on or (bool(whole) and pacing.started(whole))
+            if on and interval > 0 and turn.ran and not (whole and pacing.finished(whole)):
+                # This read waited for the network: the next one waits for the next frame.
+                read_at, paused = loop.time(), True
+                if valve is not None:
+                    valve.pause_reading()
+            if whole:
+                yield whole
+        if held:
+            yield held
+    finally:
+        if paused and valve is not None:
+            valve.resume_reading()
+        if isinstance(source, AsyncGenerator):  # closed on the loop, not by the garbage collector
+            await source.aclose()
