@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from app.client.adapters import DeltaSplitter, EngineAdapter, LlamaCppAdapter, Route, sse_error
 from app.client.capped import read_upto
 from app.client.events import ChatDelta, ChatDone, ChatEvent, ChatReply
-from app.client.pacing import OPENAI_SSE, UNPACED, Pacing, paced
+from app.client.pacing import OPENAI_SSE, UNPACED, Pacing, paced, paced_network
 from app.client.sse import EventTooLarge, SSEEvent, SSEParser
 from app.core.errors import LemonDeskError, RequestError, UnsupportedRequestError
 from app.core.telemetry import ClientTimes, Telemetry, telemetry_from
@@ -265,19 +265,23 @@ class ChatClient:
                         # right after them): breaking off would leave httpx's generators half-run, to be
                         # finalised by the garbage collector outside the loop (qasync installs no
                         # async-generator hooks). Paced: a frame's tokens come in one read.
-                        chunks = paced(response.aiter_bytes(), OPENAI_SSE)
-                        async with contextlib.aclosing(chunks):
-                            async for chunk in chunks:
-                                if observer:
-                                    observer.data_received()
-                                if not stream.done:
+                        frame = OPENAI_SSE.frame()
+                        chunks = paced(response.aiter_bytes(), OPENAI_SSE, frame=frame)
+                        network = response.extensions.get("network_stream")
+                        reads = paced_network(network, frame) if network else contextlib.nullcontext()
+                        with reads:
+                            async with contextlib.aclosing(chunks):
+                                async for chunk in chunks:
+                                    if observer:
+                                        observer.data_received()
+                                    if stream.done:
+                                        continue
                                     try:
                                         events = parser.feed(chunk)
                                     except EventTooLarge as err:
                                         # No engine's: the rest may never end, so it is not read.
-                                        stream._fail(
-                                            RequestError(f"The engine's stream is unreadable: {err}.")
-                                        )
+                                        error = RequestError(f"The engine's stream is unreadable: {err}.")
+                                        stream._fail(error)
                                         break
                                     for delta in stream.consume(events):
                                         yield delta

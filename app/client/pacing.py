@@ -9,7 +9,8 @@ goes on in one write. Wakes per second are then bounded by the frame rate, not b
 
 The kernel holds what arrives meanwhile: the reader's transport is paused (``Valve``), so the event
 loop does not even look at the socket. anyio's streams, under httpx, pause their transport by
-themselves whenever nobody is reading, so httpx needs no valve.
+themselves whenever nobody is reading, so httpx needs no valve: its network reads wait for the frame
+(``paced_network``).
 
 Events are passed on whole: a read that ends inside an event keeps its tail for the next read (a
 client that takes each chunk for whole events is not broken by pacing), and what is left when the
@@ -19,7 +20,8 @@ stream ends is passed on as it is. The order of the bytes never changes; only th
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
+import contextlib
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -70,6 +72,10 @@ class Pacing:
     finished: Callable[[bytes], bool] = never
     interval_s: float | None = None  # None: FRAME_S as it is when the stream starts
 
+    def frame(self) -> Frame:
+        """The pacing of one stream, about to start."""
+        return Frame(FRAME_S if self.interval_s is None else self.interval_s)
+
 
 def openai_done(data: bytes) -> bool:
     return data.endswith(b"data: [DONE]\n\n")
@@ -79,51 +85,87 @@ OPENAI_SSE = Pacing(finished=openai_done)  # chat and completions streams, and t
 UNPACED = Pacing(interval_s=0)  # every chunk passed on as it comes
 
 
-class _Suspended:
-    """Whether an await gave the loop a turn: a callback scheduled before it has run after it. A chunk
-    that came without one was already read (httpx hands a read's HTTP chunks over one by one)."""
+class Frame:
+    """When a stream's next read may be: at once until its first token has gone by, then no sooner than
+    an interval after the last read, until its end is in (``on`` is the pacing's switch)."""
 
-    def __init__(self) -> None:
-        self.ran = False
+    def __init__(self, interval_s: float) -> None:
+        self.interval_s = interval_s
+        self.on = False
+        self._read_at = 0.0
 
-    def __call__(self) -> None:
-        self.ran = True
+    async def wait(self) -> None:
+        """Until the next read is due (at once when pacing is off or the interval is over)."""
+        if self.on:
+            delay = self._read_at + self.interval_s - asyncio.get_running_loop().time()
+            if delay > 0:
+                await asyncio.sleep(delay)
+
+    def read(self) -> None:
+        """A read of the network ended now."""
+        self._read_at = asyncio.get_running_loop().time()
+
+
+class NetworkStream(Protocol):
+    """httpcore's network stream: what one connection reads from."""
+
+    async def read(self, max_bytes: int, timeout: float | None = None) -> bytes: ...
+
+
+@contextlib.contextmanager
+def paced_network(stream: NetworkStream, frame: Frame) -> Iterator[None]:
+    """Make the reads of one response's connection (httpx: ``response.extensions["network_stream"]``)
+    wait for ``frame``, while the response is read. httpx hands a read's HTTP chunks over one at a time,
+    so pacing them would hold back chunks that are already here; pacing the reads holds back none."""
+    read = stream.read
+
+    async def paced_read(max_bytes: int, timeout: float | None = None) -> bytes:
+        await frame.wait()
+        try:
+            return await read(max_bytes, timeout)
+        finally:
+            frame.read()
+
+    stream.read = paced_read  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        stream.read = read  # type: ignore[method-assign]
 
 
 async def paced(
-    chunks: AsyncIterator[bytes], pacing: Pacing = OPENAI_SSE, valve: Valve | None = None
+    chunks: AsyncIterator[bytes],
+    pacing: Pacing = OPENAI_SSE,
+    valve: Valve | None = None,
+    frame: Frame | None = None,
 ) -> AsyncGenerator[bytes, None]:
     """``chunks`` in the same order, regrouped: read at once until the first token has gone by, then at
-    most once per interval, each group ending at an event's end. Cancelling (a client that went away)
-    ends the wait at once; the valve is left open for the connection's close."""
-    interval = FRAME_S if pacing.interval_s is None else pacing.interval_s
+    most once per interval, each group ending at an event's end. With a ``valve`` (aiohttp, whose every
+    read takes all that arrived) the waits are here, the transport paused meanwhile; without one, the
+    network reads behind ``chunks`` wait for ``frame`` themselves (``paced_network``). Cancelling (a
+    client that went away) ends a wait at once; the valve is left open for the connection's close."""
+    frame = frame or pacing.frame()
     source = aiter(chunks)
-    if interval <= 0:
+    if frame.interval_s <= 0:
         async for chunk in source:
             yield chunk
         return
-    loop = asyncio.get_running_loop()
     end = len(pacing.boundary)
     held = b""
-    on = False  # the first token went by: reads are paced from now on
-    read_at = 0.0  # when the last read that waited for the network ended
     paused = False
     try:
         while True:
-            if paused:
-                wait = read_at + interval - loop.time()
-                if wait > 0:
-                    await asyncio.sleep(wait)
-                if valve is not None:
+            if valve is not None and frame.on:
+                await frame.wait()
+                if paused:
                     valve.resume_reading()
-                paused = False
-            turn = _Suspended()
-            handle = loop.call_soon(turn)
+                    paused = False
             try:
                 chunk = await anext(source)
             except StopAsyncIteration:
                 break
-            handle.cancel()
+            if valve is not None:
+                frame.read()
             data = held + chunk if held else chunk
             cut = data.rfind(pacing.boundary) + end
             if cut >= end:
@@ -132,12 +174,15 @@ async def paced(
                 whole, held = data, b""
             else:
                 whole, held = b"", data
-            on = on or (bool(whole) and pacing.started(whole))
-            if on and interval > 0 and turn.ran and not (whole and pacing.finished(whole)):
-                # This read waited for the network: the next one waits for the next frame.
-                read_at, paused = loop.time(), True
-                if valve is not None:
-                    valve.pause_reading()
+            if whole and not frame.on and pacing.started(whole):
+                frame.on = True
+                frame.read()  # the first token's read: the next one waits a frame from now
+            if whole and pacing.finished(whole):
+                frame.on = False  # only the end is to come: read at once
+            if valve is not None and frame.on:
+                # Nothing more is read until the next frame: the kernel holds what comes meanwhile.
+                valve.pause_reading()
+                paused = True
             if whole:
                 yield whole
         if held:

@@ -1,7 +1,8 @@
 """Frame pacing (app/client/pacing.py): over a real loopback HTTP stream read with aiohttp (its transport
-paused between frames), and through the local API in front of the stand-in engine (a real child process
-that answers like llama-server): nothing reordered, events passed on whole, a client that goes away
-mid-frame stops the engine at once, and the end of a reply never waits a second interval."""
+paused between frames), through the local API in front of the stand-in engine (a real child process
+that answers like llama-server), and in the window's client (httpx) against a scripted loopback engine:
+nothing reordered, events passed on whole, the first token at once, a client that goes away mid-frame
+stops the engine at once, and the end of a reply never waits a second interval."""
 
 from __future__ import annotations
 
@@ -18,10 +19,13 @@ import pytest
 from aiohttp import web
 
 from app.client import pacing
+from app.client.chat import ChatClient
+from app.client.events import ChatDelta, ChatDone, ChatEvent
 from app.client.pacing import UNPACED, Pacing, paced
 from app.store.settings import Settings
 from app.supervisor.router import Router
 from tests.unit.test_api import HI, models, run_api
+from tests.unit.test_chat_client import delta, end, engine, send, sse, start_stream
 
 EVENTS = [f'data: {{"choices":[{{"delta":{{"content":"t{i} "}}}}]}}\n\n'.encode() for i in range(300)]
 STREAM = b'data: {"choices":[{"delta":{"role":"assistant"}}]}\n\n' + b"".join(EVENTS) + b"data: [DONE]\n\n"
@@ -146,3 +150,57 @@ def test_the_last_events_before_done_wait_one_interval_at_most(
     assert to_done < 2 * interval
     # ...and the stream ended with [DONE], not a frame after it.
     assert after_done < interval / 2
+
+
+# --- the window's client (httpx, whose anyio stream pauses its transport while nobody reads) -----------
+
+
+def test_the_windows_client_gets_the_first_token_at_once_then_a_frame_at_a_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(pacing, "FRAME_S", 0.5)
+    words = [f"w{i} " for i in range(40)]
+
+    async def script(w: asyncio.StreamWriter) -> None:
+        await start_stream(w)
+        await send(w, delta(words[0]))
+        await asyncio.sleep(0.05)
+        for word in words[1:]:  # as fast as the loop writes them: far inside one frame
+            await send(w, delta(word))
+        await send(w, delta(finish="stop") + sse("[DONE]"))
+        await end(w)
+
+    async def go() -> list[tuple[float, ChatEvent]]:
+        async with engine(script) as (_stand_in, url), ChatClient(url, None) as client:
+            chat = client.stream_chat([{"role": "user", "content": "hi"}])
+            return [(time.monotonic(), event) async for event in chat]
+
+    got = asyncio.run(go())
+    texts = [e.content for _, e in got if isinstance(e, ChatDelta)]
+    assert texts == words and isinstance(got[-1][1], ChatDone)
+    times = [t for t, e in got if isinstance(e, ChatDelta)]
+    # The first token came alone, the rest (sent well inside a frame) together with the next frame.
+    assert times[1] - times[0] >= 0.3
+    assert times[-1] - times[1] < 0.25
+
+
+def test_the_windows_client_hangs_up_mid_frame_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(pacing, "FRAME_S", 60.0)
+
+    async def script(w: asyncio.StreamWriter) -> None:
+        await start_stream(w)
+        for i in range(100_000):
+            await send(w, delta(f"w{i} "))
+            await asyncio.sleep(0.005)
+
+    async def go() -> float:
+        async with engine(script) as (stand_in, url), ChatClient(url, None) as client:
+            chat = client.stream_chat([{"role": "user", "content": "hi"}])
+            async for _event in chat:
+                break
+            await chat.aclose()  # the window's Stop, or a closed chat
+            left = time.monotonic()
+            await asyncio.wait_for(stand_in.hung_up.wait(), 30)
+            return time.monotonic() - left
+
+    assert asyncio.run(go()) < 30  # well inside the 60 s frame
