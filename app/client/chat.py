@@ -2,7 +2,8 @@
 
 Streaming requests have no overall or read timeout (a long answer, or a long prompt being read, is not a
 hang: the engine's watchdog decides that); non-streaming ones use ``request_timeout_s``. Cancelling or
-closing a stream closes its connection, which makes llama-server stop generating.
+closing a stream closes its connection, which makes llama-server stop generating. A stream is read a
+frame at a time after its first token (``app.client.pacing``): not a wake of the loop per token.
 """
 
 from __future__ import annotations

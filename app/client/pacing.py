@@ -94,10 +94,14 @@ class Frame:
         self.on = False
         self._read_at = 0.0
 
+    def due(self) -> float:
+        """When the next read may be, in the loop's time."""
+        return self._read_at + self.interval_s
+
     async def wait(self) -> None:
         """Until the next read is due (at once when pacing is off or the interval is over)."""
         if self.on:
-            delay = self._read_at + self.interval_s - asyncio.get_running_loop().time()
+            delay = self.due() - asyncio.get_running_loop().time()
             if delay > 0:
                 await asyncio.sleep(delay)
 
@@ -141,8 +145,8 @@ async def paced(
 ) -> AsyncGenerator[bytes, None]:
     """``chunks`` in the same order, regrouped: read at once until the first token has gone by, then at
     most once per interval, each group ending at an event's end. With a ``valve`` (aiohttp, whose every
-    read takes all that arrived) the waits are here, the transport paused meanwhile; without one, the
-    network reads behind ``chunks`` wait for ``frame`` themselves (``paced_network``). Cancelling (a
+    read takes all that arrived) the transport is paused from each read to the next frame; without one,
+    the network reads behind ``chunks`` wait for ``frame`` themselves (``paced_network``). Cancelling (a
     client that went away) ends a wait at once; the valve is left open for the connection's close."""
     frame = frame or pacing.frame()
     source = aiter(chunks)
@@ -150,16 +154,13 @@ async def paced(
         async for chunk in source:
             yield chunk
         return
+    loop = asyncio.get_running_loop()
     end = len(pacing.boundary)
     held = b""
     paused = False
+    resume: asyncio.TimerHandle | None = None
     try:
         while True:
-            if valve is not None and frame.on:
-                await frame.wait()
-                if paused:
-                    valve.resume_reading()
-                    paused = False
             try:
                 chunk = await anext(source)
             except StopAsyncIteration:
@@ -181,14 +182,19 @@ async def paced(
                 frame.on = False  # only the end is to come: read at once
             if valve is not None and frame.on:
                 # Nothing more is read until the next frame: the kernel holds what comes meanwhile.
+                # The transport is resumed by a timer, not by this generator: the frame costs the
+                # loop no turn of this task but the one that passes the read on.
                 valve.pause_reading()
                 paused = True
+                resume = loop.call_at(frame.due(), valve.resume_reading)
             if whole:
                 yield whole
         if held:
             yield held
     finally:
+        if resume is not None:
+            resume.cancel()
         if paused and valve is not None:
-            valve.resume_reading()
+            valve.resume_reading()  # for the connection's close (a resumed transport stays as it is)
         if isinstance(source, AsyncGenerator):  # closed on the loop, not by the garbage collector
             await source.aclose()
