@@ -4,8 +4,8 @@ A generation request is checked, routed by its ``model`` to that model's engine 
 the router's policy; ``@NAME/MODEL`` to its remote) and sent on; the engine's SSE bytes are passed back
 unparsed, a frame's worth at a time after the first token (``app.client.pacing``), so the API adds
 next to nothing per token. ``_Watch`` only looks for the first token and for the last events
-(``timings``, ``usage``) to feed the router's telemetry. A client that
-goes away cancels the handler, which closes the stream to the engine, which stops generating.
+(``timings``, ``usage``) to feed the router's telemetry. A client that goes away cancels the handler
+(a frame's wait too), which closes the stream to the engine, which stops generating.
 """
 
 from __future__ import annotations
