@@ -267,8 +267,8 @@ class ChatClient:
                         # finalised by the garbage collector outside the loop (qasync installs no
                         # async-generator hooks). Paced: a frame's tokens come in one read.
                         frame = OPENAI_SSE.frame()
-                        chunks = paced(response.aiter_bytes(), OPENAI_SSE, frame=frame)
                         network = response.extensions.get("network_stream")
+                        chunks = paced(response.aiter_bytes(), OPENAI_SSE, frame, reads_wait=bool(network))
                         reads = paced_network(network, frame) if network else contextlib.nullcontext()
                         with reads:
                             async with contextlib.aclosing(chunks):
@@ -384,8 +384,7 @@ class ChatClient:
                             refusal = await read_upto(response.content.iter_any(), REFUSAL_BYTES)
                             raise _status_error(response.status, refusal, response.reason or "")
                         yield b""
-                        valve = response.connection.transport if response.connection else None
-                        chunks = paced(response.content.iter_any(), pacing or UNPACED, valve)
+                        chunks = paced(response.content.iter_any(), pacing or UNPACED)
                         async with contextlib.aclosing(chunks):
                             async for chunk in chunks:
                                 if observer:

@@ -7,10 +7,12 @@ so after the first token (passed on at once: the time to first token is unchange
 alone for ``FRAME_S`` and then read once: everything that arrived meanwhile comes in one read and
 goes on in one write. Wakes per second are then bounded by the frame rate, not by the engine's speed.
 
-The kernel holds what arrives meanwhile: the reader's transport is paused (``Valve``), so the event
-loop does not even look at the socket. anyio's streams, under httpx, pause their transport by
-themselves whenever nobody is reading, so httpx needs no valve: its network reads wait for the frame
-(``paced_network``).
+Under httpx the kernel holds what arrives meanwhile: anyio's streams pause their transport whenever
+nobody is reading, and the connection's reads wait for the frame (``paced_network``), so the loop does
+not even look at the socket. aiohttp's connections (the local API's relay) keep reading into their
+buffer, a cheap wake in C; the relay's task, its parse and its write wake once a frame. (Pausing
+aiohttp's transport between frames was tried, and left a stream waiting for good under 8 concurrent
+streams on the real llama-server: a paused transport the pool or the parser did not expect.)
 
 Events are passed on whole: a read that ends inside an event keeps its tail for the next read (a
 client that takes each chunk for whole events is not broken by pacing), and what is left when the
@@ -39,14 +41,6 @@ TOKEN_MARKS = tuple(
     for key in ("content", "text", "reasoning_content", "delta")
     for colon in (":", ": ")
 )
-
-
-class Valve(Protocol):
-    """What stops a connection's reads and starts them again: its asyncio transport (aiohttp's)."""
-
-    def pause_reading(self) -> None: ...
-
-    def resume_reading(self) -> None: ...
 
 
 def has_text_delta(data: bytes) -> bool:
@@ -140,32 +134,30 @@ def paced_network(stream: NetworkStream, frame: Frame) -> Iterator[None]:
 async def paced(
     chunks: AsyncIterator[bytes],
     pacing: Pacing = OPENAI_SSE,
-    valve: Valve | None = None,
     frame: Frame | None = None,
+    reads_wait: bool = False,
 ) -> AsyncGenerator[bytes, None]:
     """``chunks`` in the same order, regrouped: read at once until the first token has gone by, then at
-    most once per interval, each group ending at an event's end. With a ``valve`` (aiohttp, whose every
-    read takes all that arrived) the transport is paused from each read to the next frame; without one,
-    the network reads behind ``chunks`` wait for ``frame`` themselves (``paced_network``). Cancelling (a
-    client that went away) ends a wait at once; the valve is left open for the connection's close."""
+    most once per interval, each group ending at an event's end. ``reads_wait``: the network reads
+    behind ``chunks`` wait for ``frame`` themselves (httpx: ``paced_network``), so nothing waits here.
+    Cancelling (a client that went away) ends a wait at once."""
     frame = frame or pacing.frame()
     source = aiter(chunks)
     if frame.interval_s <= 0:
         async for chunk in source:
             yield chunk
         return
-    loop = asyncio.get_running_loop()
     end = len(pacing.boundary)
     held = b""
-    paused = False
-    resume: asyncio.TimerHandle | None = None
     try:
         while True:
+            if not reads_wait:
+                await frame.wait()
             try:
                 chunk = await anext(source)
             except StopAsyncIteration:
                 break
-            if valve is not None:
+            if not reads_wait:
                 frame.read()
             data = held + chunk if held else chunk
             cut = data.rfind(pacing.boundary) + end
@@ -180,21 +172,10 @@ async def paced(
                 frame.read()  # the first token's read: the next one waits a frame from now
             if whole and pacing.finished(whole):
                 frame.on = False  # only the end is to come: read at once
-            if valve is not None and frame.on:
-                # Nothing more is read until the next frame: the kernel holds what comes meanwhile.
-                # The transport is resumed by a timer, not by this generator: the frame costs the
-                # loop no turn of this task but the one that passes the read on.
-                valve.pause_reading()
-                paused = True
-                resume = loop.call_at(frame.due(), valve.resume_reading)
             if whole:
                 yield whole
         if held:
             yield held
     finally:
-        if resume is not None:
-            resume.cancel()
-        if paused and valve is not None:
-            valve.resume_reading()  # for the connection's close (a resumed transport stays as it is)
         if isinstance(source, AsyncGenerator):  # closed on the loop, not by the garbage collector
             await source.aclose()

@@ -1,8 +1,8 @@
-"""Frame pacing (app/client/pacing.py): over a real loopback HTTP stream read with aiohttp (its transport
-paused between frames), through the local API in front of the stand-in engine (a real child process
-that answers like llama-server), and in the window's client (httpx) against a scripted loopback engine:
-nothing reordered, events passed on whole, the first token at once, a client that goes away mid-frame
-stops the engine at once, and the end of a reply never waits a second interval."""
+"""Frame pacing (app/client/pacing.py): over a real loopback HTTP stream read with aiohttp, through the
+local API in front of the stand-in engine (a real child process that answers like llama-server), and in
+the window's client (httpx) against a scripted loopback engine: nothing reordered, events passed on
+whole, the first token at once, a client that goes away mid-frame stops the engine at once, and the end
+of a reply never waits a second interval."""
 
 from __future__ import annotations
 
@@ -63,8 +63,7 @@ async def read_paced(writes: list[bytes], gap_s: float, how: Pacing) -> list[byt
     port = runner.addresses[0][1]
     try:
         async with aiohttp.ClientSession() as session, session.get(f"http://127.0.0.1:{port}/") as response:
-            valve = response.connection.transport if response.connection else None
-            return [chunk async for chunk in paced(response.content.iter_any(), how, valve)]
+            return [chunk async for chunk in paced(response.content.iter_any(), how)]
     finally:
         await runner.cleanup()
 
