@@ -9,10 +9,10 @@ goes on in one write. Wakes per second are then bounded by the frame rate, not b
 
 Under httpx the kernel holds what arrives meanwhile: anyio's streams pause their transport whenever
 nobody is reading, and the connection's reads wait for the frame (``paced_network``), so the loop does
-not even look at the socket. aiohttp's connections (the local API's relay) keep reading into their
-buffer, a cheap wake in C; the relay's task, its parse and its write wake once a frame. (Pausing
-aiohttp's transport between frames was tried, and left a stream waiting for good under 8 concurrent
-streams on the real llama-server: a paused transport the pool or the parser did not expect.)
+not even look at the socket. Over aiohttp (``ChatClient.forward_stream``, the local API's relay) the
+connection keeps reading into its buffer, and the task, its parse and its write wake once a frame.
+The local API does not use it yet: paced, one of 8 concurrent streams was left waiting for good on
+the real llama-server, twice, cause not found (see app/supervisor/api/openai.py).
 
 Events are passed on whole: a read that ends inside an event keeps its tail for the next read (a
 client that takes each chunk for whole events is not broken by pacing), and what is left when the
@@ -27,10 +27,12 @@ from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from typing import Protocol
 
-# 25 reads a second: text still reads as smooth at 25 updates a second (films run at 24), and at the
-# 150-500 tok/s these engines reach it is 6-20 times fewer wakes than one per token. Measured with
-# tests/bench/serve_overhead.py (16, 25 and 40 ms): past 25 ms the CPU per token barely falls, while
-# the last tokens of a reply (held up to one interval) come visibly later. 0 turns pacing off.
+# 40 reads a second, above the 25 updates a second at which text still reads as smooth, and at the
+# 150-500 tok/s these engines reach 4-12 times fewer wakes than one per token. Measured on a busy
+# 2-core machine (the relay, paced, in front of the stand-in engine at 250 tok/s, CPU per token):
+# unpaced 360-430 us, 16 ms 183, 25 ms 133-150, 40 ms 100-108. 40 ms saves a quarter more than 25, but
+# a reply's last tokens are held up to the interval, which a client timing a 1-2 s reply sees as up to
+# 2-4% less decode speed; 25 ms halves that. 0 turns pacing off.
 FRAME_S = 0.025
 # An event this long is passed on in pieces rather than held whole (no engine's event comes near).
 HELD_LIMIT = 1 << 20

@@ -12,17 +12,12 @@ memory, their threads) passes for the API's.
 - the CPU time the API's process spent per token it passed on, over the decode pairs (target <= 60 us):
   on a machine whose cores the engine uses, that time is taken from the engine;
 - the engine's own decode speed (its ``timings``) through serve / direct: what the API's CPU took from
-  the engine, without the client's view of the reply's last frame (the API passes a reply on a frame
-  at a time, so its last tokens reach the client up to one frame later; over a 200-token reply of
-  1-2 s that is up to 1-2% of the decode speed the client sees, and half that on average).
-
-``--frame-ms`` runs the API with another frame interval (``app.client.pacing.FRAME_S``; 0: no pacing), to
-choose it.
+  the engine, apart from when the client saw the tokens.
 
 Both paths are timed the same way on the client (raw httpx, lines split, JSON parsed).
 
     .venv/bin/python tests/bench/serve_overhead.py [--ttft-rounds N] [--rounds N] [--tokens N]
-        [--concurrent-rounds N] [--threads N] [--frame-ms MS]
+        [--concurrent-rounds N] [--threads N]
 """
 
 from __future__ import annotations
@@ -48,7 +43,6 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from app.client.pacing import FRAME_S
 from app.store.library import Library
 from app.store.model_options import ModelOptions, save_model_options
 from app.store.settings import Settings, save_settings
@@ -226,10 +220,9 @@ async def bench(args: argparse.Namespace, served: Served) -> None:
     engine_ratios = [s.engine_tps / d.engine_tps for s, d in decode_pairs if s.engine_tps and d.engine_tps]
     agg = statistics.median(s / d for s, d in zip(serve_agg, direct_agg, strict=True))
     threads = f", --threads {args.threads}" if args.threads else ""
-    frame = f"{args.frame_ms:g} ms (--frame-ms)" if args.frame_ms is not None else f"{FRAME_S * 1000:g} ms"
     print(
         f"llama-server, SmolLM2-135M, --parallel 8{threads}; one engine, through serve and directly; "
-        f"the API's frame interval {frame}; load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}"
+        f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}"
     )
     print(
         f"TTFT over {args.ttft_rounds} pairs of short replies (median): "
@@ -277,20 +270,11 @@ class Served:
 
 
 @contextlib.contextmanager
-def served_engine(model: str, frame_ms: float | None = None) -> Iterator[Served]:
-    """The API in a child process (tests.support.served_engine) with ``model`` loaded behind it; with
-    ``frame_ms``, its frame interval set to that first."""
+def served_engine(model: str) -> Iterator[Served]:
+    """The API in a child process (tests.support.served_engine) with ``model`` loaded behind it."""
     root = Path(__file__).resolve().parents[2]
-    start = "tests.support.served_engine"
-    argv = [sys.executable, "-m", start, model]
-    if frame_ms is not None:
-        code = (
-            f"import runpy, sys; import app.client.pacing as p; p.FRAME_S = {frame_ms / 1000!r}; "
-            f"sys.argv[1:] = [{model!r}]; runpy.run_module({start!r}, run_name='__main__')"
-        )
-        argv = [sys.executable, "-c", code]
     child = subprocess.Popen(
-        argv,
+        [sys.executable, "-m", "tests.support.served_engine", model],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
@@ -321,7 +305,6 @@ def main() -> None:
     parser.add_argument(
         "--threads", type=int, help="the engine's threads (default: llama-server's own, one per core)"
     )
-    parser.add_argument("--frame-ms", type=float, help="the API's frame interval (default: the app's)")
     args = parser.parse_args()
     server_dir, model = llama_server_dir(print), smollm_gguf(print)
     with tempfile.TemporaryDirectory(prefix="lemon-desk-bench-") as home:
@@ -334,7 +317,7 @@ def main() -> None:
         Library(settings).import_path(model, name=MODEL)
         engine_args = [*ARGS, *(["--threads", str(args.threads)] if args.threads else [])]
         save_model_options({MODEL: ModelOptions(backend="system", ctx_size=CTX, args=" ".join(engine_args))})
-        with served_engine(MODEL, args.frame_ms) as served:
+        with served_engine(MODEL) as served:
             asyncio.run(bench(args, served))
 
 

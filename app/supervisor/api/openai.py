@@ -2,10 +2,9 @@
 
 A generation request is checked, routed by its ``model`` to that model's engine (loaded on demand under
 the router's policy; ``@NAME/MODEL`` to its remote) and sent on; the engine's SSE bytes are passed back
-unparsed, a frame's worth at a time after the first token (``app.client.pacing``), so the API adds
-next to nothing per token. ``_Watch`` only looks for the first token and for the last events
-(``timings``, ``usage``) to feed the router's telemetry. A client that goes away cancels the handler
-(a frame's wait too), which closes the stream to the engine, which stops generating.
+as they come, unparsed, so the API adds next to nothing per token. ``_Watch`` only looks for the first
+token and for the last events (``timings``, ``usage``) to feed the router's telemetry. A client that
+goes away cancels the handler, which closes the stream to the engine, which stops generating.
 """
 
 from __future__ import annotations
@@ -23,7 +22,7 @@ from aiohttp import web
 
 from app.client.adapters import Route
 from app.client.capped import read_upto
-from app.client.pacing import OPENAI_SSE, has_text_delta
+from app.client.pacing import has_text_delta
 from app.core.engine_state import EngineState
 from app.core.errors import LemonDeskError, RequestError
 from app.core.models import Model
@@ -286,11 +285,10 @@ class OpenAIRoutes:
         answered = False
         try:
             async with self.router.client(name) as client:
-                # A stream is read once a frame after its first token: not a wake per token.
-                pacing = OPENAI_SSE if body.get("stream") else None
-                stream = cast(
-                    AsyncGenerator[bytes, None], client.forward_stream(route, body, self.relay(), pacing)
-                )
+                # Not paced (``app.client.pacing``) for now: paced, one of 8 concurrent streams through
+                # the relay was left waiting for good on the real llama-server, twice (its engine
+                # connection closed and unread), and once the cause is found it is one argument here.
+                stream = cast(AsyncGenerator[bytes, None], client.forward_stream(route, body, self.relay()))
                 async with contextlib.aclosing(stream):
                     if body.get("stream"):
                         ends_with_done = route in (Route.CHAT, Route.COMPLETIONS)
