@@ -2,7 +2,8 @@
 
 Streaming requests have no overall or read timeout (a long answer, or a long prompt being read, is not a
 hang: the engine's watchdog decides that); non-streaming ones use ``request_timeout_s``. Cancelling or
-closing a stream closes its connection, which makes llama-server stop generating.
+closing a stream closes its connection, which makes llama-server stop generating. A stream is read a
+frame at a time after its first token (``app.client.pacing``): not a wake of the loop per token.
 """
 
 from __future__ import annotations
@@ -12,13 +13,14 @@ import functools
 import json
 import ssl
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Iterator, Sequence
+from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Protocol, cast
+from typing import TYPE_CHECKING, Any, Protocol
 
 from app.client.adapters import DeltaSplitter, EngineAdapter, LlamaCppAdapter, Route, sse_error
 from app.client.capped import read_upto
 from app.client.events import ChatDelta, ChatDone, ChatEvent, ChatReply
+from app.client.pacing import OPENAI_SSE, UNPACED, Pacing, paced, paced_network
 from app.client.sse import EventTooLarge, SSEEvent, SSEParser
 from app.client.stop_relay import StreamStops, cut_whole
 from app.core.errors import LemonDeskError, RequestError, UnsupportedRequestError
@@ -282,13 +284,18 @@ class ChatClient:
                         # right after them). A reply that ends early (a stop string the client applies,
                         # an unreadable stream) leaves, closing the generator here: left half-run, httpx's
                         # generators would be finalised by the garbage collector outside the loop
-                        # (qasync installs no async-generator hooks).
-                        body_bytes = cast(AsyncGenerator[bytes, None], response.aiter_bytes())
-                        async with contextlib.aclosing(body_bytes) as chunks:
-                            async for chunk in chunks:
-                                if observer:
-                                    observer.data_received()
-                                if not stream.done:
+                        # (qasync installs no async-generator hooks). Paced: a frame of tokens in one read.
+                        frame = OPENAI_SSE.frame()
+                        network = response.extensions.get("network_stream")
+                        chunks = paced(response.aiter_bytes(), OPENAI_SSE, frame, reads_wait=bool(network))
+                        reads = paced_network(network, frame) if network else contextlib.nullcontext()
+                        with reads:
+                            async with contextlib.aclosing(chunks):
+                                async for chunk in chunks:
+                                    if observer:
+                                        observer.data_received()
+                                    if stream.done:
+                                        continue
                                     try:
                                         events = parser.feed(chunk)
                                     except EventTooLarge as err:
@@ -352,7 +359,11 @@ class ChatClient:
         return True  # not answered: whether it keeps connections is not known
 
     async def forward_stream(
-        self, route: Route, body: dict[str, Any], relay: aiohttp.ClientSession
+        self,
+        route: Route,
+        body: dict[str, Any],
+        relay: aiohttp.ClientSession,
+        pacing: Pacing | None = None,
     ) -> AsyncIterator[bytes]:
         """Send a streamed OpenAI request as it is and yield the engine's SSE bytes, as the local API
         passes them on. A stream the engine cannot give (lemon-mlx's ``/v1/completions``) is answered
@@ -366,6 +377,9 @@ class ChatClient:
         engine uses, every millisecond the relay takes per token is taken from the engine. Closing
         the generator early closes the connection (a body not read to its end is not pooled), which
         makes llama-server stop generating.
+
+        ``pacing``: the stream is read at most once a frame after its first token (``paced``), with
+        this dialect's event boundary; None reads it as it comes.
         """
         import aiohttp
 
@@ -391,8 +405,10 @@ class ChatClient:
                             refusal = await read_upto(response.content.iter_any(), REFUSAL_BYTES)
                             raise _status_error(response.status, refusal, response.reason or "")
                         yield b""
-                        async for chunk in self._relayed(response, body, route):
-                            yield chunk
+                        chunks = paced(response.content.iter_any(), pacing or UNPACED)
+                        async with contextlib.aclosing(chunks):
+                            async for chunk in self._relayed(chunks, body, route):
+                                yield chunk
                     return
                 except aiohttp.ServerDisconnectedError:
                     # A pooled connection the engine closed as the request went out: the engine never
@@ -429,7 +445,10 @@ class ChatClient:
             raise RequestError(f"The engine's answer to {path} is not JSON.") from None
 
     async def _relayed(
-        self, response: aiohttp.ClientResponse, body: dict[str, Any], route: Route
+        self,
+        chunks: AsyncIterator[bytes],
+        body: dict[str, Any],
+        route: Route,
     ) -> AsyncIterator[bytes]:
         """The engine's answer as the local API passes it on: its bytes as they come, unless the request
         has stop strings the engine does not apply; then cut before the first one (and a stream ended
@@ -437,10 +456,10 @@ class ChatClient:
         observer = self._observer
         stops = self._adapter.stops(body) if route in (Route.CHAT, Route.COMPLETIONS) else ()
         if stops and not body.get("stream"):
-            yield cut_whole(await read_upto(response.content.iter_any(), MAX_ANSWER_BYTES), stops)
+            yield cut_whole(await read_upto(chunks, MAX_ANSWER_BYTES), stops)
             return
         cutter = StreamStops(stops) if stops else None
-        async for chunk in response.content.iter_any():
+        async for chunk in chunks:
             if observer:
                 observer.data_received()
             if cutter is None:

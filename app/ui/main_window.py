@@ -186,12 +186,14 @@ class MainWindow(QMainWindow):
     def show_usage(self, cpu_percent: float, rss: int) -> None:
         """The chat's engine's CPU and memory (not the app's: the engine is a process of its own)."""
         self.usage_status.setText(f"engine: CPU {cpu_percent:.0f}% · {rss / MB:,.0f} MB" if rss else "")
-        self.usage_status.setToolTip(
+        tip = (
             "The CPU and memory of the engine the chat talks to (a process of its own); "
             "the Telemetry tab charts them over time."
             if rss
             else ""
         )
+        if self.usage_status.toolTip() != tip:  # set again, it would post an event every sample
+            self.usage_status.setToolTip(tip)
 
     def show_options(self, name: str) -> None:
         self.models.select(name)

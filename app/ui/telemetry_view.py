@@ -8,13 +8,17 @@ database when the tab is first shown. pyqtgraph (with numpy) is imported when th
 not at start-up. Charts are redrawn at most once a second, one per slice (``SLICE_MS`` apart), off the
 token path: a reply streaming into the chat never waits for them.
 
-Only what changed is drawn again: a sample adds points to CPU and RAM (and to GPU and VRAM where the
-machine has them), and the time window all charts share moves in steps of ``WINDOW_STEP_S`` rather than
-with every sample (30 s is 5 px of a 300 px chart), so the per-reply charts and the time axes are drawn
-again twice a minute, not every second. A curve whose points did not change is not handed to pyqtgraph
-again, nor a title that did not change. The axes are cached as pixmaps (unchanged, an axis replayed the
-text of its tick labels on every paint), and lines are 1 px wide, which Qt draws without a stroker (at
-1.5 px a chart's paint cost about three times as much). A sample costs the UI thread about 3.5 ms of
+Only what changed on screen is drawn again: a sample adds points to CPU and RAM (and to GPU and VRAM
+where the machine has them), and the time window all charts share moves in steps of ``WINDOW_STEP_S``
+rather than with every sample (30 s is 5 px of a 300 px chart), so the per-reply charts and the time
+axes are drawn again twice a minute, not every second. A line is handed to pyqtgraph again only when a
+new point moves a pixel (``_Drawn``): a 30-minute chart a few hundred pixels wide holds several seconds
+a pixel, and an idle machine's figures stay on the same pixel row, so most samples change no pixel of
+the curves. Titles and their latest figures are QLabels above the charts: set once a sample, they
+repaint only themselves, never a chart (a pyqtgraph title is part of the chart's layout). The axes are
+cached as pixmaps (unchanged, an axis replayed the text of its tick labels on every paint), and lines
+are 1 px wide, which Qt draws without a stroker (at 1.5 px a chart's paint cost about three times as
+much). A sample costs the UI thread about 3.5 ms of
 CPU instead of 20, and the longest chart paint about 2 ms instead of 4.
 """
 
@@ -63,6 +67,18 @@ class Series:
 
 
 @dataclass
+class _Drawn:
+    """What a line chart's curve shows: its points up to ``last_x``, and the pixel column of its last
+    point with the rows its points cover there (peak thinning draws a column's lowest to highest)."""
+
+    axes: tuple[float, ...]  # the view (x and y ranges) and its size in pixels these were worked out for
+    last_x: float
+    column: int
+    low: int
+    high: int
+
+
+@dataclass
 class ChartData:
     title: str
     unit: str
@@ -96,7 +112,9 @@ class TelemetryView(QWidget):
         self._dirty: set[str] = set()  # charts whose data changed since they were drawn
         self._window: tuple[float, float] | None = None  # the time window the charts show
         self._drawn: dict[tuple[str, str], tuple[int, float]] = {}  # a curve's points and last time
-        self._titles: dict[str, str] = {}  # each chart's title as set
+        self._shown: dict[tuple[str, str], _Drawn] = {}  # a line's pixels as drawn
+        self._title_labels: dict[str, QLabel] = {}
+        self._axes: dict[str, tuple[float, ...]] = {}  # each chart's view and size as last set
         self._slicer = QTimer(self)
         self._slicer.setInterval(SLICE_MS)
         self._slicer.timeout.connect(self._draw_next)
@@ -230,15 +248,22 @@ class TelemetryView(QWidget):
             plot.setMenuEnabled(False)
             plot.showGrid(x=False, y=True, alpha=0.25)
             plot.getPlotItem().vb.setLimits(yMin=0)
-            plot.setTitle(f"<b>{chart.title}</b> ({chart.unit})", size="9pt")
             for side in ("left", "bottom"):  # kept as pixmaps: drawn again only when their range moves
                 plot.getAxis(side).setCacheMode(QGraphicsItem.CacheMode.DeviceCoordinateCache)
+            # Of a fixed height (its lines as they will be): a label whose height followed its text would
+            # lay the charts out again, and pyqtgraph draws a resized chart from scratch.
+            lines = "" if key in PER_REPLY else "<br>&nbsp;"
+            title = QLabel(f"<b>{chart.title}</b> ({chart.unit}){lines}", self.body)
+            title.setStyleSheet("font-size: 9pt;")
+            title.setFixedHeight(title.sizeHint().height())
             missing = QLabel("", self.body)
             missing.setAlignment(Qt.AlignmentFlag.AlignCenter)
             missing.setStyleSheet(f"color: {current_theme().muted}; padding: 8px;")
             missing.hide()
+            self.charts_layout.addWidget(title)
             self.charts_layout.addWidget(plot)
             self.charts_layout.addWidget(missing)
+            self._title_labels[key] = title
             self._plots[key] = plot
             self._missing_labels[key] = missing
         self.charts_layout.addStretch(1)
@@ -268,18 +293,19 @@ class TelemetryView(QWidget):
         self._slicer.stop()
 
     def _draw(self, key: str) -> bool:
-        """Bring one chart up to date; False when there was nothing to paint (scrolled out of view)."""
-        import pyqtgraph as pg
-
+        """Bring one chart up to date; False when there was nothing to paint (scrolled out of view, or
+        no pixel of it changed)."""
         chart, plot = self.charts[key], self._plots[key]
-        label = self._missing_labels[key]
+        label, title_label = self._missing_labels[key], self._title_labels[key]
         if chart.missing:
             plot.hide()
+            title_label.hide()
             label.setText(chart.missing)
             label.show()
             return True
         label.hide()
         plot.show()
+        title_label.show()
         viewport = self.chart_scroll.viewport()
         if not QRect(plot.mapTo(viewport, QPoint(0, 0)), plot.size()).intersects(viewport.rect()):
             return False  # scrolled out of view: drawn when scrolled back
@@ -287,41 +313,95 @@ class TelemetryView(QWidget):
         names = []
         top = 0.0
         for index, (name, series) in enumerate(chart.series.items()):
-            colour = COLOURS[index % len(COLOURS)]
-            curve = self._curves.get((key, name))
-            if curve is None:
-                # Replies are separate events: dots, not a line that suggests values in between.
-                curve = plot.plot(
-                    [],
-                    [],
-                    pen=None if per_reply else pg.mkPen(colour, width=1),
-                    symbol="o" if per_reply else None,
-                    symbolSize=6,
-                    symbolBrush=colour,
-                    symbolPen=None,
-                )
-                # 1,800 points a line on a chart a few hundred pixels wide: draw about one per pixel.
-                curve.setDownsampling(auto=True, method="peak")
-                curve.setClipToView(True)
-                self._curves[(key, name)] = curve
-            drawn = (len(series.xs), series.xs[-1] if series.xs else 0.0)
-            if self._drawn.get((key, name)) != drawn:
-                self._drawn[(key, name)] = drawn
-                curve.setData(list(series.xs), list(series.ys))
             top = max(top, max(series.ys, default=0.0))
+            colour = COLOURS[index % len(COLOURS)]
             latest = f" {series.ys[-1]:,.{_digits(chart.unit)}f}" if series.ys else ""
             names.append(f"<span style='color: {colour};'>■ {html.escape(name)}{latest}</span>")
         legend = "" if per_reply else "<br>" + " &nbsp; ".join(names)
-        title = f"<b>{chart.title}</b> ({chart.unit}){legend}"
-        if self._titles.get(key) != title:
-            self._titles[key] = title
-            plot.setTitle(title, size="9pt")
+        title = f"<b>{html.escape(chart.title)}</b> ({chart.unit}){legend}"
+        if title_label.text() != title:
+            title_label.setText(title)
         # From zero (no made-up swings), to a round number that changes rarely: an axis whose range
         # moves is drawn again from scratch.
-        plot.setYRange(0, _nice(top * 1.1), padding=0)
-        if self._window is not None:  # one time window for every chart, so that they line up
-            plot.setXRange(*self._window, padding=0.02)
-        return True  # painted in the next turn of the loop, when the scene hands its changes to the view
+        y_top = _nice(top * 1.1)
+        view_box = plot.getPlotItem().vb
+        window = self._window or (0.0, 1.0)
+        axes = (*window, y_top, float(view_box.width()), float(view_box.height()))
+        moved = self._axes.get(key) != axes
+        if moved:
+            self._axes[key] = axes
+            plot.setYRange(0, y_top, padding=0)
+            if self._window is not None:  # one time window for every chart, so that they line up
+                plot.setXRange(*self._window, padding=0.02)
+        painted = moved
+        for index, (name, series) in enumerate(chart.series.items()):
+            curve = self._curve(key, name, COLOURS[index % len(COLOURS)], per_reply)
+            drawn = (len(series.xs), series.xs[-1] if series.xs else 0.0)
+            if self._drawn.get((key, name)) == drawn:
+                if moved and not per_reply and series.xs:  # the same points, on new pixels
+                    self._shown[(key, name)] = self._pixels(series, axes)
+                continue
+            if not per_reply and not moved and not self._moves_a_pixel((key, name), series, axes):
+                continue
+            self._drawn[(key, name)] = drawn
+            curve.setData(list(series.xs), list(series.ys))
+            if not per_reply and series.xs:
+                self._shown[(key, name)] = self._pixels(series, axes)
+            painted = True
+        return painted  # painted in the next turn of the loop, when the scene hands its changes to the view
+
+    def _curve(self, key: str, name: str, colour: str, per_reply: bool) -> Any:
+        import pyqtgraph as pg
+
+        curve = self._curves.get((key, name))
+        if curve is None:
+            # Replies are separate events: dots, not a line that suggests values in between.
+            curve = self._plots[key].plot(
+                [],
+                [],
+                pen=None if per_reply else pg.mkPen(colour, width=1),
+                symbol="o" if per_reply else None,
+                symbolSize=6,
+                symbolBrush=colour,
+                symbolPen=None,
+            )
+            # 1,800 points a line on a chart a few hundred pixels wide: draw about one per pixel.
+            curve.setDownsampling(auto=True, method="peak")
+            curve.setClipToView(True)
+            self._curves[(key, name)] = curve
+        return curve
+
+    @staticmethod
+    def _pixel(x: float, y: float, axes: tuple[float, ...]) -> tuple[int, int]:
+        """Where a point falls on a chart of ``axes``: its pixel column and row."""
+        start, end, y_top, width, height = axes
+        span = (end - start) * 1.04  # the x range's 2% padding each side
+        column = math.floor((x - start + (end - start) * 0.02) / span * width) if span > 0 else 0
+        return column, math.floor(y / y_top * height) if y_top > 0 else 0
+
+    def _pixels(self, series: Series, axes: tuple[float, ...]) -> _Drawn:
+        column, row = self._pixel(series.xs[-1], series.ys[-1], axes)
+        low = high = row
+        for x, y in zip(reversed(series.xs), reversed(series.ys), strict=True):
+            at, row = self._pixel(x, y, axes)
+            if at != column:
+                break
+            low, high = min(low, row), max(high, row)
+        return _Drawn(axes, series.xs[-1], column, low, high)
+
+    def _moves_a_pixel(self, curve: tuple[str, str], series: Series, axes: tuple[float, ...]) -> bool:
+        """Whether the points added since the curve was drawn would change a pixel of it: one in a
+        new column, or above or below what its last column shows."""
+        shown = self._shown.get(curve)
+        if shown is None or shown.axes != axes:
+            return True
+        for x, y in zip(reversed(series.xs), reversed(series.ys), strict=True):
+            if x <= shown.last_x:
+                return False
+            column, row = self._pixel(x, y, axes)
+            if column != shown.column or not shown.low <= row <= shown.high:
+                return True
+        return False
 
     def _span(self) -> tuple[float, float] | None:
         """The times of all the data, widened to whole ``WINDOW_STEP_S``: the window moves once a

@@ -11,6 +11,10 @@ On a machine with few cores the hops' own work competes with the engine for the 
 it would not): ``--threads 1`` leaves the engine one core and the hops the other, which shows what the
 hops add to the reply's timing rather than what they take from the engine.
 
+The CPU time each serve process spent per token it passed on is read from the process itself (psutil):
+B's over the one-hop replies, and A's (the remote hop: its remote client reading B's stream and passing
+it on) over the two-hop replies.
+
 Each round sends the same prompt down each path in turn (the order alternating, so the machine's load
 hits all three), timed the same way on the client as tests/bench/serve_overhead.py times it. The
 figures are the median of the paired ratios (and differences, for TTFT) against direct.
@@ -32,6 +36,7 @@ import time
 from pathlib import Path
 
 import httpx
+import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
@@ -44,7 +49,7 @@ from app.supervisor.engine import Engine
 from tests.bench.serve_overhead import PROMPTS, Target, Timing, stream
 from tests.conftest import profile_path
 from tests.support.llama import build_llama_server, fetch_smollm_gguf
-from tests.support.serve import serving
+from tests.support.serve import Serving, serving
 
 MODEL = "user.smol"
 CTX = 4096
@@ -77,10 +82,17 @@ def wait_for_listing(url: str, name: str, timeout_s: float = 60.0) -> None:
     raise SystemExit(f"{url} did not list {name} within {timeout_s:g} s")
 
 
-async def bench(args: argparse.Namespace, engine: Engine, via_b: str, via_a: str) -> None:
+def cpu_s(pid: int) -> float:
+    times = psutil.Process(pid).cpu_times()
+    return float(times.user + times.system)
+
+
+async def bench(args: argparse.Namespace, engine: Engine, via_b: Serving, via_a: Serving) -> None:
     direct = Target(engine.base_url, {"Authorization": f"Bearer {engine.api_key}"}, None)
-    one_hop = Target(via_b, {}, MODEL)
-    two_hops = Target(via_a, {}, f"@b/{MODEL}")
+    one_hop = Target(via_b.url, {}, MODEL)
+    two_hops = Target(via_a.url, {}, f"@b/{MODEL}")
+    serves = {"one hop": via_b.proc.pid, "two hops": via_a.proc.pid}  # whose CPU each path's figure is
+    cpu = {label: 0.0 for label in serves}
     paths = [direct, one_hop, two_hops]
     runs: dict[str, list[Timing]] = {"direct": [], "one hop": [], "two hops": []}
     limits = httpx.Limits(max_connections=None, keepalive_expiry=2.0)
@@ -89,13 +101,18 @@ async def bench(args: argparse.Namespace, engine: Engine, via_b: str, via_a: str
             await stream(client, path, PROMPTS[0], 8)
         for i in range(args.rounds):
             prompt = PROMPTS[i % len(PROMPTS)]
-            order = list(zip(runs.values(), paths, strict=True))
-            for results, path in order if i % 2 == 0 else reversed(order):
+            order = list(zip(runs.items(), paths, strict=True))
+            for (label, results), path in order if i % 2 == 0 else reversed(order):
+                pid = serves.get(label)
+                before = cpu_s(pid) if pid else 0.0
                 results.append(await stream(client, path, prompt, args.tokens))
+                if pid:
+                    cpu[label] += cpu_s(pid) - before
 
     print(
         f"llama-server, SmolLM2-135M, loopback, engine args {' '.join(engine_args(args))!r}; "
-        f"{args.rounds} rounds x {args.tokens} tokens per path"
+        f"{args.rounds} rounds x {args.tokens} tokens per path; "
+        f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}"
     )
     base = runs["direct"]
     for label, timings in runs.items():
@@ -106,10 +123,15 @@ async def bench(args: argparse.Namespace, engine: Engine, via_b: str, via_a: str
             ratio = statistics.median(t.decode_tps / d.decode_tps for t, d in zip(timings, base, strict=True))
             extra = statistics.median(t.ttft_s - d.ttft_s for t, d in zip(timings, base, strict=True)) * 1000
             line += f"  decode ratio {ratio:.4f}  TTFT {extra:+.2f} ms (paired medians against direct)"
+            tokens = sum(t.tokens for t in timings)
+            whose = "B's serve" if label == "one hop" else "A's serve (the remote hop)"
+            line += f"\n          {whose} CPU per token it passed on: {cpu[label] / tokens * 1e6:.0f} us"
         print(line)
 
 
-async def run(args: argparse.Namespace, server_dir: Path, model: Path, via_b: str, via_a: str) -> None:
+async def run(
+    args: argparse.Namespace, server_dir: Path, model: Path, via_b: Serving, via_a: Serving
+) -> None:
     hardware = hardware_from_json(json.loads(profile_path("cpu_only_x86").read_text()))
     request = LaunchRequest(
         "llamacpp",
@@ -150,7 +172,7 @@ def main() -> None:
             add_remote(home_a, b.url)
             with serving(env={"LEMON_DESK_HOME": str(home_a)}) as a:
                 wait_for_listing(a.url, f"@b/{MODEL}")
-                asyncio.run(run(args, server_dir, model, b.url, a.url))
+                asyncio.run(run(args, server_dir, model, b, a))
 
 
 if __name__ == "__main__":

@@ -137,7 +137,10 @@ async def compare(
     # Paired figures: each round's two runs ran back to back, so load on the machine hits both alike.
     pair_ratio = statistics.median(a.decode_tps / r.decode_tps for a, r in zip(app, raw, strict=True))
     pair_ttft = statistics.median(a.ttft_s - r.ttft_s for a, r in zip(app, raw, strict=True))
-    print(f"rounds: {rounds} per path, {tokens} tokens per reply, {label}")
+    print(
+        f"rounds: {rounds} per path, {tokens} tokens per reply, {label}; "
+        f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}"
+    )
     print(
         f"decode tok/s (median): app {median(app, 'decode_tps'):.2f}  direct {median(raw, 'decode_tps'):.2f}"
         f"  paired ratio {pair_ratio:.4f}"

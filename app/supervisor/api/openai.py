@@ -23,6 +23,7 @@ from aiohttp import web
 
 from app.client.adapters import Route
 from app.client.capped import read_upto
+from app.client.pacing import has_text_delta
 from app.core.engine_state import EngineState
 from app.core.errors import LemonDeskError, RequestError
 from app.core.models import Model
@@ -50,13 +51,6 @@ log = logging.getLogger(__name__)
 
 CREATED = 1_700_000_000  # OpenAI's "created": models here have no creation date worth telling
 SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-# A delta with text in it, as llama-server writes JSON (no spaces) and as Python's json module does; a
-# Responses API stream's deltas are strings ("delta":"..."), a chat stream's objects ("delta":{...}).
-TOKEN_MARKS = tuple(
-    f'"{key}"{colon}"'.encode()
-    for key in ("content", "text", "reasoning_content", "delta")
-    for colon in (":", ": ")
-)
 PENDING_LIMIT = 1 << 20  # an event longer than this is not one we read figures from
 # A whole (not streamed) reply is held here before it is passed on. Embeddings of many long inputs run to
 # tens of MB (each float is some 20 bytes of JSON); a reply past this is no engine's, and is refused.
@@ -152,7 +146,7 @@ class _Watch:
         self._pending = b""
 
     def feed(self, chunk: bytes) -> None:
-        if self.first is None and self._has_token(chunk):
+        if self.first is None and has_text_delta(chunk):
             self.first = time.perf_counter()
         data = self._pending + chunk if self._pending else chunk
         end = data.rfind(b"\n\n")
@@ -180,14 +174,6 @@ class _Watch:
                 usage = reply.get("usage")
             self.timings = timings if isinstance(timings, dict) else self.timings
             self.usage = usage if isinstance(usage, dict) else self.usage
-
-    @staticmethod
-    def _has_token(chunk: bytes) -> bool:
-        for mark in TOKEN_MARKS:
-            at = chunk.find(mark)
-            if at >= 0 and chunk[at + len(mark) : at + len(mark) + 1] != b'"':
-                return True
-        return False
 
     def telemetry(self) -> Telemetry:
         end = self.end if self.end is not None else time.perf_counter()
@@ -311,6 +297,9 @@ class OpenAIRoutes:
         answered = False
         try:
             async with self.router.client(name) as client:
+                # Not paced (``app.client.pacing``) for now: paced, one of 8 concurrent streams through
+                # the relay was left waiting for good on the real llama-server, twice (its engine
+                # connection closed and unread), and once the cause is found it is one argument here.
                 stream = cast(AsyncGenerator[bytes, None], client.forward_stream(route, body, self.relay()))
                 async with contextlib.aclosing(stream):
                     yield EngineCall(name, bool(body.get("stream")), stream, watch)
