@@ -84,6 +84,7 @@ class _Remote:
     http: httpx.AsyncClient | None = None
     watcher: asyncio.Task[None] | None = None
     looking: asyncio.Task[None] | None = None
+    looking_since: float = 0.0  # when that look began (monotonic)
     moved: asyncio.Event = field(default_factory=asyncio.Event)  # its state changed (the watcher's rest ends)
 
     def __repr__(self) -> str:  # never the key
@@ -122,7 +123,8 @@ class _Observer:
 
     async def explain(self, error: RequestError) -> LemonDeskError:
         remote = self._remote
-        await self._remotes.look(remote)
+        await self._remotes.look(remote, since=time.monotonic())  # a look begun before the failure saw
+        # the remote before it failed
         return error if remote.state is RemoteState.REACHABLE else _unreachable(remote)
 
 
@@ -316,16 +318,23 @@ class Remotes:
             return self.poll_s
         return self.backoff_s[min(max(remote.failures, 1), len(self.backoff_s)) - 1]
 
-    async def look(self, remote: _Remote) -> None:
-        """Look at a remote once; looks asked for while one is under way wait for that one."""
-        if remote.looking is None or remote.looking.done():
-            remote.looking = asyncio.ensure_future(self._probe(remote))
-        try:
-            await asyncio.shield(remote.looking)
-        except asyncio.CancelledError:
-            current = asyncio.current_task()
-            if current is not None and current.cancelling():
-                raise  # this caller was cancelled; a look stopped by a removal or close is not that
+    async def look(self, remote: _Remote, since: float | None = None) -> None:
+        """Look at a remote once; looks asked for while one is under way wait for that one. ``since``
+        (monotonic): a look under way that began before then does not do, another follows it."""
+        while True:
+            if remote.looking is None or remote.looking.done():
+                remote.looking = asyncio.ensure_future(self._probe(remote))
+                remote.looking_since = time.monotonic()
+            began = remote.looking_since
+            try:
+                await asyncio.shield(remote.looking)
+            except asyncio.CancelledError:
+                current = asyncio.current_task()
+                if current is not None and current.cancelling():
+                    raise  # this caller was cancelled; a look stopped by a removal or close is not that
+                return
+            if since is None or began >= since or remote.record.name not in self._remotes:
+                return
 
     async def _probe(self, remote: _Remote) -> None:
         try:

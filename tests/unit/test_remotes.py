@@ -22,10 +22,11 @@ import pytest
 from app.cli import main
 from app.client import remote as remote_http
 from app.client.events import ChatDelta, ChatDone
-from app.core.errors import ConfigError, ModelError, RemoteError, RequestError
+from app.core.errors import ConfigError, LemonDeskError, ModelError, RemoteError, RequestError
 from app.core.remotes import RemoteKind, RemoteModelStatus, RemoteState
 from app.store import secrets
 from app.store.settings import Settings
+from app.supervisor import remotes as remotes_module
 from app.supervisor.api import ApiServer
 from app.supervisor.api import openai as openai_routes
 from app.supervisor.remote_views import RemoteChanged
@@ -237,6 +238,48 @@ def test_the_window_hears_a_remote_is_gone_only_once_its_key_is_gone(
 
     asyncio.run(go())
     assert keys_when_told == [None]
+
+
+def test_a_failed_request_is_explained_by_a_look_begun_after_it(
+    lemon_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A reply that breaks is explained by a look at the remote begun after it broke: one under way since
+    before (the watcher's) saw the remote up, and the failure was then said as the engine's own (a 502)
+    rather than the remote's being down (a 503). Probes here are the test's: up, up (held until the
+    reply has broken), then down."""
+    calls: list[int] = []
+    second_began, reply_broke = asyncio.Event(), asyncio.Event()
+
+    async def probe(_pool: httpx.AsyncClient, _key: str | None) -> remote_http.Probe:
+        calls.append(len(calls) + 1)
+        if len(calls) == 2:
+            second_began.set()
+            await reply_broke.wait()
+        if len(calls) <= 2:
+            return remote_http.Probe(RemoteState.REACHABLE, models=())
+        return remote_http.Probe(RemoteState.UNREACHABLE, "connection refused")
+
+    monkeypatch.setattr(remote_http, "probe", probe)
+
+    async def go() -> LemonDeskError:
+        remotes = Remotes(lambda _e: None, **FAST)  # type: ignore[arg-type]
+        try:
+            await remotes.add("box", "http://127.0.0.1:9", None)
+            box = remotes._remotes["box"]
+            watchers_look = asyncio.ensure_future(remotes.look(box))
+            await second_began.wait()
+            broken = RequestError("The connection to the engine broke (ReadError).")
+            explained = asyncio.ensure_future(remotes_module._Observer(remotes, box).explain(broken))
+            await asyncio.sleep(0.05)
+            reply_broke.set()
+            await watchers_look
+            return await explained
+        finally:
+            await remotes.close()
+
+    said = asyncio.run(go())
+    assert isinstance(said, RemoteError) and "cannot be reached" in said.message, said
+    assert calls == [1, 2, 3]
 
 
 def test_adding_twice_or_a_bad_name_or_address_is_refused_and_nothing_kept(lemon_home: Path) -> None:
