@@ -395,7 +395,7 @@ class DownloadManager:
                     url,
                     blob,
                     sha256=file.sha256,
-                    headers=self.hub.headers,
+                    headers=await self.hub.headers(),
                     on_progress=on_progress,
                     stall_timeout_s=self.stall_timeout_s,
                     backoff_s=self.backoff_s,

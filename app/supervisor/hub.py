@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
@@ -91,15 +92,25 @@ def _count(value: object) -> int:
 
 class HubClient:
     def __init__(
-        self, client: httpx.AsyncClient, endpoint: str | None = None, token: str | None = None
+        self,
+        client: httpx.AsyncClient,
+        endpoint: str | None = None,
+        token: str | Callable[[], str | None] | None = None,
     ) -> None:
+        """``token``: the token, or what reads it (the keychain), called once, in a thread, when the
+        first request needs it: making a client touches no keychain."""
         self.client = client
         self.endpoint = (endpoint or hub_endpoint()).rstrip("/")
-        self.token = token
+        self._token = token
 
-    @property
-    def headers(self) -> dict[str, str]:
-        return {"Authorization": f"Bearer {self.token}"} if self.token else {}
+    async def token(self) -> str | None:
+        if callable(self._token):
+            self._token = await asyncio.to_thread(self._token)
+        return self._token
+
+    async def headers(self) -> dict[str, str]:
+        token = await self.token()
+        return {"Authorization": f"Bearer {token}"} if token else {}
 
     def file_url(self, repo_id: str, revision: str, path: str) -> str:
         return f"{self.endpoint}/{_repo_path(repo_id)}/resolve/{quote(revision, safe='')}/{quote(path)}"
@@ -153,7 +164,7 @@ class HubClient:
 
         try:
             async with stream_following(
-                self.client, "GET", url, headers=self.headers, timeout=_timeout(), **kw
+                self.client, "GET", url, headers=await self.headers(), timeout=_timeout(), **kw
             ) as response:
                 self.check(response, repo_id, path)
                 body = await read_upto(response.aiter_bytes(), MAX_ANSWER_BYTES)
@@ -252,7 +263,7 @@ class HubClient:
         """Bytes ``start`` to ``end`` (exclusive) of a file, or fewer if the file is shorter."""
         import httpx
 
-        headers = {**self.headers, "Range": f"bytes={start}-{end - 1}"}
+        headers = {**await self.headers(), "Range": f"bytes={start}-{end - 1}"}
         url = self.file_url(repo_id, revision, path)
         try:
             async with stream_following(

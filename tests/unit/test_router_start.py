@@ -70,6 +70,28 @@ def test_making_a_router_reads_no_secret() -> None:
     assert done.stdout.split() == ["False"], "the keychain was opened by a router that needs no secret"
 
 
+def test_the_windows_start_reads_no_secret_until_the_hub_is_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The window's start-up opens the download manager (to resume what the last run left); the token
+    is read only when a request to the Hub needs it (a fresh D-Bus session asked to make a keyring)."""
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    probe = (
+        "import asyncio, sys\n"
+        "from app.store.settings import Settings\n"
+        "from app.supervisor.router import Router\n"
+        "async def go():\n"
+        "    async with Router(Settings()) as router:\n"
+        "        await router.start()\n"
+        "        await router.open_downloads()\n"
+        "        print('keyring' in sys.modules)\n"
+        "        await (await router.hub()).token()\n"
+        "        print('keyring' in sys.modules)\n"
+        "asyncio.run(go())\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["False", "True"]
+
+
 def test_the_download_manager_needs_no_hub_call_first(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HF_TOKEN", "hf_from_the_environment")  # the keychain is not asked
 
@@ -77,7 +99,7 @@ def test_the_download_manager_needs_no_hub_call_first(monkeypatch: pytest.Monkey
         async with Router(Settings()) as router:
             manager = router.downloads()  # was an AssertionError ("hub() comes first")
             assert await router.hub() is manager.hub, "one Hub client, made with the manager"
-            assert manager.hub.token == "hf_from_the_environment"
+            assert await manager.hub.token() == "hf_from_the_environment"
             assert router.downloads() is manager
 
     asyncio.run(go())

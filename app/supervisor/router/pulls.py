@@ -1,8 +1,9 @@
 """Pulls: the Hub client and the download manager's lifetime, and every verb that fetches a model's
 files (plan, download, add, pause, resume, cancel, the snapshots the CLI and the window list).
 
-The Hub client is made on first use (reading the Hugging Face token then, not at start-up), and the
-download manager with it; whichever verb comes first makes both.
+The Hub client is made on first use, and the download manager with it; whichever verb comes first makes
+both. The Hugging Face token is read (from the keychain, maybe) when a request first needs it, not when
+the client is made: the window's start-up, which opens the download manager, touches no keychain.
 """
 
 from __future__ import annotations
@@ -58,27 +59,21 @@ class Pulls:
     # --- the Hub and the download manager -------------------------------------------------------------
 
     async def hub(self) -> HubClient:
+        """The Hub client, made on first use; it reads the token when a request first needs it."""
+        return self._client()
+
+    def _client(self) -> HubClient:
         if self._hub is None:
-            token = await asyncio.to_thread(get_hf_token)
-            if self._hub is None:  # two first calls at once (the window's) make one client, not two
-                self._make_hub(token)
-        assert self._hub is not None
+            import httpx  # on first use: the window's start-up does without it
+
+            self._http = httpx.AsyncClient()
+            self._hub = HubClient(self._http, token=get_hf_token)
         return self._hub
 
-    def _make_hub(self, token: str | None) -> None:
-        import httpx  # on first use: the window's start-up does without it
-
-        self._http = httpx.AsyncClient()
-        self._hub = HubClient(self._http, token=token)
-
     def downloads(self) -> DownloadManager:
-        """The download manager, made (with the Hub client) when there is none. Prefer ``manager()`` on
-        the loop: made here first, the Hub client reads the token on the caller's thread."""
+        """The download manager, made (with the Hub client) when there is none."""
         if self._downloads is None:
-            if self._hub is None:
-                self._make_hub(get_hf_token())
-            assert self._hub is not None
-            self._downloads = DownloadManager(self._library().cache_root, self._hub, cap_policy=self.cap)
+            self._downloads = DownloadManager(self._library().cache_root, self._client(), cap_policy=self.cap)
             if self._downloads.warning:
                 self._warnings.append(self._downloads.warning)
             self._downloads.subscribe(self._on_download)
@@ -146,7 +141,7 @@ class Pulls:
         hub = await self.hub()
         ref = parse_ref(model.checkpoint)
         listing = await hub.listing(ref.repo_id)
-        if listing.gated and not hub.token:
+        if listing.gated and not await hub.token():
             raise gated_error(ref.repo_id, hub.endpoint)
         files = select(listing, ref, recipe or model.recipe or None, model.mmproj)
         if model.user:
