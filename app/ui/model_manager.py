@@ -42,6 +42,7 @@ from app.ui.look import (
     fit_colour,
     fit_text,
     fit_tip,
+    human_size,
     icon,
     muted_colour,
 )
@@ -196,7 +197,7 @@ class ModelManager(QWidget):
         self.tree.blockSignals(True)
         self.tree.clear()
         for row in rows:
-            size = f"{row.size_bytes / 1e9:.2f} GB" if row.size_bytes else ""
+            size = human_size(row.size_bytes) if row.size_bytes else ""  # a tiny model is not "0.00 GB"
             item = QTreeWidgetItem([row.name, row.model.recipe, size, "", ""])
             item.setData(0, NAME_ROLE, row.name)
             item.setTextAlignment(2, Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
@@ -229,7 +230,7 @@ class ModelManager(QWidget):
         if remote.state in (RemoteState.UNREACHABLE, RemoteState.REFUSED):
             group.setForeground(3, QColor(fit_colour(None)))
         for view in remote.views():
-            size = f"{view.info.size_bytes / 1e9:.2f} GB" if view.info.size_bytes else ""
+            size = human_size(view.info.size_bytes) if view.info.size_bytes else ""
             item = QTreeWidgetItem([view.name, view.info.recipe, size, view.status.value, ""])
             item.setData(0, NAME_ROLE, view.name)
             item.setTextAlignment(2, Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)

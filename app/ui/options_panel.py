@@ -45,6 +45,14 @@ STATE_WORDS = {
 }
 
 
+# Extra engine arguments a recipe's engine knows, as the field's placeholder: lemon-mlx ignores flags it
+# does not know, so llama.cpp's there would mislead.
+ARGS_EXAMPLES = {
+    "llamacpp": "e.g. --threads 4 --flash-attn on",
+    "lemon-mlx": "e.g. --kv-bits 8 --no-think",
+}
+
+
 def ctx_from_slider(position: int) -> int:
     return int(round(2 ** (CTX_MIN_LOG2 + position / CTX_STEPS_PER_DOUBLING) / 256) * 256)
 
@@ -115,7 +123,7 @@ class OptionsPanel(QWidget):
         ctx_row.addWidget(self.ctx_auto)
 
         self.args = QLineEdit(self)
-        self.args.setPlaceholderText("e.g. --threads 4 --flash-attn on")
+        self.args.setPlaceholderText(ARGS_EXAMPLES["llamacpp"])
         self.args.textChanged.connect(self._validate)
         self.rpc = QLineEdit(self)
         self.rpc.setPlaceholderText("the Settings' workers (local: none)")
@@ -158,6 +166,7 @@ class OptionsPanel(QWidget):
         form.addRow("Context size", ctx_row)
         form.addRow("Extra engine arguments", self.args)
         form.addRow("RPC workers", self.rpc)
+        self._form = form
         form.addRow(self.args_message)
         sampling = QHBoxLayout()
         self.max_tokens.setToolTip("Longest reply, in tokens")
@@ -196,7 +205,9 @@ class OptionsPanel(QWidget):
         self.ctx_slider.setValue(slider_from_ctx(options.ctx_size or 4096))
         self.args.setText(options.args)
         self.rpc.setText(options.rpc)
-        self.rpc.setEnabled(row.model.recipe in ("llamacpp", ""))
+        self.args.setPlaceholderText(ARGS_EXAMPLES.get(row.model.recipe, ARGS_EXAMPLES["llamacpp"]))
+        # Workers serve llama.cpp alone: for another recipe the row would only be a field to leave empty.
+        self._form.setRowVisible(self.rpc, row.model.recipe in ("llamacpp", "") or bool(options.rpc))
         self.temperature.setValue(DEFAULT_TEMPERATURE if options.temperature is None else options.temperature)
         self.top_p.setValue(DEFAULT_TOP_P if options.top_p is None else options.top_p)
         self.max_tokens.setValue(options.max_tokens or 0)

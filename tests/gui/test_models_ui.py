@@ -180,3 +180,21 @@ def test_the_options_row_action_shows_the_options_tab(
     app.window.models.options_requested.emit(MODEL)
     assert app.window.side.currentWidget() is app.window.options
     assert app.window.options.model == MODEL and app.window.models.selected() == MODEL
+
+
+def test_the_options_offer_what_the_recipe_s_engine_knows_and_sizes_read_whole(
+    qtbot: QtBot, desktop: Callable[[], DesktopApp]
+) -> None:
+    app = desktop()
+    options = app.window.options
+    select(app, "Qwen3-0.6B-MLX")
+    # lemon-mlx ignores flags it does not know: llama.cpp's would mislead; workers serve llama.cpp alone
+    assert (
+        "--kv-bits" in options.args.placeholderText() and "--flash-attn" not in options.args.placeholderText()
+    )
+    assert options.rpc.isHidden()
+    select(app, MODEL)
+    assert "--flash-attn" in options.args.placeholderText()
+    assert not options.rpc.isHidden()
+    item = app.window.models.tree.currentItem()
+    assert item.text(2).endswith(" MB") and not item.text(2).startswith("0"), item.text(2)
