@@ -69,7 +69,7 @@ def plan(router: Router, spec: BenchSpec) -> list[tuple[Model, str | None]]:
             parse_remote_model(name)  # the shape is checked before anything runs
             pairs.append((Model(name, REMOTE, name), None))
             continue
-        model = router.library.find(name)
+        model = router.catalog.find(name)
         backends = [k.backend for k in keys if k.recipe == model.recipe]
         if keys and not backends:
             raise ConfigError(
@@ -97,7 +97,7 @@ async def run_bench(router: Router, spec: BenchSpec, progress: Progress, run_id:
     pairs = plan(router, spec)
     total = len(pairs) * spec.repetitions
     results: list[BenchResult] = []
-    info = await router.supervisor.info()
+    info = await router.backends.info()
     for index, (model, backend) in enumerate(pairs):
         done = index * spec.repetitions
 

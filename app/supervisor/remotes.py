@@ -1,4 +1,5 @@
-"""Remote servers as backends: ``Remotes``, owned by the router.
+"""Remote servers as backends: ``Remotes``, owned by the router, keeps the collection (``remote.Remote``
+is one remote: its state, its looks, its key and connections).
 
 A remote is another machine's OpenAI-compatible server (another Lemon Desk, a Lemonade Server, or any
 such server), kept in ``<home>/remotes.json`` with its key in the keychain. Its models are named
@@ -8,9 +9,9 @@ they use a local engine, and the reply's telemetry is measured here on the clien
 
 Health: while watched (the window and ``serve`` watch; one-shot commands look once), each remote has a
 task that asks for its model list every ``poll_s`` while it answers, and with a backoff (``backoff_s``)
-while it does not. Each move between states (``app.core.remotes.RemoteState``; ``_set_state`` is the one
-place that makes them) is one ``RemoteChanged`` event and one log line: a remote that stays down is one
-"unreachable", never a stream of errors. A request to a remote not known to answer looks once more
+while it does not. Each move between states (``app.core.remotes.RemoteState``; ``Remote._set_state`` is
+the one place that makes them) is one ``RemoteChanged`` event and one log line: a remote that stays down
+is one "unreachable", never a stream of errors. A request to a remote not known to answer looks once more
 first, and a request that breaks looks at once, so a remote that comes back is used again without
 waiting for the next look, and one that went away is said to be unreachable at once.
 """
@@ -22,19 +23,17 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from app.client import remote as remote_http
 from app.client.chat import ChatClient
-from app.client.remote import Probe, RemoteAdapter
-from app.core.errors import ConfigError, LemonDeskError, ModelError, RemoteError, RequestError
+from app.client.remote import RemoteAdapter
+from app.core.errors import ConfigError, LemonDeskError, ModelError, RemoteError, RequestError, StorageError
 from app.core.remotes import (
     RemoteKind,
     RemoteModelInfo,
     RemoteRef,
     RemoteState,
-    can_transition,
     check_remote_name,
     normalise_url,
     parse_remote_model,
@@ -42,12 +41,10 @@ from app.core.remotes import (
 from app.core.runcard import RunCard, figures, quant_of
 from app.core.telemetry import Telemetry
 from app.store.remotes import RemoteRecord, load_remotes, remotes_path, save_remotes
-from app.store.saving import unsaved
-from app.store.secrets import delete_remote_key, get_remote_key, set_remote_key
+from app.store.saving import saving
+from app.store.secrets import delete_remote_key, set_remote_key
+from app.supervisor.remote import Remote
 from app.supervisor.remote_views import RemoteChanged, RemoteModelView, RemoteSnapshot
-
-if TYPE_CHECKING:
-    import httpx
 
 log = logging.getLogger(__name__)
 
@@ -66,49 +63,10 @@ def _file_stamp() -> tuple[int, int, int] | None:
     return info.st_ino, info.st_mtime_ns, info.st_size
 
 
-# --- one remote, inside -----------------------------------------------------------------------------
-
-
-@dataclass(eq=False)
-class _Remote:
-    record: RemoteRecord
-    state: RemoteState = RemoteState.UNKNOWN
-    kind: RemoteKind | None = None
-    version: str = ""
-    message: str = ""
-    since: float = field(default_factory=time.time)
-    models: tuple[RemoteModelInfo, ...] = ()
-    failures: int = 0  # looks in a row that found it down (the backoff's step)
-    key: str | None = None
-    key_read: bool = False
-    http: httpx.AsyncClient | None = None
-    watcher: asyncio.Task[None] | None = None
-    looking: asyncio.Task[None] | None = None
-    looking_since: float = 0.0  # when that look began (monotonic)
-    moved: asyncio.Event = field(default_factory=asyncio.Event)  # its state changed (the watcher's rest ends)
-
-    def __repr__(self) -> str:  # never the key
-        return f"_Remote({self.record.name}, {self.record.url}, {self.state.name})"
-
-    def snapshot(self) -> RemoteSnapshot:
-        r = self.record
-        return RemoteSnapshot(
-            r.name,
-            r.url,
-            self.state,
-            self.kind,
-            self.version,
-            self.message,
-            self.since,
-            r.has_key,
-            self.models,
-        )
-
-
 class _Observer:
     """Watches the replies of one remote: a reply that breaks makes the remote be looked at at once."""
 
-    def __init__(self, remotes: Remotes, remote: _Remote) -> None:
+    def __init__(self, remotes: Remotes, remote: Remote) -> None:
         self._remotes = remotes
         self._remote = remote
 
@@ -125,17 +83,7 @@ class _Observer:
         remote = self._remote
         await self._remotes.look(remote, since=time.monotonic())  # a look begun before the failure saw
         # the remote before it failed
-        return error if remote.state is RemoteState.REACHABLE else _unreachable(remote)
-
-
-def _unreachable(remote: _Remote) -> RemoteError:
-    name = remote.record.name
-    return RemoteError(
-        f"The remote {name} cannot be reached at {remote.record.url}: {remote.message}.",
-        f"Check that the server is running and that this machine can reach it (`lemon-desk remote list` "
-        f"shows {name}'s state). Lemon Desk keeps looking and uses it again as soon as it answers.",
-        remote=name,
-    )
+        return error if remote.state is RemoteState.REACHABLE else remote.unreachable()
 
 
 # --- the component ----------------------------------------------------------------------------------
@@ -164,7 +112,7 @@ class Remotes:
         self._file_stamp = _file_stamp()
         loaded = load_remotes()
         self.warnings = [loaded.warning] if loaded.warning else []
-        self._remotes = {name: _Remote(record) for name, record in loaded.items.items()}
+        self._remotes = {name: Remote(record, emit) for name, record in loaded.items.items()}
         self._watching = False
         self._closed = False
         self._file_watcher: asyncio.Task[None] | None = None
@@ -185,7 +133,7 @@ class Remotes:
         """Every remote model with its status, remote by remote."""
         return [view for snapshot in self.snapshots() for view in snapshot.views()]
 
-    def _get(self, name: str) -> _Remote:
+    def _get(self, name: str) -> Remote:
         remote = self._remotes.get(name)
         if remote is None:
             raise ModelError(
@@ -213,19 +161,20 @@ class Remotes:
                 await asyncio.to_thread(set_remote_key, name, key)
             records = {n: r.record for n, r in self._remotes.items()} | {name: record}
             try:
-                await asyncio.to_thread(save_remotes, records)
-            except OSError as err:
+                with saving("the remotes"):
+                    await asyncio.to_thread(save_remotes, records)
+            except StorageError:
                 if key:
                     await asyncio.to_thread(delete_remote_key, name)
-                raise unsaved("the remotes", err) from None
+                raise
             self._file_stamp = _file_stamp()
             remote = self._adopt(record, key)
         await self.look(remote)
         return remote.snapshot()
 
-    def _adopt(self, record: RemoteRecord, key: str | None = None) -> _Remote:
+    def _adopt(self, record: RemoteRecord, key: str | None = None) -> Remote:
         """Keep a remote just added (here, or by another process with ``key`` in the keychain)."""
-        remote = _Remote(record, key=key or None, key_read=key is not None)
+        remote = Remote(record, self._emit, key_value=key or None, key_read=key is not None)
         self._remotes[record.name] = remote
         log.info("remote %s added: %s", record.name, record.url)
         self._emit(RemoteChanged(record.name, RemoteState.UNKNOWN, RemoteState.UNKNOWN))
@@ -238,10 +187,8 @@ class Remotes:
         async with self._changing:
             remote = self._get(name)
             records = {n: r.record for n, r in self._remotes.items() if n != name}
-            try:
+            with saving("the remotes"):
                 await asyncio.to_thread(save_remotes, records)
-            except OSError as err:
-                raise unsaved("the remotes", err) from None
             self._file_stamp = _file_stamp()
             try:  # the key goes before anyone is told the remote has: nothing can read it after that
                 if remote.record.has_key:
@@ -251,7 +198,8 @@ class Remotes:
 
     async def _forget(self, name: str) -> None:
         remote = self._remotes.pop(name)
-        await self._stop(remote)
+        remote.gone = True
+        await remote.stop()
         log.info("remote %s removed", name)
         self._emit(RemoteChanged(name, remote.state, remote.state, removed=True))
 
@@ -293,16 +241,16 @@ class Remotes:
         await asyncio.gather(*(self.look(r) for r in chosen))
         return [r.snapshot() for r in chosen]
 
-    def _start_watcher(self, remote: _Remote) -> None:
+    def _start_watcher(self, remote: Remote) -> None:
         if remote.watcher is None or remote.watcher.done():
             remote.watcher = asyncio.ensure_future(self._watch(remote))
 
-    async def _watch(self, remote: _Remote) -> None:
+    async def _watch(self, remote: Remote) -> None:
         while True:
             await self.look(remote)
             await self._rest(remote)
 
-    async def _rest(self, remote: _Remote) -> None:
+    async def _rest(self, remote: Remote) -> None:
         """Wait the delay the remote's state asks for. A move meanwhile (a request's look found it gone,
         or back) starts the delay of the new state: a remote found down is looked at on the backoff's
         schedule from then on, not after the rest of a 15-second wait."""
@@ -313,87 +261,19 @@ class Remotes:
             except TimeoutError:
                 return
 
-    def _delay(self, remote: _Remote) -> float:
+    def _delay(self, remote: Remote) -> float:
         if remote.state is RemoteState.REACHABLE:
             return self.poll_s
         return self.backoff_s[min(max(remote.failures, 1), len(self.backoff_s)) - 1]
 
-    async def look(self, remote: _Remote, since: float | None = None) -> None:
-        """Look at a remote once; looks asked for while one is under way wait for that one. ``since``
-        (monotonic): a look under way that began before then does not do, another follows it."""
-        while True:
-            if remote.looking is None or remote.looking.done():
-                remote.looking = asyncio.ensure_future(self._probe(remote))
-                remote.looking_since = time.monotonic()
-            began = remote.looking_since
-            try:
-                await asyncio.shield(remote.looking)
-            except asyncio.CancelledError:
-                current = asyncio.current_task()
-                if current is not None and current.cancelling():
-                    raise  # this caller was cancelled; a look stopped by a removal or close is not that
-                return
-            if since is None or began >= since or remote.record.name not in self._remotes:
-                return
-
-    async def _probe(self, remote: _Remote) -> None:
-        try:
-            key = await self._key(remote)
-            found = await asyncio.wait_for(remote_http.probe(self._pool(remote), key), self.look_deadline_s)
-        except TimeoutError:
-            found = Probe(RemoteState.UNREACHABLE, f"it did not answer within {self.look_deadline_s:g} s")
-        except Exception as err:  # a look must never end the watcher: say so once, as a state
-            log.exception("looking at the remote %s failed", remote.record.name)
-            found = Probe(RemoteState.UNREACHABLE, f"looking at it failed ({type(err).__name__})")
-        if found.state is RemoteState.REFUSED and remote.record.has_key and remote.key is None:
-            found = Probe(found.state, f"{found.message}; its key could not be read from the keychain")
-        self._apply(remote, found)
-
-    def _apply(self, remote: _Remote, found: Probe) -> None:
-        if remote.record.name not in self._remotes or self._remotes[remote.record.name] is not remote:
-            return  # removed while being looked at
-        old_models = remote.models
-        if found.models is not None:
-            remote.models, remote.kind, remote.version = found.models, found.kind, found.version
-        remote.failures = 0 if found.state is RemoteState.REACHABLE else remote.failures + 1
-        if found.state is not remote.state:
-            self._set_state(remote, found.state, found.message)
-        else:
-            remote.message = found.message
-            if remote.models != old_models:
-                self._emit(RemoteChanged(remote.record.name, remote.state, remote.state, remote.message))
-
-    def _set_state(self, remote: _Remote, state: RemoteState, message: str) -> None:
-        """The one place a remote changes state: one event and one log line per move."""
-        old = remote.state
-        assert can_transition(old, state), f"remote {remote.record.name}: {old} -> {state}"
-        remote.state, remote.message, remote.since = state, message, time.time()
-        remote.moved.set()
-        name, url = remote.record.name, remote.record.url
-        if state is RemoteState.REACHABLE:
-            log.info("remote %s (%s) is reachable: %d models", name, url, len(remote.models))
-        else:
-            # Watched (the window, serve), the log tells of the move; a one-shot command prints what its
-            # look found itself, and a warning would say it again on stderr.
-            level = logging.WARNING if self._watching else logging.INFO
-            log.log(level, "remote %s (%s) is %s: %s", name, url, state.value, message)
-        self._emit(RemoteChanged(name, old, state, message))
-
-    def _pool(self, remote: _Remote) -> httpx.AsyncClient:
-        if remote.http is None:
-            remote.http = remote_http.connection_pool(remote.record.url)
-        return remote.http
-
-    async def _key(self, remote: _Remote) -> str | None:
-        if not remote.key_read:
-            if remote.record.has_key:
-                remote.key = await asyncio.to_thread(get_remote_key, remote.record.name)
-            remote.key_read = True
-        return remote.key
+    async def look(self, remote: Remote, since: float | None = None) -> None:
+        """Look at a remote once (``Remote.look``: a look under way is joined unless it began before
+        ``since``)."""
+        await remote.look(self.look_deadline_s, since)
 
     # --- using a remote's models --------------------------------------------------------------------
 
-    async def _usable(self, name: str) -> tuple[_Remote, RemoteRef]:
+    async def _usable(self, name: str) -> tuple[Remote, RemoteRef]:
         """The remote of ``@NAME/MODEL`` once it is known to answer (looked at now if it was not)."""
         ref = parse_remote_model(name)
         remote = self._get(ref.remote)
@@ -409,7 +289,7 @@ class Remotes:
                 status=401,
             )
         if remote.state is not RemoteState.REACHABLE:
-            raise _unreachable(remote)
+            raise remote.unreachable()
         return remote, ref
 
     @contextlib.asynccontextmanager
@@ -418,11 +298,11 @@ class Remotes:
         remote, ref = await self._usable(name)
         client = ChatClient(
             remote.record.url,
-            await self._key(remote),
+            await remote.key(),
             adapter=RemoteAdapter(ref.model),
             observer=_Observer(self, remote),
             request_timeout_s=self._timeouts()[1],
-            http=self._pool(remote),
+            http=remote.pool(),
         )
         async with client:
             yield client
@@ -438,7 +318,7 @@ class Remotes:
     async def _manage(self, name: str, verb: Callable[..., Any]) -> None:
         remote, ref = await self._usable(name)
         if remote.kind in (RemoteKind.LEMON_DESK, RemoteKind.LEMONADE):
-            await verb(self._pool(remote), await self._key(remote), ref.model, self._timeouts()[0])
+            await verb(remote.pool(), await remote.key(), ref.model, self._timeouts()[0])
             await self.look(remote)  # its loaded models changed
 
     async def stats(self, name: str) -> dict[str, Any] | None:
@@ -446,7 +326,7 @@ class Remotes:
         remote = self._get(parse_remote_model(name).remote)
         if remote.kind not in (RemoteKind.LEMON_DESK, RemoteKind.LEMONADE):
             return None
-        return await remote_http.stats(self._pool(remote), await self._key(remote))
+        return await remote_http.stats(remote.pool(), await remote.key())
 
     def model(self, name: str) -> RemoteModelView | None:
         """The view of ``@NAME/MODEL`` when its remote listed it (None for any other name)."""
@@ -484,15 +364,6 @@ class Remotes:
 
     # --- closing ------------------------------------------------------------------------------------
 
-    async def _stop(self, remote: _Remote) -> None:
-        tasks = [t for t in (remote.watcher, remote.looking) if t is not None]
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        if remote.http is not None:
-            await remote.http.aclose()
-            remote.http = None
-
     async def close(self) -> None:
         """Stop every watcher and close every connection."""
         self._closed, self._watching = True, False
@@ -500,4 +371,4 @@ class Remotes:
             self._file_watcher.cancel()
             await asyncio.gather(self._file_watcher, return_exceptions=True)
         for remote in list(self._remotes.values()):
-            await self._stop(remote)
+            await remote.stop()

@@ -10,8 +10,9 @@ is unprefixed; Ollama's ``/api/NAME`` too), a front end over the router like the
 Modules: ``server`` (listening, key, size limit, error shape), ``openai`` (models and generation,
 passed through to the engines; ``engine_call`` is every dialect's one path to an engine),
 ``chat_events`` (an engine's chat stream read into events, for the other dialects), ``anthropic``
-(Anthropic's Messages API over those events), ``ollama`` (Ollama's ``/api/NAME`` routes and ``/``),
-``codec`` (what those two share: a reply streamed or gathered), ``lemonade`` (management), ``options`` (recipe
+(Anthropic's Messages API over those events), ``ollama`` (Ollama's ``/api/NAME`` routes and ``/``;
+``ollama_chat`` its chat bodies and replies), ``codec`` (what those two share: a reply streamed or
+gathered, the OpenAI pieces their requests become), ``lemonade`` (management), ``options`` (recipe
 options in Lemonade's names), ``system`` (``system-info`` in Lemonade's shape), ``bodies`` (request
 checks), ``errors``.
 """

@@ -36,7 +36,7 @@ from app.supervisor.api.chat_events import (
     ToolCallArguments,
     ToolCallStart,
 )
-from app.supervisor.api.codec import reply
+from app.supervisor.api.codec import function_call, image_part, reply, tool_arguments
 from app.supervisor.api.errors import ApiError, bad_gateway, bad_request
 from app.supervisor.api.openai import SSE_HEADERS, find_model
 
@@ -119,9 +119,9 @@ def _image_part(block: dict[str, Any], where: str) -> dict[str, Any]:
         media, data = source.get("media_type"), source.get("data")
         if not isinstance(media, str) or not isinstance(data, str):
             raise bad_request(f"'{where}.source' needs 'media_type' and 'data' as strings.")
-        return {"type": "image_url", "image_url": {"url": f"data:{media};base64,{data}"}}
+        return image_part(f"data:{media};base64,{data}")
     if source.get("type") == "url" and isinstance(source.get("url"), str):
-        return {"type": "image_url", "image_url": {"url": source["url"]}}
+        return image_part(source["url"])
     raise bad_request(f"'{where}.source.type' must be 'base64' or 'url'.")
 
 
@@ -162,8 +162,7 @@ def _assistant_message(content: list[Any], where: str) -> dict[str, Any]:
             call_id, name, arguments = block.get("id"), block.get("name"), block.get("input", {})
             if not isinstance(call_id, str) or not isinstance(name, str) or not isinstance(arguments, dict):
                 raise bad_request(f"'{at}' needs 'id' and 'name' as strings and 'input' as an object.")
-            function = {"name": name, "arguments": json.dumps(arguments)}
-            calls.append({"id": call_id, "type": "function", "function": function})
+            calls.append(function_call(call_id, name, json.dumps(arguments)))
         elif kind not in ("thinking", "redacted_thinking"):
             raise bad_request(f"'{at}' is a block of type {kind!r}, which an assistant turn cannot hold.")
     message: dict[str, Any] = {"role": "assistant", "content": "".join(texts)}
@@ -354,7 +353,7 @@ class _Message:
         calls = iter(self._raw_arguments)
         for block in self.blocks:
             if block["type"] == "tool_use":
-                block["input"] = _arguments(next(calls), block["name"])
+                block["input"] = tool_arguments(next(calls), block["name"])
         return {
             "id": self.id,
             "type": "message",
@@ -365,17 +364,6 @@ class _Message:
             "stop_sequence": end.stop_sequence,
             "usage": {"input_tokens": end.input_tokens, "output_tokens": end.output_tokens},
         }
-
-
-def _arguments(raw: str, name: str) -> dict[str, Any]:
-    """A tool call's arguments as the object Anthropic's ``input`` is."""
-    try:
-        value = json.loads(raw) if raw.strip() else {}
-    except (ValueError, RecursionError):
-        value = None
-    if not isinstance(value, dict):
-        raise bad_gateway(f"The model called the tool {name!r} with arguments that are not a JSON object.")
-    return value
 
 
 class AnthropicRoutes:

@@ -1,11 +1,13 @@
-"""What the Anthropic and Ollama dialects share past the request: one call of the OpenAI chat path read
-as internal events (``chat_events``), written out by the dialect's ``Codec`` as a stream or gathered
-for a whole reply.
+"""What the Anthropic and Ollama dialects share: the OpenAI pieces their requests become (an image part,
+a function call), one call of the OpenAI chat path read as internal events (``chat_events``), written
+out by the dialect's ``Codec`` as a stream or gathered for a whole reply, and a tool call's arguments
+read back as the object both dialects give.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 from collections.abc import AsyncGenerator
 from typing import TYPE_CHECKING, Any, Protocol, cast
@@ -15,12 +17,34 @@ from aiohttp import web
 from app.client.adapters import Route
 from app.core.errors import LemonDeskError
 from app.supervisor.api.chat_events import ChatEvent, ChatReader, Finished
-from app.supervisor.api.errors import ApiError, from_app_error, server_failed
+from app.supervisor.api.errors import ApiError, bad_gateway, from_app_error, server_failed
 
 if TYPE_CHECKING:
     from app.supervisor.api.openai import OpenAIRoutes
 
 log = logging.getLogger(__name__)
+
+
+def image_part(url: str) -> dict[str, Any]:
+    """An OpenAI content part for an image at ``url`` (a ``data:`` URL for inline bytes)."""
+    return {"type": "image_url", "image_url": {"url": url}}
+
+
+def function_call(call_id: str, name: str, arguments: str) -> dict[str, Any]:
+    """An earlier turn's tool call as OpenAI's ``tool_calls`` entry (``arguments``: JSON text)."""
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
+
+
+def tool_arguments(raw: str, name: str) -> dict[str, Any]:
+    """A tool call's streamed arguments, joined, as the object Anthropic's ``input`` and Ollama's
+    ``arguments`` are; arguments that are no JSON object are the engine's failure."""
+    try:
+        value = json.loads(raw) if raw.strip() else {}
+    except (ValueError, RecursionError):
+        value = None
+    if not isinstance(value, dict):
+        raise bad_gateway(f"The model called the tool {name!r} with arguments that are not a JSON object.")
+    return value
 
 
 class Codec(Protocol):

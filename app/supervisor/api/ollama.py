@@ -2,9 +2,10 @@
 and ``HEAD /`` answering "Ollama is running" as Ollama does, since clients probe them.
 
 ``chat`` and ``generate`` are codecs over the OpenAI chat path (``OpenAIRoutes.engine_call`` and
-``chat_events``: the same routing, loading and telemetry as ``/v1/chat/completions``), streamed as
-NDJSON unless ``"stream": false``; ``embed`` and ``embeddings`` go through ``/v1/embeddings`` the same
-way. ``tags``, ``show``, ``ps`` and ``delete`` are router calls, ``version`` a constant.
+``chat_events``: the same routing, loading and telemetry as ``/v1/chat/completions``; their bodies and
+replies are translated in ``ollama_chat``), streamed as NDJSON unless ``"stream": false``; ``embed``
+and ``embeddings`` go through ``/v1/embeddings`` the same way. ``tags``, ``show``, ``ps`` and ``delete``
+are router calls, ``version`` a constant.
 
 Names: Ollama's ``model:tag`` resolves to one of our models by ``resolve``: the name as given, else
 without a ``:latest`` tag, else the one model whose name matches it ignoring case. ``tags`` lists each
@@ -20,7 +21,6 @@ import asyncio
 import hashlib
 import json
 import time
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
@@ -28,15 +28,6 @@ from aiohttp import web
 from app.client.adapters import Route
 from app.core.models import Model
 from app.supervisor.api.bodies import optional, parse_object
-from app.supervisor.api.chat_events import (
-    ChatEvent,
-    Finish,
-    Finished,
-    Reasoning,
-    Text,
-    ToolCallArguments,
-    ToolCallStart,
-)
 from app.supervisor.api.codec import reply
 from app.supervisor.api.errors import (
     NOT_FOUND,
@@ -44,6 +35,7 @@ from app.supervisor.api.errors import (
     bad_gateway,
     bad_request,
 )
+from app.supervisor.api.ollama_chat import Reply, chat_messages, iso, now, sampling, user_content
 from app.supervisor.api.openai import CREATED, context_length
 
 if TYPE_CHECKING:
@@ -61,20 +53,7 @@ NOT_SERVED = {
     "copy": "Register the same checkpoint under another name with POST /api/v1/models/register.",
     "blobs": "Register a model with POST /api/v1/models/register or `lemon-desk import`.",
 }
-# Ollama's options that have an OpenAI name; others (num_ctx among them: the model's own ctx_size
-# option decides its context) are ignored, as Ollama ignores what a model cannot use.
-OPTIONS = {
-    "temperature": "temperature",
-    "top_p": "top_p",
-    "top_k": "top_k",
-    "min_p": "min_p",
-    "seed": "seed",
-    "repeat_penalty": "repeat_penalty",
-    "presence_penalty": "presence_penalty",
-    "frequency_penalty": "frequency_penalty",
-}
 FAR_FUTURE = "2318-11-24T00:00:00Z"  # Ollama's expires_at for a model kept loaded for good
-IMAGE_MAGIC = {"iVBOR": "image/png", "/9j/": "image/jpeg", "R0lG": "image/gif", "UklGR": "image/webp"}
 
 
 def is_ollama_path(path: str) -> bool:
@@ -83,18 +62,6 @@ def is_ollama_path(path: str) -> bool:
 
 def error_response(error: ApiError) -> web.Response:
     return web.json_response({"error": error.message}, status=error.status)
-
-
-def _now() -> str:
-    return datetime.now(UTC).isoformat().replace("+00:00", "Z")
-
-
-def _iso(unix: float) -> str:
-    return datetime.fromtimestamp(unix, UTC).isoformat().replace("+00:00", "Z")
-
-
-def _line(data: dict[str, Any]) -> bytes:
-    return json.dumps(data).encode() + b"\n"
 
 
 def _not_found(name: str) -> ApiError:
@@ -129,192 +96,11 @@ def _capabilities(model: Model) -> list[str]:
     return found
 
 
-def _image_part(data: Any, where: str) -> dict[str, Any]:
-    if not isinstance(data, str) or not data:
-        raise bad_request(f"'{where}' must be base64 image data.")
-    media = next((m for magic, m in IMAGE_MAGIC.items() if data.startswith(magic)), "image/jpeg")
-    return {"type": "image_url", "image_url": {"url": f"data:{media};base64,{data}"}}
-
-
-def _user_content(text: str, images: Any, where: str) -> str | list[dict[str, Any]]:
-    if images is None:
-        return text
-    if not isinstance(images, list):
-        raise bad_request(f"'{where}.images' must be a list of base64 images.")
-    parts = [_image_part(image, f"{where}.images[{i}]") for i, image in enumerate(images)]
-    return [{"type": "text", "text": text}, *parts] if text else parts
-
-
-def _tool_calls(calls: Any, where: str) -> list[dict[str, Any]]:
-    if not isinstance(calls, list):
-        raise bad_request(f"'{where}.tool_calls' must be a list.")
-    out = []
-    for i, call in enumerate(calls):
-        function = call.get("function") if isinstance(call, dict) else None
-        if not isinstance(function, dict) or not isinstance(function.get("name"), str):
-            raise bad_request(f"'{where}.tool_calls[{i}]' must hold a function with a name.")
-        arguments = function.get("arguments", {})
-        text = arguments if isinstance(arguments, str) else json.dumps(arguments)
-        call_id = call.get("id") if isinstance(call.get("id"), str) else f"call_{i}"
-        out.append(
-            {"id": call_id, "type": "function", "function": {"name": function["name"], "arguments": text}}
-        )
-    return out
-
-
-def _messages(raw: Any) -> list[dict[str, Any]]:
-    if raw is None:
-        return []
-    if not isinstance(raw, list):
-        raise bad_request("'messages' must be a list of message objects.")
-    out = []
-    for i, message in enumerate(raw):
-        where = f"messages[{i}]"
-        if not isinstance(message, dict) or not isinstance(message.get("role"), str):
-            raise bad_request(f"'{where}' must be an object with a 'role'.")
-        content = message.get("content") or ""
-        if not isinstance(content, str):
-            raise bad_request(f"'{where}.content' must be a string.")
-        role = message["role"]
-        converted: dict[str, Any] = {
-            "role": role,
-            "content": _user_content(content, message.get("images"), where),
-        }
-        if message.get("tool_calls") is not None:
-            converted["tool_calls"] = _tool_calls(message["tool_calls"], where)
-        if role == "tool" and isinstance(message.get("tool_call_id"), str):
-            converted["tool_call_id"] = message["tool_call_id"]
-        out.append(converted)
-    return out
-
-
-def _sampling(body: dict[str, Any], chat: dict[str, Any]) -> list[str]:
-    """``options``, ``format``, ``tools`` and ``think`` into the OpenAI body; gives the stop sequences."""
-    options = optional(body, "options", "object") or {}
-    for ours, theirs in OPTIONS.items():
-        if options.get(ours) is not None:
-            chat[theirs] = options[ours]
-    limit = options.get("num_predict")
-    if limit is not None:
-        if not isinstance(limit, int) or isinstance(limit, bool):
-            raise bad_request("'options.num_predict' must be a whole number.")
-        if limit >= 0:  # -1 (no limit) and -2 (fill the context) are the engine's own default
-            chat["max_tokens"] = limit
-    stops = options.get("stop") or []
-    if isinstance(stops, str):
-        stops = [stops]
-    if not isinstance(stops, list) or not all(isinstance(s, str) for s in stops):
-        raise bad_request("'options.stop' must be a list of strings.")
-    fmt = body.get("format")
-    if fmt == "json":
-        chat["response_format"] = {"type": "json_object"}
-    elif isinstance(fmt, dict):
-        chat["response_format"] = {"type": "json_schema", "json_schema": {"name": "format", "schema": fmt}}
-    elif fmt not in (None, ""):
-        raise bad_request("'format' must be \"json\" or a JSON schema.")
-    if body.get("tools") is not None:
-        chat["tools"] = optional(body, "tools", "list")
-    think = body.get("think")
-    if think is not None:
-        chat["chat_template_kwargs"] = {"enable_thinking": think not in (False, "false", "none")}
-    return stops
-
-
 def keep_alive_unloads(keep_alive: Any) -> bool:
     """Ollama's ``keep_alive`` of 0 ("0", "0s", "0m"): unload the model once the reply is done."""
     if isinstance(keep_alive, int | float) and not isinstance(keep_alive, bool):
         return keep_alive == 0
     return isinstance(keep_alive, str) and keep_alive.strip() in ("0", "0s", "0m", "0h")
-
-
-class _Reply:
-    """A chat or generate reply built from the internal events: Ollama's NDJSON lines, or its whole
-    object. Tool calls come whole, as Ollama sends them: each once its arguments are complete."""
-
-    def __init__(self, model: str, chat: bool, sent: float) -> None:
-        self.model = model
-        self.chat = chat
-        self.sent = sent
-        self.first: float | None = None
-        self.text: list[str] = []
-        self.thinking: list[str] = []
-        self.calls: list[tuple[str, list[str]]] = []  # (name, argument fragments) by index
-
-    def feed(self, event: ChatEvent) -> bytes:
-        self.first = self.first or time.perf_counter()
-        if isinstance(event, Text):
-            self.text.append(event.text)
-            return _line(self._piece(content=event.text))
-        if isinstance(event, Reasoning):
-            self.thinking.append(event.text)
-            return _line(self._piece(thinking=event.text))
-        if isinstance(event, ToolCallStart):
-            self.calls.append((event.name, []))
-        elif isinstance(event, ToolCallArguments) and self.calls:
-            self.calls[-1][1].append(event.fragment)
-        return b""
-
-    def _piece(self, content: str = "", thinking: str = "", **extra: Any) -> dict[str, Any]:
-        data: dict[str, Any] = {"model": self.model, "created_at": _now()}
-        if self.chat:
-            message: dict[str, Any] = {"role": "assistant", "content": content}
-            if thinking:
-                message["thinking"] = thinking
-            if extra.get("tool_calls"):
-                message["tool_calls"] = extra.pop("tool_calls")
-            data["message"] = message
-        else:
-            data["response"] = content
-            if thinking:
-                data["thinking"] = thinking
-        data["done"] = False
-        return {**data, **extra}
-
-    def _tool_calls(self) -> list[dict[str, Any]]:
-        out = []
-        for index, (name, fragments) in enumerate(self.calls):
-            raw = "".join(fragments)
-            try:
-                arguments = json.loads(raw) if raw.strip() else {}
-            except (ValueError, RecursionError):
-                arguments = None
-            if not isinstance(arguments, dict):
-                raise bad_gateway(
-                    f"The model called the tool {name!r} with arguments that are not a JSON object."
-                )
-            out.append({"function": {"index": index, "name": name, "arguments": arguments}})
-        return out
-
-    def _figures(self, end: Finished) -> dict[str, Any]:
-        now = time.perf_counter()
-        first = self.first or now
-        return {
-            "done": True,
-            "done_reason": "length" if end.reason is Finish.LENGTH else "stop",
-            "total_duration": int((now - self.sent) * 1e9),
-            "load_duration": 0,
-            "prompt_eval_count": end.input_tokens,
-            "prompt_eval_duration": int((first - self.sent) * 1e9),
-            "eval_count": end.output_tokens,
-            "eval_duration": int((now - first) * 1e9),
-        }
-
-    def start(self) -> bytes:
-        return b""
-
-    def error(self, error: ApiError) -> bytes:
-        return _line({"error": error.message})
-
-    def finish(self, end: Finished) -> bytes:
-        calls = self._tool_calls()
-        lines = _line(self._piece(tool_calls=calls)) if calls else b""
-        return lines + _line(self._piece(**self._figures(end)))
-
-    def whole(self, end: Finished) -> dict[str, Any]:
-        figures = self._figures(end)
-        return self._piece(
-            "".join(self.text), "".join(self.thinking), tool_calls=self._tool_calls(), **figures
-        )
 
 
 class OllamaRoutes:
@@ -371,7 +157,7 @@ class OllamaRoutes:
         return {
             "name": f"{model.name}:latest",
             "model": f"{model.name}:latest",
-            "modified_at": _iso(CREATED),
+            "modified_at": iso(CREATED),
             "size": view.size_bytes,
             "digest": _digest(model),
             "details": _details(model),
@@ -388,7 +174,7 @@ class OllamaRoutes:
             out.append(
                 {
                     **self._tag(view),
-                    "expires_at": FAR_FUTURE if keeps else _iso((used or 0) + minutes * 60),
+                    "expires_at": FAR_FUTURE if keeps else iso((used or 0) + minutes * 60),
                     "size_vram": sum(v for k, v in view.memory.items() if k.lower() != "cpu"),
                     "context_length": engine.ctx_size if (engine := router.engines.get(name)) else None,
                 }
@@ -411,7 +197,7 @@ class OllamaRoutes:
                 "details": _details(model),
                 "model_info": info,
                 "capabilities": _capabilities(model),
-                "modified_at": _iso(CREATED),
+                "modified_at": iso(CREATED),
             }
         )
 
@@ -430,7 +216,7 @@ class OllamaRoutes:
     async def chat(self, request: web.Request) -> web.StreamResponse:
         body = await self._body(request)
         model = self.resolve(body.get("model"))
-        messages = _messages(body.get("messages"))
+        messages = chat_messages(body.get("messages"))
         if not messages:
             return await self._load_or_unload(body, model, chat=True)
         return await self._generate(request, body, model, {"messages": messages}, as_chat=True)
@@ -450,7 +236,7 @@ class OllamaRoutes:
         if not prompt and body.get("images") is None:
             return await self._load_or_unload(body, model, chat=False)
         messages: list[dict[str, Any]] = [{"role": "system", "content": system}] if system else []
-        messages.append({"role": "user", "content": _user_content(prompt, body.get("images"), "images")})
+        messages.append({"role": "user", "content": user_content(prompt, body.get("images"), "images")})
         return await self._generate(request, body, model, {"messages": messages}, as_chat=False)
 
     async def _load_or_unload(self, body: dict[str, Any], model: Model, *, chat: bool) -> web.Response:
@@ -463,7 +249,7 @@ class OllamaRoutes:
         else:
             await self.router.ensure_loaded(model.name)
             reason = "load"
-        data: dict[str, Any] = {"model": body["model"], "created_at": _now()}
+        data: dict[str, Any] = {"model": body["model"], "created_at": now()}
         data.update({"message": {"role": "assistant", "content": ""}} if chat else {"response": ""})
         return web.json_response({**data, "done": True, "done_reason": reason})
 
@@ -471,9 +257,9 @@ class OllamaRoutes:
         self, request: web.Request, body: dict[str, Any], model: Model, chat: dict[str, Any], *, as_chat: bool
     ) -> web.StreamResponse:
         chat["model"] = model.name
-        stops = _sampling(body, chat)
+        stops = sampling(body, chat)
         chat.update(stream=True, stream_options={"include_usage": True})
-        built = _Reply(str(body["model"]), as_chat, time.perf_counter())
+        built = Reply(str(body["model"]), as_chat, time.perf_counter())
         headers = {"Content-Type": NDJSON} if optional(body, "stream", "bool") is not False else None
         end = await reply(self.openai, request, chat, stops, built, headers)
         response = end if isinstance(end, web.StreamResponse) else web.json_response(built.whole(end))
