@@ -14,10 +14,10 @@ from typing import Any
 
 from app.commands.output import load_settings_noting_problems, print_json, table
 from app.core.errors import ModelError
+from app.core.units import GB
 from app.supervisor.downloads import DownloadSnapshot
 from app.supervisor.router import Router
 
-GB = 1e9
 ACTIONS = ("list", "pause", "resume", "cancel")
 
 

@@ -17,6 +17,7 @@ from app.core.names import MODEL_NAME_RULE
 from app.core.params import format_params
 from app.core.refs import GGUF_RECIPE, MLX_RECIPE, FileSet
 from app.core.remotes import RemoteState
+from app.core.units import GB
 from app.platform import detect_hardware
 from app.store.hfcache import RepoCache
 from app.store.library import Library
@@ -27,7 +28,6 @@ from app.supervisor.modelmeta import remote_parameter_count
 from app.supervisor.remote_views import RemoteSnapshot
 from app.supervisor.router import Catalog, Router
 
-GB = 1e9
 BAR_WIDTH = 30
 
 

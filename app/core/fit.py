@@ -20,9 +20,9 @@ from app.core.hardware import Hardware
 from app.core.matrix import best_amd_gpu
 from app.core.numbers import finite
 from app.core.refs import MLX_RECIPE, RepoFile
+from app.core.units import GB
 
 MIB = 1 << 20
-GB = 1e9
 DEFAULT_CONTEXT = 4096
 KV_BYTES = 2  # f16 cache entries, the engines' default
 UBATCH = 512  # llama.cpp's default micro-batch

@@ -28,6 +28,7 @@ from urllib.parse import urlsplit
 
 from app.core.errors import ConfigError
 from app.core.names import plain_name_problem
+from app.core.units import GB
 
 PREFIX = "@"
 MAX_NAME = 64
@@ -181,7 +182,7 @@ def _size_bytes(value: Any) -> int:
     """Lemon Desk and Lemonade give ``size`` in GB."""
     if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < 1e5:
         return 0
-    return int(value * 1e9)
+    return int(value * GB)
 
 
 def parse_model_list(payload: Any, loaded: frozenset[str] = frozenset()) -> tuple[RemoteModelInfo, ...]:

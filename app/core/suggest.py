@@ -10,10 +10,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from app.core.fit import GB, SIZE_ONLY, FitEstimate, MemoryKind, Verdict, estimate
+from app.core.fit import SIZE_ONLY, FitEstimate, MemoryKind, Verdict, estimate
 from app.core.hardware import Hardware
 from app.core.models import Model
 from app.core.refs import GGUF_RECIPE, MLX_RECIPE
+from app.core.units import GB
 
 
 @dataclass(frozen=True)

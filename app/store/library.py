@@ -26,6 +26,7 @@ from app.core.refs import (
     select,
     shard_set,
 )
+from app.core.units import GB as GB  # also the router's parts' (they import it from here)
 from app.store.catalog import load_catalog_json
 from app.store.downloads import download_in_progress, load_downloads, save_downloads
 from app.store.files import read_json
@@ -34,7 +35,6 @@ from app.store.model_paths import local_gguf_metadata, model_for_path
 from app.store.settings import Settings
 from app.store.usermodels import load_user_models, save_user_models
 
-GB = 1e9
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "tiktoken.model")
 
 

@@ -24,6 +24,7 @@ from app.core.downloads import INTERRUPTED, DownloadRecord, DownloadState
 from app.core.errors import ChecksumError, DownloadError, LemonDeskError, ModelError
 from app.core.fit import BandwidthCap
 from app.core.refs import FileSet, RepoFile
+from app.core.units import GB
 from app.store.downloads import DownloadLock, download_in_progress, load_downloads, save_downloads
 from app.store.hfcache import RepoCache
 from app.supervisor.fetch import Progress, fetch
@@ -32,8 +33,6 @@ from app.supervisor.listeners import Listeners
 
 if TYPE_CHECKING:
     import httpx
-
-GB = 1e9
 
 
 @dataclass(frozen=True)

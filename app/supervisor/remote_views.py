@@ -16,6 +16,7 @@ from app.core.remotes import (
     RemoteState,
     remote_model_status,
 )
+from app.core.units import GB
 
 
 @dataclass(frozen=True)
@@ -96,7 +97,7 @@ class RemoteModelView:
             "recipe": self.info.recipe,
             "checkpoint": self.info.checkpoint,
             "labels": list(self.info.labels),
-            "size_gb": round(self.info.size_bytes / 1e9, 3),
+            "size_gb": round(self.info.size_bytes / GB, 3),
             "user": False,
             "downloaded": True,  # on its remote: nothing to download here
             "state": self.status.value,

@@ -18,9 +18,8 @@ from typing import Any
 
 import psutil
 
+from app.core.units import GB
 from app.platform.gpu import GpuReader
-
-GB = 1e9
 
 
 @dataclass(frozen=True)

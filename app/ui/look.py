@@ -17,6 +17,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.core.fit import FitEstimate, Verdict
+from app.core.units import GB
 
 # The recipe's format as people know it, and its badge colour (readable with white text on both themes).
 RECIPE_BADGES = {"llamacpp": ("GGUF", "#2563eb"), "lemon-mlx": ("MLX", "#c2410c")}
@@ -57,13 +58,12 @@ def fit_tip(fit: FitEstimate | None, exact: bool, note: str = "") -> str:
     """The numbers behind a fit mark."""
     if fit is None:
         return "The fit is not known yet: the hardware is still being probed."
-    gb = 1e9
     lines = [
         f"{fit.verdict.value.capitalize()} at {fit.context:,} tokens of context:",
-        f"  weights {fit.weights / gb:.2f} GB",
-        f"  KV cache {fit.kv_cache / gb:.2f} GB" if exact else "  KV cache not counted yet",
-        f"  overhead {fit.overhead / gb:.2f} GB",
-        f"  needs {fit.need / gb:.2f} GB of {fit.budget.usable / gb:.1f} GB {fit.budget.kind.value}"
+        f"  weights {fit.weights / GB:.2f} GB",
+        f"  KV cache {fit.kv_cache / GB:.2f} GB" if exact else "  KV cache not counted yet",
+        f"  overhead {fit.overhead / GB:.2f} GB",
+        f"  needs {fit.need / GB:.2f} GB of {fit.budget.usable / GB:.1f} GB {fit.budget.kind.value}"
         + (f" ({fit.budget.device})" if fit.budget.device else ""),
     ]
     if exact and fit.max_context:
@@ -104,7 +104,7 @@ def icon(theme_name: str, fallback: QStyle.StandardPixmap, tint: bool = True) ->
 
 def human_size(n: int) -> str:
     """``1.23 GB`` from a gigabyte up, ``456 MB`` below."""
-    return f"{n / 1e9:.2f} GB" if n >= 1e9 else f"{n / 1e6:.0f} MB" if n >= 1e6 else f"{n / 1e3:.0f} kB"
+    return f"{n / GB:.2f} GB" if n >= GB else f"{n / 1e6:.0f} MB" if n >= 1e6 else f"{n / 1e3:.0f} kB"
 
 
 class BadgeDelegate(QStyledItemDelegate):

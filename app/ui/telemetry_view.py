@@ -35,6 +35,7 @@ from PySide6.QtCore import QPoint, QRect, Qt, QTimer, Signal
 from PySide6.QtGui import QGuiApplication, QHideEvent, QPalette, QShowEvent
 from PySide6.QtWidgets import QGraphicsItem, QLabel, QScrollArea, QVBoxLayout, QWidget
 
+from app.core.units import GB
 from app.ui import heap
 from app.ui.chat.markdown_view import current_theme
 
@@ -43,7 +44,6 @@ if TYPE_CHECKING:
 
 WINDOW_S = 30 * 60
 POINTS = WINDOW_S  # one a second
-GB = 1e9
 NOT_AVAILABLE = "not available"
 SYSTEM = "System"
 # Distinct on light and dark backgrounds; the system series is always the first.

@@ -19,8 +19,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.core.fit import GB
 from app.core.status import LoadPhase
+from app.core.units import GB
 from app.ui.look import fit_colour, human_size, muted_colour
 
 if TYPE_CHECKING:

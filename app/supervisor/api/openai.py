@@ -29,6 +29,7 @@ from app.core.errors import LemonDeskError, RequestError
 from app.core.models import Model
 from app.core.remotes import is_remote_model, parse_remote_model
 from app.core.telemetry import ClientTimes, Telemetry, telemetry_from
+from app.core.units import GB
 from app.supervisor.api.bodies import check_generation, parse_object, required_str
 from app.supervisor.api.chat_events import ChatEvent, ChatReader
 from app.supervisor.api.errors import (
@@ -89,7 +90,7 @@ def model_json(router: Router, view: ModelView) -> dict[str, Any]:
         "recipe": model.recipe,
     }
     if view.size_bytes:
-        data["size"] = round(view.size_bytes / 1e9, 3)
+        data["size"] = round(view.size_bytes / GB, 3)
     if view.context_window:
         data["max_context_window"] = view.context_window
     if (context := context_length(router, model)) is not None:
@@ -122,7 +123,7 @@ def remote_model_json(view: RemoteModelView) -> dict[str, Any]:
         "owned_by": "lemon-desk",
         "checkpoint": info.checkpoint,
         "recipe": info.recipe,
-        "size": round(info.size_bytes / 1e9, 3),
+        "size": round(info.size_bytes / GB, 3),
         "downloaded": True,
         "suggested": False,
         "labels": list(info.labels),
