@@ -1,6 +1,6 @@
 """The GGUF header walk: a model file's key/value metadata from its first bytes, with no I/O of its own
 (the callers read the bytes: over HTTP Range in ``app.supervisor.modelmeta``, from disk in
-``app.store.model_paths``).
+``app.store.model_paths``; ``GrowingRead`` tells both how many, growing until the header parses).
 
 The walk uses the ``gguf`` package's format definitions (magic, versions, value types) but not its
 ``GGUFReader``, which turns every vocabulary entry into numpy views: two seconds for a 49k-token
@@ -13,10 +13,13 @@ from __future__ import annotations
 
 import functools
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from app.core.errors import ModelError
+
+T = TypeVar("T")
 
 HEADER_FIRST = 1 << 20
 HEADER_MAX = 64 << 20
@@ -208,3 +211,30 @@ def header_too_big(what: str) -> ModelError:
         f"The GGUF metadata of {what} is larger than {HEADER_MAX >> 20} MB or cut short.",
         "The fit cannot be estimated.",
     )
+
+
+class GrowingRead(Generic[T]):
+    """The one "read more until the header parses" loop, without the reading: read the file's first
+    ``want`` bytes and ``take`` them; a header not whole yet doubles ``want`` (up to the file's size and
+    ``HEADER_MAX``), and one that is not whole by then, or a file that ends first, is ``header_too_big``.
+
+        read = GrowingRead(gguf_metadata, "model.gguf", size)
+        while (found := read.take(first_bytes(read.want))) is None: ...
+    """
+
+    def __init__(self, parse: Callable[[bytes], T], what: str, size: int | None = None) -> None:
+        self._parse = parse
+        self._what = what
+        self._limit = HEADER_MAX if size is None else min(size, HEADER_MAX)
+        self.want = min(HEADER_FIRST, self._limit)
+
+    def take(self, data: bytes) -> T | None:
+        """The parse of ``data`` (the file's first ``want`` bytes, or fewer where it ends), or None when
+        more is needed (``want`` has grown)."""
+        try:
+            return self._parse(data)
+        except HeaderCutShort:
+            if len(data) < self.want or self.want >= self._limit:
+                raise header_too_big(self._what) from None
+            self.want = min(self.want * 2, self._limit)
+            return None

@@ -29,7 +29,6 @@ CMD_GET_DEVICE_MEMORY = 11
 CMD_HELLO = 14
 CMD_DEVICE_COUNT = 15
 CAPS_SIZE = 24
-HELLO_REPLY_SIZE = 4 + CAPS_SIZE
 LOCAL_ONLY = "local"  # a model's ``rpc`` option that keeps it off the Settings' workers
 
 _HOST = re.compile(r"[A-Za-z0-9]([A-Za-z0-9.-]{0,252})?")

@@ -13,14 +13,7 @@ from typing import Any, TypeVar
 
 from app.core.errors import ModelError
 from app.core.fit import ModelShape, shape_from_config, shape_from_gguf
-from app.core.gguf import (
-    HEADER_FIRST,
-    HEADER_MAX,
-    HeaderCutShort,
-    gguf_metadata,
-    gguf_parameter_count,
-    header_too_big,
-)
+from app.core.gguf import GrowingRead, gguf_metadata, gguf_parameter_count
 from app.core.models import Model
 from app.core.params import safetensors_header_length, safetensors_parameter_count
 from app.core.refs import GGUF_RECIPE, shard_names
@@ -51,17 +44,13 @@ def local_gguf_metadata(path: Path) -> dict[str, Any]:
 
 
 def _local_gguf(path: Path, parse: Callable[[bytes], T]) -> T:
-    want = HEADER_FIRST
+    read = GrowingRead(parse, str(path))
     with path.open("rb") as f:
         while True:
             f.seek(0)
-            data = f.read(want)
-            try:
-                return parse(data)
-            except HeaderCutShort:
-                if len(data) < want or want >= HEADER_MAX:
-                    raise header_too_big(str(path)) from None
-                want *= 2
+            found = read.take(f.read(read.want))
+            if found is not None:
+                return found
 
 
 def local_parameter_count(recipe: str, main: Path) -> int:

@@ -11,14 +11,7 @@ from typing import Any, TypeVar
 
 from app.core.errors import ModelError
 from app.core.fit import ModelShape, shape_from_config, shape_from_gguf
-from app.core.gguf import (
-    HEADER_FIRST,
-    HEADER_MAX,
-    HeaderCutShort,
-    gguf_metadata,
-    gguf_parameter_count,
-    header_too_big,
-)
+from app.core.gguf import GrowingRead, gguf_metadata, gguf_parameter_count
 from app.core.params import safetensors_header_length, safetensors_parameter_count
 from app.core.refs import GGUF_RECIPE, FileSet, RepoFile
 from app.supervisor.hub import HubClient
@@ -36,16 +29,13 @@ async def remote_gguf_metadata(
 async def _remote_gguf(
     hub: HubClient, repo_id: str, revision: str, path: str, size: int, parse: Callable[[bytes], T]
 ) -> T:
+    read = GrowingRead(parse, f"{repo_id}/{path}", size)
     data = b""
-    want = min(HEADER_FIRST, size)
     while True:
-        data += await hub.read_range(repo_id, revision, path, len(data), want)
-        try:
-            return await asyncio.to_thread(parse, data)  # a large vocabulary takes a while
-        except HeaderCutShort:
-            if want >= min(size, HEADER_MAX) or len(data) < want:
-                raise header_too_big(f"{repo_id}/{path}") from None
-            want = min(want * 2, size, HEADER_MAX)
+        data += await hub.read_range(repo_id, revision, path, len(data), read.want)
+        found = await asyncio.to_thread(read.take, data)  # a large vocabulary takes a while
+        if found is not None:
+            return found
 
 
 def weight_files(files: FileSet) -> list[RepoFile]:

@@ -292,11 +292,6 @@ class MarkdownView(BlockColumn):
         self._show_tail(None)
         self.relayout(self._dirty)
 
-    def set_text(self, text: str) -> None:
-        """Show a complete text (a stored message)."""
-        self.append(text)
-        self.finish()
-
     def code_blocks(self) -> list[CodeBlockView]:
         return self.findChildren(CodeBlockView)
 

@@ -109,10 +109,6 @@ class ConversationList(QWidget):
         self._update_actions()
         self.dialog: QMessageBox | QFileDialog | None = None  # the question open now, for tests and focus
 
-    def current_id(self) -> str | None:
-        item = self.list.currentItem()
-        return str(item.data(ID_ROLE)) if item is not None else None
-
     def set_conversations(self, conversations: list[ConversationSummary], current: str | None) -> None:
         """Show ``conversations`` (already in order) and select ``current`` if it is among them."""
         self._filling = True
