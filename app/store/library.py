@@ -32,6 +32,7 @@ from app.store.downloads import download_in_progress, load_downloads, save_downl
 from app.store.files import read_json
 from app.store.hfcache import RepoCache, hub_cache_dir
 from app.store.model_paths import local_gguf_metadata, model_for_path
+from app.store.saving import saving
 from app.store.settings import Settings
 from app.store.usermodels import load_user_models, save_user_models
 
@@ -180,11 +181,13 @@ class Library:
         if model.name in self.catalog:
             return
         self.user[model.name] = dataclasses.replace(model, user=True)
-        save_user_models(self.user)
+        with saving("the user models"):
+            save_user_models(self.user)
 
     def unregister(self, name: str) -> None:
         if self.user.pop(name, None) is not None:
-            save_user_models(self.user)
+            with saving("the user models"):
+                save_user_models(self.user)
 
     # -- what is on disk
 
@@ -275,7 +278,8 @@ class Library:
                     "Pause or cancel the download first, then remove it.",
                 )
             cache.remove_partials(record.files.files)
-            save_downloads(downloads)
+            with saving("the downloads"):
+                save_downloads(downloads)
         paths = self._paths(model) | ({f.path for f in record.files.files} if record else set())
         keep = {
             path

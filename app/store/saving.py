@@ -1,5 +1,7 @@
-"""One way to say that a file the app keeps could not be saved: a ``StorageError`` with the OS's reason
-and where to look, for the options, the collections and the remotes alike."""
+"""The one "save or raise" of the files the app keeps (options, pins, collections, remotes, user models,
+downloads, bench results): the block that writes one runs in ``saving``, and an OSError in it becomes a
+``StorageError`` with the OS's reason and where to look. The chat history's SQLite writes say the same
+in their own words (``app.store.history``)."""
 
 from __future__ import annotations
 
@@ -10,15 +12,12 @@ from app.core.errors import StorageError
 from app.store.paths import home
 
 
-def unsaved(what: str, err: OSError) -> StorageError:
-    """Why ``what`` (``"the collections"``) could not be saved, for people."""
-    return StorageError(f"Could not save {what}: {err.strerror}.", f"Check that {home()} is writable.")
-
-
 @contextlib.contextmanager
 def saving(what: str) -> Iterator[None]:
-    """Run the block that saves ``what``; an OSError in it becomes ``unsaved(what, err)``."""
+    """Run the block that saves ``what`` (``"the collections"``); an OSError in it is a StorageError."""
     try:
         yield
     except OSError as err:
-        raise unsaved(what, err) from None
+        raise StorageError(
+            f"Could not save {what}: {err.strerror}.", f"Check that {home()} is writable."
+        ) from None

@@ -31,6 +31,7 @@ from app.core.models import Model
 from app.core.remotes import RemoteKind, is_remote_model, parse_remote_model
 from app.store.bench_results import save_run
 from app.store.model_options import ModelOptions
+from app.store.saving import saving
 
 if TYPE_CHECKING:
     from app.supervisor.engine import Engine
@@ -85,7 +86,8 @@ async def bench(router: Router, spec: BenchSpec, progress: Progress, run_id: str
     it unloads what it loaded. The run is kept in the app's home with its hardware and versions
     (``app.store.bench_results``); a warning saving it is logged and added to the router's."""
     run = await run_bench(router, spec, progress, run_id)
-    saved = await asyncio.to_thread(save_run, run)
+    with saving("the bench results"):
+        saved = await asyncio.to_thread(save_run, run)
     if saved.warning:
         log.warning("%s", saved.warning)
         router.warnings.append(saved.warning)

@@ -122,6 +122,28 @@ def test_each_failure_has_its_status_and_openai_error_shape(
     }
 
 
+def test_a_file_the_app_cannot_save_is_a_500_that_says_why_and_what_to_do(
+    standin_settings: Settings, tmp_path: Path
+) -> None:
+    """A StorageError reaches a client as a plain error naming the file and what to check, never a
+    traceback nor a 400 (the request was fine; this machine's disk refused it). The write fails for real:
+    a folder stands where the options file goes, as a full or read-only disk would refuse it."""
+
+    async def body(router: Router, client: httpx.AsyncClient) -> tuple[int, dict[str, Any]]:
+        (name,) = models(router, tmp_path, "alpha")
+        path = model_options_path()
+        path.unlink()
+        path.mkdir()
+        response = await client.post(f"/api/v1/models/{name}/options", json={"ctx_size": 512})
+        return response.status_code, error_of(response)
+
+    status, error = run_api(standin_settings, body)
+    assert status == 500, error
+    assert (error["type"], error["code"]) == ("server_error", "storage_error")
+    assert error["message"].startswith("Could not save the options of "), error
+    assert "Is a directory" in error["message"] and "is writable" in error["message"], error
+
+
 def test_a_key_is_required_when_set_and_compared_whole(standin_settings: Settings) -> None:
     async def body(router: Router, client: httpx.AsyncClient) -> list[int]:
         codes = [(await client.get("/v1/models")).status_code]

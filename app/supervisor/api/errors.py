@@ -22,6 +22,7 @@ from app.core.errors import (
     PolicyError,
     RemoteError,
     RequestError,
+    StorageError,
     UnsafePathError,
     UnsupportedError,
     UnsupportedRequestError,
@@ -106,4 +107,6 @@ def from_app_error(err: LemonDeskError) -> ApiError:
         return ApiError(503, message, UPSTREAM, "engine_failed")
     if isinstance(err, ModelError):
         return ApiError(400, message, INVALID, "model_error")
+    if isinstance(err, StorageError):  # this machine's disk, not the request: the text says what to do
+        return ApiError(500, message, UPSTREAM, "storage_error")
     return ApiError(400, message, INVALID, None)
