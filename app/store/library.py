@@ -1,6 +1,7 @@
 """The model library: catalog and user models, what the cache holds of them, and the operations on them
-(resolve a name or reference, import a local model, remove a model's files). Used by the CLI and the
-Model Manager; the downloads themselves are ``app.supervisor.downloads``.
+(resolve a name or reference, import a local model, remove a model's files). The router owns one, which
+front ends reach through ``router.catalog`` (the CLI's model commands that start no engine make their
+own); the downloads themselves are ``app.supervisor.downloads``.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Model downloads as supervisor tasks: a few at once, pause / resume / cancel, resume after a crash.
+"""Model downloads as tasks the ``DownloadManager`` owns (the router's ``pulls`` part keeps the manager):
+a few at once, pause / resume / cancel, resume after a crash.
 
 Each download fetches its files one after another into the Hugging Face cache (``blobs/<oid>``, through
 ``blobs/<oid>.part`` so a new process resumes it), verifies them (SHA-256 for LFS files, the git blob id
@@ -140,6 +141,8 @@ def _cancelled_message(kept: bool) -> str:
 
 
 class DownloadManager:
+    """Every download's record and task, and the events they make (the module docstring says how)."""
+
     def __init__(
         self,
         cache_root: Path,

@@ -91,6 +91,8 @@ def _count(value: object) -> int:
 
 
 class HubClient:
+    """The Hub's routes above, over one ``httpx.AsyncClient`` that the caller owns."""
+
     def __init__(
         self,
         client: httpx.AsyncClient,

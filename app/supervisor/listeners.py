@@ -12,6 +12,8 @@ E = TypeVar("E")
 
 
 class Listeners(Generic[E]):
+    """The callbacks to call with each event of type ``E``."""
+
     def __init__(self, what: str) -> None:
         self._what = what  # for the log: whose listener failed
         self._listeners: list[Callable[[E], None]] = []

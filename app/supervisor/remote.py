@@ -30,6 +30,8 @@ log = logging.getLogger("app.supervisor.remotes")
 
 @dataclass(eq=False)
 class Remote:
+    """One remote, kept by ``Remotes``: what it is (``record``), what its looks found, and its tasks."""
+
     record: RemoteRecord
     emit: Callable[[RemoteChanged], None]
     state: RemoteState = RemoteState.UNKNOWN

@@ -56,6 +56,8 @@ class SystemSample:
 
 
 class Sampler:
+    """Takes the machine's and the engines' figures now (``sample``), thread-safe."""
+
     def __init__(self, unified_memory: bool = False) -> None:
         self.unified_memory = unified_memory
         self._gpu: GpuReader | None = None

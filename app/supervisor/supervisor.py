@@ -1,5 +1,6 @@
 """The supervisor: one object that owns backend installs and running engines, keyed by id, and tells
-subscribers what happens through plain event dataclasses (the UI bridge turns them into Qt signals).
+subscribers what happens through plain event dataclasses (the router passes them on to its own
+subscribers, the bridge among them; ``lemon-desk backends`` hears them itself).
 
 Every long job is an ``asyncio.Task`` kept here until it ends: ``install:<recipe>:<backend>`` and
 ``load:<engine id>``. Cancelling one cleans up after it; ``shutdown()`` cancels them all and stops every

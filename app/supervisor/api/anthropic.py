@@ -367,6 +367,8 @@ class _Message:
 
 
 class AnthropicRoutes:
+    """``messages`` and ``count_tokens``, over the OpenAI routes' chat path."""
+
     def __init__(self, openai: OpenAIRoutes) -> None:
         self.openai = openai
         self.router = openai.router

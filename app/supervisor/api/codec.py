@@ -48,6 +48,8 @@ def tool_arguments(raw: str, name: str) -> dict[str, Any]:
 
 
 class Codec(Protocol):
+    """A dialect's reply: what it streams for each event, or gathers into its whole reply."""
+
     def start(self) -> bytes:
         """What a stream begins with, once the engine has accepted the request."""
         ...

@@ -58,6 +58,8 @@ def model_type(model: Model | None) -> str:
 
 
 class LemonadeRoutes:
+    """Lemonade's management routes (load, unload, pull, register, delete, options, health, stats, system)."""
+
     def __init__(self, router: Router) -> None:
         self.router = router
 

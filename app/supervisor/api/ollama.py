@@ -104,6 +104,8 @@ def keep_alive_unloads(keep_alive: Any) -> bool:
 
 
 class OllamaRoutes:
+    """Ollama's ``/api/NAME`` routes and ``/``, over the OpenAI routes' chat and embeddings paths."""
+
     def __init__(self, openai: OpenAIRoutes) -> None:
         self.openai = openai
         self.router = openai.router

@@ -195,6 +195,8 @@ class EngineCall:
 
 
 class OpenAIRoutes:
+    """The OpenAI-compatible routes, and ``engine_call``: every dialect's one path to an engine."""
+
     def __init__(self, router: Router) -> None:
         self.router = router
         self._relay: aiohttp.ClientSession | None = None
