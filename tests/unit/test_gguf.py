@@ -4,13 +4,21 @@ then refuse with the app's error) or a ModelError, never another exception."""
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from gguf import GGUFValueType
 
 from app.core.errors import ModelError
-from app.core.gguf import HeaderCutShort, gguf_metadata, gguf_parameter_count
+from app.core.gguf import (
+    HEADER_FIRST,
+    HEADER_MAX,
+    GrowingRead,
+    HeaderCutShort,
+    gguf_metadata,
+    gguf_parameter_count,
+)
 from app.store.model_paths import local_gguf_metadata
 from tests.support.modelfiles import gguf_array, gguf_key, raw_gguf
 
@@ -28,6 +36,34 @@ def test_an_array_counting_more_than_the_header_holds_is_cut_short(tmp_path: Pat
     path.write_bytes(data)
     with pytest.raises(ModelError, match="cut short"):
         local_gguf_metadata(path)
+
+
+def needs(size: int) -> Callable[[bytes], int]:
+    """A parse that needs the first ``size`` bytes, as a header of that size does."""
+
+    def parse(data: bytes) -> int:
+        if len(data) < size:
+            raise HeaderCutShort
+        return size
+
+    return parse
+
+
+def test_the_read_grows_by_doubling_to_the_file_size_and_stops_at_the_cap() -> None:
+    """The one grow-until-the-header-parses loop (the Hub's Range reads and the local file's both)."""
+    read, asked = GrowingRead(needs(5 * HEADER_FIRST), "m.gguf", size=6 * HEADER_FIRST), []
+    while (found := read.take(bytes(read.want))) is None:
+        asked.append(read.want)
+    assert found == 5 * HEADER_FIRST
+    assert asked == [2 * HEADER_FIRST, 4 * HEADER_FIRST, 6 * HEADER_FIRST]  # never past the file
+    too_big = GrowingRead(needs(HEADER_MAX + 1), "m.gguf")
+    with pytest.raises(ModelError, match="is larger than 64 MB"):
+        while too_big.take(bytes(too_big.want)) is None:
+            assert too_big.want <= HEADER_MAX
+    ended = GrowingRead(needs(3 * HEADER_FIRST), "m.gguf")  # the file ends before the header does
+    assert ended.take(bytes(HEADER_FIRST)) is None
+    with pytest.raises(ModelError, match="cut short"):
+        ended.take(bytes(HEADER_FIRST + 1))
 
 
 def nested(key: str, depth: int) -> bytes:
