@@ -65,8 +65,8 @@ class InstallError(LemonDeskError):
 
 
 class StorageError(LemonDeskError):
-    """A file the app keeps (the chat history, options, collections, remotes) could not be written: the
-    disk is full or read-only (``app.store.saving``)."""
+    """A file the app keeps (the chat history, options, collections, remotes, user models, bench results)
+    could not be written: the disk is full or read-only (``app.store.saving``)."""
 
 
 class ModelError(LemonDeskError):
