@@ -26,7 +26,7 @@ import tarfile
 import tempfile
 import time
 import zipfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -82,14 +82,10 @@ def _locked(name: str) -> Iterator[None]:
         yield
 
 
-def _run(argv: list[str], say: Say, env: dict[str, str] | None = None) -> None:
-    """Run a command, passing its output on line by line (a long build shows that it is alive)."""
-    with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env) as proc:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            say(f"  {line.rstrip()}")
-    if proc.returncode != 0:
-        raise RuntimeError(f"{' '.join(argv)} failed with exit code {proc.returncode}")
+def _run(argv: list[str], say: Say) -> None:
+    """Run one set-up step whose output matters only when it fails (pip's and the model scripts'): it
+    goes to the set-up's log, and a failure says its last lines (``run_logged``)."""
+    run_logged(argv, cache_dir() / "set-up.log", say)
 
 
 def llama_server_dir() -> Path:
@@ -159,11 +155,11 @@ def build_llama_server(say: Say) -> Path:
     return target
 
 
-def run_logged(argv: list[str], log: Path, say: Say) -> None:
+def run_logged(argv: list[str], log: Path, say: Say, env: Mapping[str, str] | None = None) -> None:
     """Run one build step with its output appended to ``log``, saying every half minute that it is alive
     (with cmake's ``[ NN%]`` where there is one); on failure, the log's last lines and where the rest is."""
     started = time.monotonic()
-    with log.open("a") as out, subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT) as proc:
+    with log.open("a") as out, subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env) as proc:
         while True:
             try:
                 proc.wait(timeout=30)
