@@ -20,16 +20,16 @@ from PySide6.QtWidgets import (
 )
 
 from app.core.fit import GB
-from app.core.status import LoadPhase
+from app.core.status import LoadState
 from app.ui.look import fit_colour, human_size, muted_colour
 
 if TYPE_CHECKING:
     from app.supervisor.router import LoadProgress, Suggestion
 
 PHASE_TEXT = {
-    LoadPhase.DOWNLOADING: "Downloading the model",
-    LoadPhase.INSTALLING: "Installing its engine",
-    LoadPhase.LOADING: "Starting the engine",
+    LoadState.DOWNLOADING: "Downloading the model",
+    LoadState.INSTALLING: "Installing its engine",
+    LoadState.LOADING: "Starting the engine",
 }
 CARD_WIDTH = 520
 # The one action of the page, in the palette's accent colour (light and dark alike).
