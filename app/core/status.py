@@ -30,6 +30,10 @@ class LoadState(Enum):
 LOAD_PHASES = frozenset({LoadState.DOWNLOADING, LoadState.INSTALLING, LoadState.LOADING})
 _CRASH = frozenset({LoadState.RESTARTING, LoadState.GAVE_UP})  # what the router does about a crash
 
+#   IDLE -> DOWNLOADING -> INSTALLING -> LOADING -> RUNNING
+#                 '-------------'------------'----> FAILED (why in ``error``)
+#   a crash (RUNNING, or wherever an engine runs) -> RESTARTING -> RUNNING
+#                                                        '------> GAVE_UP
 # A load starts from IDLE (it forgets the last outcome first). Any state can go back to IDLE: unloaded,
 # cancelled, or a new load. A crash can come wherever an engine runs: an earlier load's engine keeps
 # running while a new load of the model gets ready, and fails or not.

@@ -151,14 +151,14 @@ class Loading:
             manager = self._pulls.running
             if downloading and manager is not None:
                 await asyncio.shield(manager.cancel(model.checkpoint))
-            if record.load is asyncio.current_task() and record.state in LOAD_PHASES:
-                record.move(LoadState.IDLE)
             raise
         except LemonDeskError as err:
             if record.load is asyncio.current_task():  # a load that replaced this one speaks for itself
                 record.move(LoadState.FAILED, str(err))
             raise
         finally:
+            if record.load is asyncio.current_task() and record.state in LOAD_PHASES:
+                record.move(LoadState.IDLE)  # cancelled, or stopped by a bug: no phase is left showing
             runtime.changed(name)
 
     async def _install_backend(self, model: Model, options: LoadOptions) -> None:

@@ -376,7 +376,7 @@ class Router:
     async def start_worker(
         self, endpoint: Endpoint, backend: str | None = None, threads: int | None = None
     ) -> Worker:
-        """Run an RPC worker from this machine's llama.cpp backend until ``stop_worker`` or shutdown."""
+        """Run an RPC worker from this machine's llama.cpp backend until shutdown or ``sync_worker``."""
         return await self._workers.start(endpoint, backend, threads)
 
     async def sync_worker(self) -> None:
