@@ -8,7 +8,7 @@ import sys
 from typing import Any, TextIO
 
 from app.core.rpc import workers_for
-from app.core.status import LoadPhase
+from app.core.status import LoadState
 from app.core.telemetry import Telemetry
 from app.store.settings import Settings, load_settings
 from app.supervisor.installer import InstallPhase
@@ -115,7 +115,7 @@ class LoadLines:
     def __init__(self, stream: TextIO | None = None) -> None:
         self.stream = stream or sys.stderr
         self.live = self.stream.isatty()
-        self.phase: LoadPhase | None = None
+        self.phase: LoadState | None = None
         self.shown = -1
 
     def __call__(self, event: object) -> None:
@@ -124,11 +124,11 @@ class LoadLines:
         percent = 100 * event.done // event.total if event.total else -1
         if event.phase is self.phase and (not self.live or percent == self.shown):
             return
-        detail = f" {event.detail}" if event.detail and event.phase is LoadPhase.INSTALLING else ""
+        detail = f" {event.detail}" if event.detail and event.phase is LoadState.INSTALLING else ""
         line = f"{event.model}: {event.phase.value}{detail}" + (f" {percent}%" if percent >= 0 else "")
         if self.live:
             end = "\n" if event.phase is not self.phase and self.phase is not None else ""
-            last = "\n" if event.phase is LoadPhase.LOADING else ""  # the reply follows on stdout
+            last = "\n" if event.phase is LoadState.LOADING else ""  # the reply follows on stdout
             self.stream.write(f"{end}\r{line}\033[K{last}")
         else:
             self.stream.write(f"{line}\n")

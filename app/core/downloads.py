@@ -1,4 +1,15 @@
-"""A model download as the app remembers it: what to fetch, how far it got, how it ended."""
+"""A model download as the app remembers it: what to fetch, how far it got, how it ended.
+
+Its states and the legal moves between them (``_TRANSITIONS``; ``DownloadRecord.with_state`` makes every
+move, the download manager in ``app.supervisor.downloads`` asks for them)::
+
+    QUEUED -> RUNNING -> DONE
+      |          |-----> PAUSED  -> QUEUED (resumed)
+      '----------+-----> FAILED  -> QUEUED (tried again)
+                 '-----> CANCELLED -> QUEUED (downloaded again)
+
+Any state but DONE can be cancelled; a DONE one is final (pulled again, it is a new download).
+"""
 
 from __future__ import annotations
 
@@ -7,6 +18,7 @@ from enum import Enum
 from typing import Any
 
 from app.core.errors import ConfigError
+from app.core.moves import check_move
 from app.core.names import listing_problem, path_problem, repo_id_problem
 from app.core.refs import FileSet, RepoFile, RepoListing
 
@@ -26,6 +38,21 @@ class DownloadState(Enum):
         return self in (DownloadState.QUEUED, DownloadState.RUNNING)
 
 
+_TRANSITIONS: dict[DownloadState, frozenset[DownloadState]] = {
+    DownloadState.QUEUED: frozenset(
+        {DownloadState.RUNNING, DownloadState.PAUSED, DownloadState.FAILED, DownloadState.CANCELLED}
+    ),
+    DownloadState.RUNNING: frozenset(
+        {DownloadState.DONE, DownloadState.PAUSED, DownloadState.FAILED, DownloadState.CANCELLED}
+    ),
+    DownloadState.PAUSED: frozenset({DownloadState.QUEUED, DownloadState.CANCELLED}),
+    DownloadState.DONE: frozenset(),  # pulled again, it is a new download
+    DownloadState.FAILED: frozenset({DownloadState.QUEUED, DownloadState.CANCELLED}),
+    # Cancelled again: the partial files kept the first time may be deleted now, and the message says so.
+    DownloadState.CANCELLED: frozenset({DownloadState.QUEUED, DownloadState.CANCELLED}),
+}
+
+
 @dataclass(frozen=True)
 class DownloadRecord:
     id: str  # the model's checkpoint ("org/repo:VARIANT"): one download per checkpoint
@@ -38,6 +65,8 @@ class DownloadRecord:
     def with_state(
         self, state: DownloadState, message: str = "", done_bytes: int | None = None
     ) -> DownloadRecord:
+        """The record moved to ``state``; IllegalMove when the table does not allow that move."""
+        check_move(f"download {self.id}", _TRANSITIONS, self.state, state)
         done = self.done_bytes if done_bytes is None else done_bytes
         return replace(self, state=state, message=message, done_bytes=done)
 

@@ -11,7 +11,8 @@ import hashlib
 import os
 from pathlib import Path
 
-from app.core.downloads import DownloadRecord, record_from_json
+from app.core.downloads import INTERRUPTED, DownloadRecord, DownloadState, record_from_json
+from app.store.hfcache import RepoCache
 from app.store.paths import home
 from app.store.records import Loaded, load_records, save_records
 
@@ -62,3 +63,11 @@ def download_in_progress(rid: str) -> bool:
         lock.release()
         return False
     return True
+
+
+def recovered(record: DownloadRecord, cache_root: Path) -> DownloadRecord:
+    """A record left active by a process that is gone comes back paused, with what it left on disk."""
+    if record.state.active and not download_in_progress(record.id):
+        on_disk = RepoCache(cache_root, record.files.repo_id).bytes_on_disk(record.files.files)
+        return record.with_state(DownloadState.PAUSED, INTERRUPTED, on_disk)
+    return record

@@ -9,11 +9,9 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
-from enum import Enum
 from pathlib import Path
-from typing import Any
 
-from app.core.downloads import INTERRUPTED, DownloadRecord, DownloadState
+from app.core.downloads import DownloadRecord
 from app.core.errors import ModelError
 from app.core.models import Model, catalog_from_json
 from app.core.names import USER_PREFIX, in_user_namespace, model_name_from, model_name_problem
@@ -27,9 +25,9 @@ from app.core.refs import (
     select,
     shard_set,
 )
-from app.core.units import GB as GB  # also the router's parts' (they import it from here)
+from app.core.units import GB
 from app.store.catalog import load_catalog_json
-from app.store.downloads import download_in_progress, load_downloads, save_downloads
+from app.store.downloads import download_in_progress, load_downloads, recovered, save_downloads
 from app.store.files import read_json
 from app.store.hfcache import RepoCache, hub_cache_dir
 from app.store.model_paths import local_gguf_metadata, model_for_path
@@ -38,24 +36,6 @@ from app.store.settings import Settings
 from app.store.usermodels import load_user_models, save_user_models
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "tiktoken.model")
-
-
-class ModelState(Enum):
-    DOWNLOADED = "downloaded"  # every file it needs is in the cache
-    NOT_DOWNLOADED = "not downloaded"  # nothing, or only part, and no download under way
-    LOCAL = "local"  # an imported file or folder, used where it is
-    QUEUED = "queued"  # a download waits for a free slot
-    DOWNLOADING = "downloading"  # a download is fetching bytes
-    PAUSED = "paused"  # a download stopped part way; it can be resumed
-    FAILED = "failed"  # the last download failed; the message says why
-
-
-_FROM_DOWNLOAD = {
-    DownloadState.QUEUED: ModelState.QUEUED,
-    DownloadState.RUNNING: ModelState.DOWNLOADING,
-    DownloadState.PAUSED: ModelState.PAUSED,
-    DownloadState.FAILED: ModelState.FAILED,
-}
 
 
 @dataclass(frozen=True)
@@ -68,26 +48,13 @@ class LocalFiles:
 
 
 @dataclass(frozen=True)
-class ModelStatus:
+class ModelFiles:
+    """What this machine holds of a model: its files, when all are here, and its last download. Its
+    status is ``app.core.status``'s to derive."""
+
     model: Model
-    state: ModelState
     local: LocalFiles | None
     download: DownloadRecord | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        data = self.model.to_json()
-        data["state"] = self.state.value
-        data["downloaded"] = self.state in (ModelState.DOWNLOADED, ModelState.LOCAL)
-        data["path"] = str(self.local.main) if self.local else None
-        data["mmproj"] = str(self.local.mmproj) if self.local and self.local.mmproj else None
-        d = self.download
-        active = d is not None and self.state not in (ModelState.DOWNLOADED, ModelState.NOT_DOWNLOADED)
-        data["download"] = (
-            {"done_bytes": d.done_bytes, "total_bytes": d.files.size, "message": d.message}
-            if active and d is not None
-            else None
-        )
-        return data
 
 
 def user_model_name(ref: HubRef) -> str:
@@ -228,28 +195,19 @@ class Library:
         mmproj = cache.find(files.mmproj) if files.mmproj else None
         return LocalFiles(main, mmproj, files.size) if main else None
 
-    def status(self, model: Model, downloads: dict[str, DownloadRecord] | None = None) -> ModelStatus:
+    def files(self, model: Model, downloads: dict[str, DownloadRecord] | None = None) -> ModelFiles:
         """Where the model's files are and its last download (``downloads``: this process's records,
-        else the ones on disk)."""
+        else the ones on disk; one left active by a process that is gone comes back paused)."""
         if downloads is None:
             downloads = self._downloads()
-        local = self.local_files(model)
         record = downloads.get(model.checkpoint)
-        if model.repo_id is None:
-            state = ModelState.LOCAL if local else ModelState.NOT_DOWNLOADED
-        elif record is not None and record.state.active and not download_in_progress(record.id):
-            state = ModelState.PAUSED  # the process that ran it is gone: count what it left on disk
-            done = RepoCache(self.cache_root, record.files.repo_id).bytes_on_disk(record.files.files)
-            record = record.with_state(DownloadState.PAUSED, INTERRUPTED, done)
-        elif record is not None and record.state in _FROM_DOWNLOAD:
-            state = _FROM_DOWNLOAD[record.state]
-        else:
-            state = ModelState.DOWNLOADED if local else ModelState.NOT_DOWNLOADED
-        return ModelStatus(model, state, local, record)
+        if record is not None and model.repo_id is not None:
+            record = recovered(record, self.cache_root)
+        return ModelFiles(model, self.local_files(model), record)
 
-    def statuses(self, downloads: dict[str, DownloadRecord] | None = None) -> list[ModelStatus]:
+    def all_files(self, downloads: dict[str, DownloadRecord] | None = None) -> list[ModelFiles]:
         records = self._downloads() if downloads is None else downloads
-        return [self.status(m, records) for m in self.models().values()]
+        return [self.files(m, records) for m in self.models().values()]
 
     def _downloads(self) -> dict[str, DownloadRecord]:
         loaded = load_downloads()

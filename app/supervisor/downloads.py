@@ -17,7 +17,7 @@ import asyncio
 import hashlib
 import shutil
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -26,7 +26,13 @@ from app.core.errors import ChecksumError, DownloadError, LemonDeskError, ModelE
 from app.core.fit import BandwidthCap
 from app.core.refs import FileSet, RepoFile
 from app.core.units import GB
-from app.store.downloads import DownloadLock, download_in_progress, load_downloads, save_downloads
+from app.store.downloads import (
+    DownloadLock,
+    download_in_progress,
+    load_downloads,
+    recovered,
+    save_downloads,
+)
 from app.store.hfcache import RepoCache
 from app.supervisor.fetch import Progress, fetch
 from app.supervisor.hub import HubClient, gated_error, missing_error
@@ -126,14 +132,6 @@ def check_disk_space(target: Path, need: int, what: str) -> None:
         )
 
 
-def recovered(record: DownloadRecord, cache_root: Path) -> DownloadRecord:
-    """A record left active by a process that is gone comes back paused."""
-    if record.state.active and not download_in_progress(record.id):
-        on_disk = RepoCache(cache_root, record.files.repo_id).bytes_on_disk(record.files.files)
-        return record.with_state(DownloadState.PAUSED, INTERRUPTED, on_disk)
-    return record
-
-
 def _cancelled_message(kept: bool) -> str:
     if kept:
         return "Cancelled; the partial files were kept, so downloading it again goes on from there."
@@ -213,10 +211,13 @@ class DownloadManager:
     def _set(
         self, rid: str, state: DownloadState, message: str = "", done: int | None = None
     ) -> DownloadRecord:
-        record = self.records[rid].with_state(state, message, done)
-        self.records[rid] = record
-        self._save(rid)
-        self._emit(DownloadChanged(rid, state, message, record))
+        """Move the download to ``state`` (as ``DownloadRecord.with_state`` allows), save it and say so."""
+        return self._put(self.records[rid].with_state(state, message, done))
+
+    def _put(self, record: DownloadRecord) -> DownloadRecord:
+        self.records[record.id] = record
+        self._save(record.id)
+        self._emit(DownloadChanged(record.id, record.state, record.message, record))
         return record
 
     def _save(self, rid: str) -> None:
@@ -245,7 +246,13 @@ class DownloadManager:
 
     def _start(self, rid: str) -> DownloadRecord:
         self._failures.pop(rid, None)
-        record = self._set(rid, DownloadState.QUEUED)
+        record = self.records[rid]
+        # A new record is queued already; one another process runs is queued here too (its lock then
+        # refuses this run): neither is a move of this manager's.
+        if record.state.active:
+            record = self._put(replace(record, state=DownloadState.QUEUED, message=""))
+        else:
+            record = self._set(rid, DownloadState.QUEUED)
         self._tasks[rid] = asyncio.create_task(self._run(rid), name=f"download {rid}")
         return record
 

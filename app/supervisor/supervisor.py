@@ -253,6 +253,13 @@ class Supervisor:
 
     # --- engines --------------------------------------------------------------------------------------
 
+    def apply_settings(self, settings: Settings) -> None:
+        """Take new settings at once: later launches use them, running engines take the new timeouts."""
+        self.settings = settings
+        for engine in self._engines.values():
+            engine.load_timeout_s = settings.load_timeout_s
+            engine.hang_grace_s = settings.hang_grace_s
+
     @property
     def engines(self) -> dict[str, Engine]:
         return dict(self._engines)

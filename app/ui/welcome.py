@@ -19,7 +19,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.core.status import LoadPhase
+from app.core.status import LoadState
 from app.core.units import GB
 from app.ui.look import fit_colour, human_size, muted_colour
 
@@ -27,9 +27,9 @@ if TYPE_CHECKING:
     from app.supervisor.router import LoadProgress, Suggestion
 
 PHASE_TEXT = {
-    LoadPhase.DOWNLOADING: "Downloading the model",
-    LoadPhase.INSTALLING: "Installing its engine",
-    LoadPhase.LOADING: "Starting the engine",
+    LoadState.DOWNLOADING: "Downloading the model",
+    LoadState.INSTALLING: "Installing its engine",
+    LoadState.LOADING: "Starting the engine",
 }
 CARD_WIDTH = 520
 # The one action of the page, in the palette's accent colour (light and dark alike).

@@ -20,8 +20,7 @@ from app.core.chat import ChatMessage, MessageState
 from app.core.models import Model
 from app.core.status import ModelStatus, Status
 from app.store import secrets
-from app.store.library import ModelState
-from app.store.library import ModelStatus as DiskStatus
+from app.store.library import ModelFiles
 from app.store.settings import load_settings, save_settings
 from app.supervisor.router import ModelView
 from app.ui.chat.markdown_view import CodeBlockView
@@ -41,7 +40,7 @@ def rows(names: list[str], loaded: set[str]) -> list[ModelView]:
     for name in names:
         model = Model(name, "llamacpp", f"/models/{name}.gguf", size_gb=1.0, user=True)
         status = ModelStatus(Status.LOADED if name in loaded else Status.DOWNLOADED)
-        views.append(ModelView(model, status, True, 10**9, DiskStatus(model, ModelState.LOCAL, None)))
+        views.append(ModelView(model, status, True, 10**9, ModelFiles(model, None)))
     return views
 
 

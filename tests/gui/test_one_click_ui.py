@@ -12,7 +12,7 @@ import pytest
 from pytestqt.qtbot import QtBot
 
 from app.core.chat import MessageState
-from app.core.status import LoadPhase, Status
+from app.core.status import LoadState, Status
 from app.store.installs import install_dir
 from app.supervisor.router import LoadProgress, RouterEvent
 from app.ui.desktop import DesktopApp
@@ -56,7 +56,7 @@ def test_one_click_load_downloads_installs_loads_then_chats(
     finally:
         unsubscribe()
     phases = list(dict.fromkeys(e.phase for e in events if isinstance(e, LoadProgress) and e.model == MODEL))
-    assert phases == [LoadPhase.DOWNLOADING, LoadPhase.INSTALLING, LoadPhase.LOADING]
+    assert phases == [LoadState.DOWNLOADING, LoadState.INSTALLING, LoadState.LOADING]
     assert install_dir("llamacpp", "cpu").is_dir()
     assert app.bridge.router.supervisor.engine(MODEL).request.backend == "cpu"
 

@@ -19,7 +19,7 @@ import pytest
 
 from app.core.backends import BackendState
 from app.core.downloads import DownloadState
-from app.core.status import LoadPhase, Status
+from app.core.status import LoadState, Status
 from app.store.downloads import load_downloads
 from app.store.installs import install_dir
 from app.store.paths import staging_dir
@@ -78,10 +78,10 @@ def test_run_a_catalog_model_from_an_empty_home_downloads_installs_loads_and_ans
     assert result["model"] == MODEL and result["backend"] == "llamacpp:cpu"
     assert result["reply"].strip()
     phases = [line.split(": ", 1)[1].split()[0] for line in done.stderr.splitlines() if ": " in line]
-    for phase in (LoadPhase.DOWNLOADING, LoadPhase.INSTALLING, LoadPhase.LOADING):
+    for phase in (LoadState.DOWNLOADING, LoadState.INSTALLING, LoadState.LOADING):
         assert f"{MODEL}: {phase.value}" in done.stderr, done.stderr
-    assert phases.index(LoadPhase.DOWNLOADING.value) < phases.index(LoadPhase.INSTALLING.value)
-    assert phases.index(LoadPhase.INSTALLING.value) < phases.index(LoadPhase.LOADING.value)
+    assert phases.index(LoadState.DOWNLOADING.value) < phases.index(LoadState.INSTALLING.value)
+    assert phases.index(LoadState.INSTALLING.value) < phases.index(LoadState.LOADING.value)
     assert "installing llamacpp:cpu" in done.stderr
 
     cpu = json_of("backends")["recipes"]["llamacpp"]["backends"]["cpu"]
@@ -101,7 +101,7 @@ async def wait_for(events: list[RouterEvent], seen: Callable[[RouterEvent], bool
             await asyncio.sleep(0.02)
 
 
-def phase(name: LoadPhase) -> Callable[[RouterEvent], bool]:
+def phase(name: LoadState) -> Callable[[RouterEvent], bool]:
     return lambda e: isinstance(e, LoadProgress) and e.model == MODEL and e.phase is name
 
 
@@ -144,7 +144,7 @@ def test_cancel_while_installing_undoes_the_install(
             events: list[RouterEvent] = []
             router.subscribe(events.append)
             task = router.load(MODEL)
-            await wait_for(events, phase(LoadPhase.INSTALLING))
+            await wait_for(events, phase(LoadState.INSTALLING))
             async with asyncio.timeout(WAIT_S):
                 while not part.exists():  # the archive's download has begun
                     await asyncio.sleep(0.02)

@@ -12,7 +12,7 @@ import psutil
 import pytest
 
 from app.core.engine_state import EngineState
-from app.core.status import LoadPhase, Status
+from app.core.status import LoadState, Status
 from app.store.model_options import ModelOptions
 from app.store.settings import Settings
 from app.supervisor.router import LoadProgress, Router, RouterEvent
@@ -31,7 +31,7 @@ def test_cancel_while_loading_stops_the_engine(standin_settings: Settings, tmp_p
             async with asyncio.timeout(30):
                 while (engine := router.supervisor.engines.get(name)) is None or engine.pid is None:
                     await asyncio.sleep(0.02)
-            assert any(isinstance(e, LoadProgress) and e.phase is LoadPhase.LOADING for e in events)
+            assert any(isinstance(e, LoadProgress) and e.phase is LoadState.LOADING for e in events)
             process = psutil.Process(engine.pid)
             assert router.status(name).status.status is Status.LOADING
 

@@ -17,8 +17,8 @@ from app.core.gguf import HEADER_FIRST
 from app.core.models import Model
 from app.core.quirks import effective_labels
 from app.core.suggest import suggest
-from app.store.library import GB, Library
-from app.store.library import ModelStatus as DiskStatus
+from app.core.units import GB
+from app.store.library import Library, ModelFiles
 from app.store.model_paths import gguf_architecture, local_parameter_count, local_shape
 from app.store.quirks import load_quirks
 from app.supervisor.hubsearch import HubResult, search
@@ -57,12 +57,12 @@ class Discover:
         self._shapes: dict[str, ModelShape] = {}  # by checkpoint, read from the Hub before a download
         self.shape_errors: dict[str, str] = {}  # by checkpoint: why the Hub's header could not be read
 
-    def shape(self, disk: DiskStatus) -> ModelShape | None:
+    def shape(self, files: ModelFiles) -> ModelShape | None:
         """The model's shape from its header when read: on disk, or from the Hub (``measure_fit``)."""
-        shape = self._shapes.get(disk.model.checkpoint)
-        if shape is None and disk.local is not None:
+        shape = self._shapes.get(files.model.checkpoint)
+        if shape is None and files.local is not None:
             with contextlib.suppress(ModelError, OSError):
-                shape = local_shape(disk.model.recipe, disk.local.main)
+                shape = local_shape(files.model.recipe, files.local.main)
         return shape
 
     async def measure_fit(self, name: str) -> None:

@@ -15,7 +15,7 @@ from app.core.launch import engine_device
 from app.core.lemon_mlx import DeviceType
 from app.supervisor.engine import Engine
 from app.supervisor.router.runtime import Runtime
-from app.supervisor.supervisor import Supervisor
+from app.supervisor.supervisor import LoadOptions, Supervisor
 
 
 def device_of(engine: Engine) -> DeviceType:
@@ -80,6 +80,15 @@ class Engines:
             lines=tuple(engine.output),
             placement=dict(record.placement) if record is not None else {},
         )
+
+    def state(self, name: str) -> EngineState | None:
+        engine = self._supervisor.engines.get(name)
+        return engine.state if engine is not None else None
+
+    def launched_with(self, name: str) -> LoadOptions | None:
+        """The options a running model was loaded with (None when it is not loaded)."""
+        record = self._runtime.get(name)
+        return record.launched_with if record is not None and name in self._supervisor.engines else None
 
     def __contains__(self, name: str) -> bool:
         return name in self._supervisor.engines

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
 
-from app.core.status import LoadPhase
+from app.core.status import LoadState
 from app.core.telemetry import Telemetry
 from app.supervisor.downloads import DownloadEvent
 from app.supervisor.remote_views import RemoteChanged
@@ -22,7 +22,7 @@ class LoadProgress:
     """A one-click load entered a phase, or moved on within it."""
 
     model: str
-    phase: LoadPhase
+    phase: LoadState  # one of ``LOAD_PHASES``
     done: int = 0  # bytes, in the download and install phases
     total: int = 0
     detail: str = ""

@@ -10,6 +10,7 @@ import dataclasses
 import logging
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 import psutil
 
@@ -20,7 +21,7 @@ from app.core.launch import LaunchRequest, engine_device
 from app.core.models import Model
 from app.core.policy import LoadedModel, over_caps, parse_caps, plan_evictions
 from app.core.rpc import LOCAL_ONLY, WorkerInfo, parse_endpoint
-from app.core.status import LoadPhase
+from app.core.status import LOAD_PHASES, LoadState
 from app.platform import free_memory
 from app.store.library import Library
 from app.store.model_options import ModelOptions
@@ -64,6 +65,7 @@ class Loading:
         self._started = started  # the router's start: engines an earlier run left are stopped first
         self._room: asyncio.Lock | None = None  # held while choosing evictions and launching
         self.idle: asyncio.Task[None] | None = None
+        self._caps: asyncio.Task[None] | None = None  # new settings' caps, being enforced
 
     # --- facts ----------------------------------------------------------------------------------------
 
@@ -125,11 +127,12 @@ class Loading:
     async def _load(self, model: Model, options: ModelOptions, force: bool, pinned: bool | None) -> Engine:
         name = model.name
         runtime, library = self._runtime, self._library()
-        runtime[name].error = ""
+        record = runtime[name]
+        record.move(LoadState.IDLE)  # a new load: the last one's outcome is forgotten
         downloading = False
         try:
             if model.repo_id is not None and library.local_files(model) is None:
-                runtime.set_phase(name, LoadPhase.DOWNLOADING)
+                runtime.set_phase(name, LoadState.DOWNLOADING)
                 planned, files = await self._pulls.plan_pull(model)
                 downloading = True
                 await self._pulls.download(planned, files)
@@ -138,26 +141,31 @@ class Loading:
                 model = library.resolve(name) if name in library.models() else planned
             request = launch_options(self._settings(), model, options)
             await self._install_backend(model, request)
-            runtime.set_phase(name, LoadPhase.LOADING)
-            runtime[name].pin = pinned
-            return await self.launch(model, request, force)
+            runtime.set_phase(name, LoadState.LOADING)
+            record.pin = pinned
+            engine = await self.launch(model, request, force)
+            if record.state is LoadState.LOADING:  # else it crashed at once, and recovery has it
+                record.move(LoadState.RUNNING)
+            return engine
         except asyncio.CancelledError:
             manager = self._pulls.running
             if downloading and manager is not None:
                 await asyncio.shield(manager.cancel(model.checkpoint))
             raise
         except LemonDeskError as err:
-            runtime[name].error = str(err)
+            if record.load is asyncio.current_task():  # a load that replaced this one speaks for itself
+                record.move(LoadState.FAILED, str(err))
             raise
         finally:
-            runtime[name].phase = None
+            if record.load is asyncio.current_task() and record.state in LOAD_PHASES:
+                record.move(LoadState.IDLE)  # cancelled, or stopped by a bug: no phase is left showing
             runtime.changed(name)
 
     async def _install_backend(self, model: Model, options: LoadOptions) -> None:
         """Install the backend the load will use when it is installable or out of date."""
 
         def installing(key: str) -> None:
-            self._runtime.set_phase(model.name, LoadPhase.INSTALLING, detail=key)
+            self._runtime.set_phase(model.name, LoadState.INSTALLING, detail=key)
 
         version = await install_backend(self._supervisor, model.recipe, options.backend, installing)
         if version is not None:
@@ -165,10 +173,10 @@ class Loading:
 
     def install_progress(self, key: str, done: int, total: int) -> None:
         """A backend install moved on: the loads waiting on it say so."""
-        for name, record in self._runtime.items():
-            phase = record.phase
-            if phase is not None and phase.phase is LoadPhase.INSTALLING and phase.detail == key:
-                self._runtime.set_phase(name, LoadPhase.INSTALLING, done, total, phase.detail)
+        for name, _ in self._runtime.items():
+            installing = self._runtime.in_phase(name, LoadState.INSTALLING)
+            if installing is not None and installing.detail == key:
+                self._runtime.set_phase(name, LoadState.INSTALLING, done, total, key)
 
     async def launch(self, model: Model, options: LoadOptions, force: bool) -> Engine:
         """Check the workers and the fit, make room under the caps, start the engine."""
@@ -245,10 +253,32 @@ class Loading:
         record.unloaded()
         self._runtime.changed(name)
 
+    async def delete(self, name: str) -> str:
+        """Unload a model, cancel its download and delete its files; returns what was done, for people."""
+        library = self._library()
+        model = library.resolve(name)
+        await self.unload(model.name)
+        await self._pulls.drop(model)
+        said = await asyncio.to_thread(library.remove, name)
+        self._runtime.forget(model.name)
+        self._runtime.drop_options(model.name)
+        self._runtime.changed(model.name)
+        return said
+
     async def unload_all(self) -> None:
         runtime = self._runtime
         for name in {*self._supervisor.engines, *runtime.loads(), *runtime.restarts()}:
             await self.unload(name)
+
+    def jobs(self) -> list[asyncio.Task[Any]]:
+        """What runs in the background for loading: loads, restarts and the idle watch (for shutdown)."""
+        runtime = self._runtime
+        own = [t for t in (self.idle, self._caps) if t is not None]
+        return [*runtime.loads().values(), *runtime.restarts().values(), *own]
+
+    def settings_changed(self) -> None:
+        """Enforce the caps of new settings, in the background."""
+        self._caps = asyncio.ensure_future(self.enforce_caps())
 
     async def enforce_caps(self) -> None:
         """Unload the least recently used unpinned models until the running ones are within the caps."""

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Callable, Coroutine
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from app.core.downloads import INTERRUPTED, DownloadRecord, DownloadState
 from app.core.errors import ModelError
@@ -19,11 +19,12 @@ from app.core.fit import BandwidthCap, download_cap, memory_budget
 from app.core.hardware import Hardware
 from app.core.models import Model
 from app.core.refs import FileSet, parse_ref, select
-from app.core.status import LoadPhase
+from app.core.status import LoadState
+from app.core.units import GB
 from app.platform import detect_hardware, free_memory
-from app.store.downloads import load_downloads
+from app.store.downloads import load_downloads, recovered
 from app.store.hfcache import RepoCache
-from app.store.library import GB, Library
+from app.store.library import Library
 from app.store.secrets import get_hf_token
 from app.supervisor.downloads import (
     DownloadChanged,
@@ -31,7 +32,6 @@ from app.supervisor.downloads import (
     DownloadManager,
     DownloadProgress,
     DownloadSnapshot,
-    recovered,
 )
 from app.supervisor.hub import HubClient, gated_error
 from app.supervisor.router.runtime import Runtime
@@ -55,6 +55,7 @@ class Pulls:
         self._http: httpx.AsyncClient | None = None
         self._hub: HubClient | None = None
         self._downloads: DownloadManager | None = None
+        self._closing: asyncio.Task[None] | None = None  # an earlier folder's manager, closing
 
     # --- the Hub and the download manager -------------------------------------------------------------
 
@@ -95,16 +96,17 @@ class Pulls:
         live = self._downloads.progress.get(record.id) if self._downloads else None
         return live if live is not None else record.done_bytes
 
-    def folder_changed(self) -> Coroutine[Any, Any, None] | None:
+    def folder_changed(self) -> None:
         """The models folder moved: downloads under way finish where they started, the next one goes to
-        the new folder. Returns the closing of the old manager, for the caller to run."""
+        the new folder (an idle manager closes now, in the background)."""
         if self._downloads is None or self._downloads.busy:
-            return None
-        closing = self._downloads.close()
+            return
+        self._closing = asyncio.ensure_future(self._downloads.close())
         self._downloads = None
-        return closing
 
     async def close(self, resume_later: bool) -> None:
+        if self._closing is not None:
+            await asyncio.gather(self._closing, return_exceptions=True)
         if self._downloads is not None:
             await self._downloads.close(resume_later=resume_later)
         if self._http is not None:
@@ -124,10 +126,9 @@ class Pulls:
         runtime.emit(event)
         record = self._downloads.records.get(event.id) if self._downloads else None
         name = record.model if record else event.id
-        known = runtime.get(name)
-        phase = known.phase if known is not None else None
-        if phase is not None and phase.phase is LoadPhase.DOWNLOADING and isinstance(event, DownloadProgress):
-            runtime.set_phase(name, LoadPhase.DOWNLOADING, event.done, event.total, event.file)
+        downloading = runtime.in_phase(name, LoadState.DOWNLOADING)
+        if downloading is not None and isinstance(event, DownloadProgress):
+            runtime.set_phase(name, LoadState.DOWNLOADING, event.done, event.total, event.file)
         elif isinstance(event, DownloadChanged):
             runtime.changed(name)
 
@@ -167,10 +168,19 @@ class Pulls:
         await self._submit(model, files)
         return model
 
+    def register(self, model: Model) -> Model:
+        """Register a model defined from outside, downloading nothing (``Library.define`` refuses a name
+        defined otherwise); returns it as kept."""
+        library = self._library()
+        model = library.define(model)
+        library.register(model)
+        self._runtime.changed(model.name)
+        return model
+
     async def _submit(self, model: Model, files: FileSet) -> DownloadManager:
         self._library().register(model)
         manager = await self.manager()
-        self._runtime[model.name].error = ""
+        self._runtime.forget_failure(model.name)
         manager.submit(model.checkpoint, model.name, files)
         self._runtime.changed(model.name)
         return manager

@@ -1,6 +1,7 @@
 """Recovery: a crashed or hung engine restarts with the same options after 1 s, 5 s, 30 s (the streak
 resets after a stable run); three crashes in five minutes and it gives up, with the engine's last
-words. Each step is an ``EngineRecovery`` event; the crash being recovered is the model's error."""
+words. Each step is an ``EngineRecovery`` event and a move of the model's ``LoadState`` (RESTARTING, then
+RUNNING again or GAVE_UP), whose message is the crash being recovered."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from app.core.errors import LemonDeskError
 from app.core.models import Model
 from app.core.policy import CRASH_LIMIT, CRASH_WINDOW_S, RESTART_BACKOFF_S, STABLE_S, restart_delay
 from app.core.rpc import memory_by_device
+from app.core.status import LoadState
 from app.supervisor.engine import Engine
 from app.supervisor.router.events import EngineRecovery
 from app.supervisor.router.runtime import Runtime
@@ -71,13 +73,12 @@ class Recovery:
                 f"{name} crashed {len(recent)} times in {CRASH_WINDOW_S / 60:g} minutes, so it was not "
                 f"restarted again. Load it again once the cause is fixed.\n{why}"
             )
-            record.error = message
-            self._runtime.emit(EngineRecovery(name, message, gave_up=True))
+            self._gave_up(name, message)
             return
         delay = restart_delay(record.streak, self._backoff_s or RESTART_BACKOFF_S)
         record.streak += 1
         message = f"{name} crashed; restarting it in {delay:g} s.\n{why}"
-        record.error = message
+        record.move(LoadState.RESTARTING, message)
         self._runtime.emit(EngineRecovery(name, message, gave_up=False))
         self._runtime.track(
             name, asyncio.ensure_future(self._restart(name, model, options, delay)), restart=True
@@ -89,10 +90,12 @@ class Recovery:
         try:
             engine = await self._launch(model, options, True)
         except LemonDeskError as err:
-            message = f"{name} crashed and did not start again: {err}"
-            record.error = message
-            self._runtime.emit(EngineRecovery(name, message, gave_up=True))
+            self._gave_up(name, f"{name} crashed and did not start again: {err}")
             raise
-        record.error = ""
+        record.move(LoadState.RUNNING)
         self._runtime.emit(EngineRecovery(name, f"{name} was restarted and is ready again.", gave_up=False))
         return engine
+
+    def _gave_up(self, name: str, message: str) -> None:
+        self._runtime[name].move(LoadState.GAVE_UP, message)
+        self._runtime.emit(EngineRecovery(name, message, gave_up=True))

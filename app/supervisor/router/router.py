@@ -6,10 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import functools
 import time
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 from app.client.chat import ChatClient, Messages
@@ -35,7 +34,7 @@ from app.supervisor.hubsearch import HubResult
 from app.supervisor.listeners import Listeners
 from app.supervisor.orphans import stop_orphans
 from app.supervisor.remotes import Remotes
-from app.supervisor.router.backends import Backends, launch_options
+from app.supervisor.router.backends import Backends
 from app.supervisor.router.catalog import Catalog
 from app.supervisor.router.discover import Discover, Suggestion
 from app.supervisor.router.engines import Engines
@@ -49,7 +48,6 @@ from app.supervisor.router.usage import Usage
 from app.supervisor.router.views import ModelView, Views
 from app.supervisor.router.worker import Workers
 from app.supervisor.rpc import Worker
-from app.supervisor.sampler import SystemSample
 from app.supervisor.supervisor import (
     EngineStateChanged,
     InstallProgress,
@@ -80,7 +78,6 @@ class Router:
         self.warnings = [*self.library.warnings, *([self._runtime.warning] if self._runtime.warning else [])]
         self._closing = False
         self._started: asyncio.Future[list[RunRecord]] | None = None
-        self._background: set[asyncio.Task[Any]] = set()
         self.supervisor = Supervisor(
             settings,
             resolve_model=lambda m: self.library.location(m),
@@ -88,14 +85,16 @@ class Router:
             clean_start=False,  # start() does it: a front end that only reads stops nothing
         )
         self._unsubscribe = [self.supervisor.subscribe(self._on_supervisor)]
-        # Other machines' servers, whose models are named @NAME/MODEL (app.supervisor.remotes).
-        self.remotes = Remotes(self._emit, timeouts=self._remote_timeouts)
-        self.warnings += self.remotes.warnings
         settings_now, library_now, closing = (
             (lambda: self.settings),
             (lambda: self.library),
             (lambda: self._closing),
         )
+        # Other machines' servers, whose models are named @NAME/MODEL (app.supervisor.remotes).
+        self.remotes = Remotes(
+            self._emit, timeouts=lambda: (self.settings.load_timeout_s, self.settings.request_timeout_s)
+        )
+        self.warnings += self.remotes.warnings
         self._pulls = Pulls(library_now, self._runtime, lambda: self.supervisor.hardware, self.warnings)
         self._discover = Discover(library_now, self.supervisor, self._pulls, self._runtime)
         self._loading = Loading(
@@ -141,9 +140,6 @@ class Router:
     async def __aexit__(self, *exc: object) -> None:
         await self.shutdown()
 
-    def _remote_timeouts(self) -> tuple[float, float]:
-        return self.settings.load_timeout_s, self.settings.request_timeout_s
-
     @functools.cached_property
     def collections(self) -> Collections:
         """Named sets of models with their options: save, load under the policy, export, import."""
@@ -157,12 +153,6 @@ class Router:
 
     def _emit(self, event: RouterEvent) -> None:
         self._listeners.emit(event)
-
-    def _spawn(self, job: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
-        task = asyncio.ensure_future(job)
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
-        return task
 
     def _on_supervisor(self, event: SupervisorEvent) -> None:
         self._emit(event)
@@ -178,13 +168,11 @@ class Router:
 
     def save_options(self, name: str, options: ModelOptions) -> None:
         """Keep a model's recipe options for every later load (its pin stays as it is)."""
-        self._runtime.store(name, dataclasses.replace(options, pinned=self.options(name).pinned))
+        self._runtime.store_options(name, options)
 
     def set_pinned(self, name: str, pinned: bool) -> None:
         """Pinned, never evicted or unloaded when idle; saved (a pin a load set for itself gives way)."""
-        self.library.resolve(name)  # an unknown name is an error, not a stray option
-        self._runtime[name].pin = None
-        self._runtime.store(name, dataclasses.replace(self.options(name), pinned=pinned))
+        self._runtime.store_pin(self.library.resolve(name).name, pinned)
 
     def pinned(self, name: str) -> bool:
         """As its running load asked (``load(pinned=...)``), else as saved."""
@@ -210,12 +198,10 @@ class Router:
 
     def load_options(self, name: str) -> LoadOptions | None:
         """The options a running model was loaded with (None when it is not loaded)."""
-        record = self._runtime.get(name)
-        return record.launched_with if record is not None and name in self.supervisor.engines else None
+        return self.engines.launched_with(name)
 
     def engine_state(self, name: str) -> EngineState | None:
-        engine = self.supervisor.engines.get(name)
-        return engine.state if engine is not None else None
+        return self.engines.state(name)
 
     def loaded(self) -> list[str]:
         """Models whose engine is ready, least recently used first."""
@@ -274,10 +260,7 @@ class Router:
     def register(self, model: Model) -> Model:
         """Register a user model defined from outside (Lemonade's ``models/register``), downloading
         nothing; a name defined otherwise is refused (``Library.define``). Returns it as kept."""
-        model = self.library.define(model)
-        self.library.register(model)
-        self._runtime.changed(model.name)
-        return model
+        return self._pulls.register(model)
 
     async def plan_pull(self, name_or_ref: str | Model, recipe: str | None = None) -> tuple[Model, FileSet]:
         """The model and the files a download of it needs (asks the Hub; downloads nothing)."""
@@ -311,8 +294,7 @@ class Router:
 
     def download_records(self) -> list[DownloadRecord]:
         """Every download remembered, as the download manager has it (empty before ``open_downloads``)."""
-        records = self._pulls.records()
-        return list(records.values()) if records is not None else []
+        return list((self._pulls.records() or {}).values())
 
     async def open_downloads(self) -> list[str]:
         """Resume the downloads the app's last run left unfinished; returns the names of those resumed."""
@@ -340,10 +322,6 @@ class Router:
     def cancel_load(self, name: str) -> bool:
         return self._loading.cancel_load(name)
 
-    def launch_options(self, model: Model, options: ModelOptions) -> LoadOptions:
-        """What a load of ``model`` with its recipe ``options`` asks of the supervisor."""
-        return launch_options(self.settings, model, options)
-
     async def unload(self, name: str) -> None:
         """Stop a model's engine (cancelling its load or restart); a remote model's remote unloads it."""
         await self._requests.unload(name)
@@ -357,14 +335,7 @@ class Router:
 
     async def delete(self, name: str) -> str:
         """Unload a model and delete its files; returns what was done, for people."""
-        model = self.library.resolve(name)
-        await self.unload(model.name)
-        await self._pulls.drop(model)
-        said = await asyncio.to_thread(self.library.remove, name)
-        self._runtime.forget(model.name)
-        self._runtime.drop_options(model.name)
-        self._runtime.changed(model.name)
-        return said
+        return await self._loading.delete(name)
 
     # --- requests -------------------------------------------------------------------------------------
 
@@ -405,24 +376,18 @@ class Router:
     async def start_worker(
         self, endpoint: Endpoint, backend: str | None = None, threads: int | None = None
     ) -> Worker:
-        """Run an RPC worker from this machine's llama.cpp backend until ``stop_worker`` or shutdown."""
+        """Run an RPC worker from this machine's llama.cpp backend until shutdown or ``sync_worker``."""
         return await self._workers.start(endpoint, backend, threads)
 
     async def sync_worker(self) -> None:
         """Run this machine's worker as the Settings say: started, moved, or stopped."""
         await self._workers.sync()
 
-    async def stop_worker(self) -> None:
-        await self._workers.stop()
-
     # --- usage samples --------------------------------------------------------------------------------
 
     def sample_usage(self, on: bool) -> None:
         """Sample every engine's CPU and memory (``EngineUsage`` events) while ``on``."""
         self._usage.sample_usage(on)
-
-    async def system_sample(self) -> SystemSample:
-        return await self._usage.system_sample()
 
     async def system_stats(self) -> dict[str, Any]:
         """The local API's ``GET system-stats``."""
@@ -447,27 +412,18 @@ class Router:
         """Take new settings at once (caps, idle unload, models folder, mirror, timeouts): no restart."""
         parse_caps(settings.max_loaded_models)  # a bad value is refused before anything changes
         old, self.settings = self.settings, settings
-        self.supervisor.settings = settings
-        for engine in self.supervisor.engines.values():
-            engine.load_timeout_s = settings.load_timeout_s
-            engine.hang_grace_s = settings.hang_grace_s
+        self.supervisor.apply_settings(settings)
         if settings.models_dir != old.models_dir:
             self.library = Library(settings)
-            closing = self._pulls.folder_changed()
-            if closing is not None:
-                self._spawn(closing)
-        self._spawn(self._loading.enforce_caps())
+            self._pulls.folder_changed()
+        self._loading.settings_changed()
         self._runtime.changed()
 
     async def shutdown(self, resume_downloads: bool = False) -> None:
         """Cancel every load, restart and background job, pause downloads, stop every engine.
         ``resume_downloads``: the paused downloads go on at the next ``open_downloads`` (the window's)."""
         self._closing = True
-        runtime = self._runtime
-        jobs: list[asyncio.Future[Any]] = [*runtime.loads().values(), *runtime.restarts().values()]
-        jobs += [*self._background, *self._usage.stop()]
-        if self._loading.idle is not None:
-            jobs.append(self._loading.idle)
+        jobs: list[asyncio.Future[Any]] = [*self._loading.jobs(), *self._usage.stop()]
         for job in jobs:
             job.cancel()
         await asyncio.gather(*jobs, return_exceptions=True)
