@@ -1,16 +1,19 @@
 """The desktop app around the window: history, tray, settings, single instance, window state, quitting.
 
-This is the composition root of the UI: it owns the objects and does the little file and keychain I/O
-the UI needs (settings, window state, token), so that the widgets themselves do none.
+This is the composition root of the UI: it owns the objects, and hands the file and keychain I/O the UI
+needs (settings, token, bench runs, window state on quitting) to worker threads, so that the window's
+thread only gets results. What is read before the event loop runs (the settings and the window's state,
+which the first paint needs) is read then; the chat history is the UI thread's by design
+(``store.history``).
 
 Start-up comes in two parts: the constructor makes what the first paint needs (settings, window, tray);
-``start()``, called once the window shows, makes the rest (the chat history's database, the bridge) and
-imports their modules then, so that none of it delays the window.
+``start()``, called once the window shows, makes the rest (the chat history's database, the bridge, whose
+``start()`` makes the router in a worker thread) and imports their modules then, so that none of it
+delays the window. Quitting runs in stages (``app.ui.quitting``).
 """
 
 from __future__ import annotations
 
-import enum
 import json
 import logging
 import time
@@ -24,7 +27,6 @@ from PySide6.QtWidgets import QApplication, QMessageBox
 from app.core.backends import BackendState
 from app.core.chat import ChatMessage
 from app.core.downloads import DownloadRecord
-from app.core.engine_state import EngineState
 from app.core.errors import LemonDeskError
 from app.core.remotes import RemoteModelStatus, RemoteState
 from app.core.status import Status
@@ -34,8 +36,10 @@ from app.store.files import atomic_write_bytes
 from app.store.model_options import ModelOptions
 from app.store.paths import home
 from app.store.settings import Settings, load_settings, save_settings
+from app.ui.first_run import FirstRun
 from app.ui.main_window import MainWindow
 from app.ui.model_manager import BUSY
+from app.ui.notices import recovery_notice, remote_notice
 from app.ui.settings_dialog import SettingsDialog, TokenAction, TokenChange
 from app.ui.telemetry_view import WINDOW_S
 from app.ui.tray import Tray
@@ -44,15 +48,18 @@ if TYPE_CHECKING:
     import asyncio
 
     from app.bridge import Bridge
+    from app.client.events import ChatDelta, ChatDone
     from app.core.bench import BenchRun
+    from app.core.runcard import RunCard
     from app.store.history import History
-    from app.supervisor.remote_views import RemoteSnapshot
-    from app.supervisor.router import EngineUsage, LoadProgress, ModelView, RequestFinished, Suggestion
+    from app.supervisor.remote_views import RemoteChanged, RemoteSnapshot
+    from app.supervisor.router import EngineRecovery, EngineUsage, LoadProgress, ModelView, RequestFinished
     from app.supervisor.rpc import WorkerChanged
     from app.supervisor.supervisor import EngineStateChanged
     from app.ui.backends_dialog import BackendsDialog
     from app.ui.bench_view import BenchView
     from app.ui.chat.keeper import HistoryKeeper
+    from app.ui.quitting import Quitter
     from app.ui.single_instance import SingleInstance
 
 STATUS_MESSAGE_MS = 8000
@@ -72,11 +79,11 @@ def window_state_store() -> QSettings:
     return QSettings(str(home() / "window.ini"), QSettings.Format.IniFormat)
 
 
-class WelcomeState(enum.Enum):
-    UNKNOWN = "unknown"  # the models are not read yet
-    OFFERED = "offered"  # no model is on this machine: the welcome is shown
-    RUNNING = "running"  # its button was pressed: download, install and load under way
-    DONE = "done"  # a model is here (or was loaded from the welcome): the chat is shown
+def write_window_state(values: dict[str, object]) -> None:
+    store = window_state_store()
+    for key, value in values.items():
+        store.setValue(key, value)
+    store.sync()
 
 
 class DesktopApp(QObject):
@@ -100,17 +107,17 @@ class DesktopApp(QObject):
         self.dialog: SettingsDialog | None = None
         self.backends: BackendsDialog | None = None
         self.bench: BenchView | None = None
-        self.quitting = False
+        self.quitter: Quitter | None = None
+        self._window_state: dict[str, object] = {}
         self.finished = False  # every engine is stopped and the app has quit
         self.exit_app = qapp.quit  # what ends the application once everything is stopped
-        self._quit_task: asyncio.Task[None] | None = None
         self._telemetry_loaded = False  # the Telemetry tab has the history's per-reply figures
-        self._welcome = WelcomeState.UNKNOWN
+        self.first_run = FirstRun(self.window, self.tray, self.show_window)
         self._loading = ""  # the model whose one-click load the status bar follows
+        self._has_token: bool | None = None  # whether the keychain holds a Hub token; None: not read yet
         self.history: History  # these three are made by start(), once the window shows
         self.keeper: HistoryKeeper
         self.bridge: Bridge
-        self._remote_usable = False  # a remote answers with models: there is something to chat with
         self.started = False
         self.start_failure: QMessageBox | None = None  # why start() failed, on screen until dismissed
 
@@ -126,10 +133,14 @@ class DesktopApp(QObject):
         if loaded.warning:
             self._warn(loaded.warning)
 
+    @property
+    def quitting(self) -> bool:
+        return self.quitter is not None
+
     def start(self) -> None:
-        """Open the chat history, make the router (through the bridge), find the models, probe the
-        hardware and backends, serve the local API: called once the window is shown, so that none of it
-        (imports included) holds up its first paint."""
+        """Open the chat history, make the bridge and start it (the router, the models, the hardware and
+        backends), serve the local API: called once the window is shown, so that none of it (imports
+        included) holds up its first paint."""
         from app.bridge import Bridge
         from app.store.history import History
         from app.ui.chat.keeper import HistoryKeeper
@@ -142,11 +153,20 @@ class DesktopApp(QObject):
         self.bridge = Bridge(self.settings, self)
         self.started = True
         self._connect_bridge()
+        self.bridge.spawn(self._start_bridge())
+
+    async def _start_bridge(self) -> None:
+        try:
+            await self.bridge.start()
+        except Exception as err:  # the router could not be made (its folders, say): as start() fails
+            self._explain_start_failure(err)
+
+    def _router_ready(self) -> None:
         for warning in self.bridge.warnings:
             self._warn(warning)
-        self.bridge.refresh()
         self.bridge.serve(self.settings.api_enabled, self.settings.api_port)
         self.bridge.sync_worker()
+        self._watch_telemetry()  # the Telemetry tab may have been opened before
 
     def start_or_explain(self) -> None:
         """``start``; when it fails (a home folder that cannot be written, say), say why and quit, rather
@@ -154,22 +174,26 @@ class DesktopApp(QObject):
         try:
             self.start()
         except Exception as err:  # the top of the app's start: whatever stops it, the user is told
-            log.exception("Lemon Desk could not start")
-            why = str(err) if isinstance(err, LemonDeskError) else f"{err}. Check that {home()} is writable."
-            box = QMessageBox(
-                QMessageBox.Icon.Critical,
-                "Lemon Desk could not start",
-                f"{why}\n\nLemon Desk will close; start it again once this is fixed.",
-                QMessageBox.StandardButton.Ok,
-                self.window,
-            )
-            box.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
-            box.finished.connect(self.quit)
-            self.start_failure = box
-            box.open()
+            self._explain_start_failure(err)
+
+    def _explain_start_failure(self, err: Exception) -> None:
+        log.error("Lemon Desk could not start", exc_info=err)
+        why = str(err) if isinstance(err, LemonDeskError) else f"{err}. Check that {home()} is writable."
+        box = QMessageBox(
+            QMessageBox.Icon.Critical,
+            "Lemon Desk could not start",
+            f"{why}\n\nLemon Desk will close; start it again once this is fixed.",
+            QMessageBox.StandardButton.Ok,
+            self.window,
+        )
+        box.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        box.finished.connect(self.quit)
+        self.start_failure = box
+        box.open()
 
     def _connect_bridge(self) -> None:
         bridge, window, chat, models = self.bridge, self.window, self.window.chat, self.window.models
+        bridge.router_ready.connect(self._router_ready)
         bridge.models_changed.connect(self._rows_changed)
         bridge.backends_changed.connect(window.options.set_backends)
         bridge.engine_changed.connect(self._engine_changed)
@@ -180,16 +204,18 @@ class DesktopApp(QObject):
         bridge.worker_changed.connect(self._worker_changed)
         bridge.api_request.connect(self._api_request)
         bridge.remotes_changed.connect(self._remotes_changed)
+        bridge.remote_changed.connect(self._remote_changed)
+        bridge.recovery.connect(self._recovery)
         bridge.fit_refused.connect(self._confirm_force_load)
         bridge.reply_started.connect(chat.begin_reply)
-        bridge.reply_delta.connect(chat.append_reply)
-        bridge.reply_card.connect(chat.set_reply_card)
-        bridge.reply_finished.connect(chat.finish_reply)
+        bridge.reply_delta.connect(self._reply_delta)
+        bridge.reply_card.connect(self._reply_card)
+        bridge.reply_finished.connect(self._reply_finished)
         bridge.reply_failed.connect(chat.fail_reply)
         bridge.notify.connect(self.tray.notify)
         bridge.error.connect(self._warn)
         bridge.model_added.connect(models.select)
-        chat.send_requested.connect(bridge.send)
+        chat.send_requested.connect(self._send)
         chat.stop_requested.connect(bridge.stop_reply)
         models.model_selected.connect(self._model_selected)
         models.load_requested.connect(lambda name: bridge.load(name))
@@ -227,10 +253,27 @@ class DesktopApp(QObject):
         window.hub_search.add_requested.connect(self._add_from_hub)
         bridge.hub_results.connect(window.hub_search.set_results)
         bridge.hub_failed.connect(window.hub_search.set_failed)
-        bridge.suggestion_ready.connect(self._suggestion_ready)
-        bridge.load_progress.connect(window.welcome.set_progress)
-        window.welcome.start_requested.connect(self.download_and_chat)
-        self.tray.welcome_requested.connect(self.download_and_chat)
+        self.first_run.connect(bridge)
+
+    def _send(self, _conversation_id: str, messages: list[dict[str, str]], params: dict[str, object]) -> None:
+        self.bridge.send(self.bridge.selected, messages, params)
+
+    def _reply_delta(self, delta: ChatDelta) -> None:
+        self.window.chat.append_reply(delta.content, delta.reasoning)
+
+    def _reply_card(self, card: RunCard) -> None:
+        self.window.chat.set_reply_card(card.to_json())
+
+    def _reply_finished(self, done: ChatDone) -> None:
+        self.window.chat.finish_reply(done.telemetry.to_json())
+
+    def _recovery(self, event: EngineRecovery) -> None:
+        self.tray.notify(*recovery_notice(event))
+
+    def _remote_changed(self, event: RemoteChanged) -> None:
+        notice = remote_notice(event)
+        if notice is not None:
+            self.tray.notify(*notice)
 
     def _downloads_changed(self, records: list[DownloadRecord]) -> None:
         self.window.downloads.set_records(records)
@@ -240,54 +283,8 @@ class DesktopApp(QObject):
         self.bridge.add_from_hub(ref)
         self.window.side.setCurrentWidget(self.window.downloads)
 
-    # First run: while no model is on this machine, the chat area offers the suggested one.
-
-    def _first_run(self, rows: list[ModelView]) -> None:
-        state = self._welcome
-        if state is WelcomeState.UNKNOWN and rows:
-            if any(r.on_disk for r in rows) or self._remote_usable:
-                self._welcome = WelcomeState.DONE
-                return
-            self._welcome = WelcomeState.OFFERED
-            self.window.show_welcome(True)
-            self.bridge.suggest()
-        elif state is WelcomeState.OFFERED and any(r.on_disk for r in rows):
-            self._end_welcome()  # a model arrived another way (a download, an import)
-        elif state is WelcomeState.RUNNING:
-            row = next((r for r in rows if r.name == self.window.welcome.model), None)
-            if row is None:
-                return
-            if row.status.status is Status.LOADED:
-                self._end_welcome()
-                self.window.models.select(row.name)
-                self.window.chat.composer.setFocus()
-            elif row.status.status in (Status.FAILED, Status.DOWNLOAD_FAILED, Status.CRASHED):
-                self._welcome = WelcomeState.OFFERED
-                self.window.welcome.set_failed(row.status.message or f"{row.name} did not load.")
-
-    def _suggestion_ready(self, suggestion: Suggestion | None) -> None:
-        self.window.welcome.set_suggestion(suggestion)
-        if self._welcome is WelcomeState.OFFERED:
-            self.tray.set_welcome(suggestion.model.name if suggestion else "")
-
-    def download_and_chat(self, name: str) -> None:
-        """The welcome's one button: the one-click load (download, install, load), then the chat."""
-        if self._welcome is not WelcomeState.OFFERED:
-            return
-        self._welcome = WelcomeState.RUNNING
-        self.window.welcome.show_starting()
-        self.show_window()
-        self.window.models.select(name)
-        self.bridge.selected = name
-        self.bridge.load(name)
-
-    def _end_welcome(self) -> None:
-        self._welcome = WelcomeState.DONE
-        self.window.show_welcome(False)
-        self.tray.set_welcome("")
-
     def _rows_changed(self, rows: list[ModelView]) -> None:
-        self._first_run(rows)
+        self.first_run.rows_changed(rows)
         self._load_ended(rows)
         self.window.set_rows(rows)
         loaded = {r.name for r in rows if r.status.status is Status.LOADED}
@@ -302,9 +299,7 @@ class DesktopApp(QObject):
         usable = [v for r in remotes if r.state is RemoteState.REACHABLE for v in r.views()]
         loaded = {v.name for v in usable if v.status is RemoteModelStatus.LOADED}
         self.tray.set_remote_models([v.name for v in usable], loaded)
-        self._remote_usable = bool(usable)
-        if usable and self._welcome is WelcomeState.OFFERED:
-            self._end_welcome()  # a remote's model can be chatted with: no download is needed first
+        self.first_run.remotes_changed(bool(usable))
         if self.dialog is not None:
             self.dialog.remotes.set_remotes(remotes)
 
@@ -348,18 +343,9 @@ class DesktopApp(QObject):
         return self.history.recent_telemetry(time.time() - WINDOW_S)
 
     def _worker_changed(self, event: WorkerChanged) -> None:
-        """This machine's RPC worker in the tray: its address and free memory, or why it is down."""
-        if event.state is EngineState.READY and event.info is not None:
-            free = event.info.free_bytes / (1 << 30)
-            self.tray.set_worker(f"RPC worker: {event.endpoint} · {free:.1f} GiB free (copy)", event.endpoint)
-        elif event.state is EngineState.STOPPED:
-            self.tray.set_worker("", "")
-        elif event.final:
-            self.tray.set_worker("RPC worker: stopped", "")
-            self._warn(event.message)
-        elif event.state is EngineState.CRASHED:
-            self.tray.set_worker("RPC worker: restarting…", "")
-            self._warn(event.message)
+        warning = self.tray.show_worker(event)
+        if warning:
+            self._warn(warning)
 
     def _api_changed(self, url: str, problem: str) -> None:
         self.tray.set_api(url)
@@ -464,12 +450,7 @@ class DesktopApp(QObject):
             self.bridge.bench_progress.connect(self.bench.set_progress)
             self.bridge.bench_finished.connect(self.bench.set_finished)
             self.bridge.bench_failed.connect(self.bench.set_failed)
-            from app.store.bench_results import load_runs  # the Bench window's, when it first opens
-
-            loaded = load_runs()
-            if loaded.warning:
-                self._warn(loaded.warning)
-            self.bench.set_runs(loaded.runs)
+            self.bridge.spawn(self._load_bench_runs(self.bench))
         models = sorted(r.name for r in self.bridge.rows() if r.on_disk)
         info = self.bridge.info
         backends = [
@@ -481,6 +462,16 @@ class DesktopApp(QObject):
         self.bench.set_choices(models, backends)
         self.bench.show()
         self.bench.raise_()
+
+    async def _load_bench_runs(self, bench: BenchView) -> None:
+        import asyncio
+
+        from app.store.bench_results import load_runs  # the Bench window's, when it first opens
+
+        loaded = await asyncio.to_thread(load_runs)
+        if loaded.warning:
+            self._warn(loaded.warning)
+        bench.set_runs(loaded.runs)
 
     def _export_bench(self, run: BenchRun, fmt: str, path: str) -> None:
         from app.core.bench import to_markdown as bench_markdown
@@ -503,7 +494,7 @@ class DesktopApp(QObject):
         if self.dialog is not None:
             self.dialog.raise_()
             return
-        self.dialog = SettingsDialog(self.settings, secrets.get_hf_token() is not None, self.window)
+        self.dialog = SettingsDialog(self.settings, bool(self._has_token), self.window)
         self.dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
         self.dialog.applied.connect(self.apply_settings)
         self.dialog.finished.connect(self._settings_closed)
@@ -514,13 +505,29 @@ class DesktopApp(QObject):
             editor.remove_requested.connect(self.bridge.remove_remote)
             self.bridge.remote_added.connect(editor.added)
             self.bridge.remote_failed.connect(editor.failed)
+            if self._has_token is None:
+                self.bridge.spawn(self._read_has_token(self.dialog))
         self.dialog.open()
 
-    def apply_settings(self, settings: Settings, token: TokenChange) -> None:
+    async def _read_has_token(self, dialog: SettingsDialog) -> None:
+        import asyncio
+
+        self._has_token = await asyncio.to_thread(secrets.get_hf_token) is not None
+        if dialog is self.dialog:
+            dialog.set_has_token(self._has_token)
+
+    def apply_settings(self, settings: Settings, token: TokenChange) -> asyncio.Task[None]:
+        """Save the settings and the token (in a worker thread), apply them, then close the dialog."""
+        return self.bridge.spawn(self._apply_settings(settings, token))
+
+    async def _apply_settings(self, settings: Settings, token: TokenChange) -> None:
+        import asyncio
+
         try:
-            save_settings(settings)
+            await asyncio.to_thread(save_settings, settings)
         except OSError as err:
             self._warn(f"Could not save the settings: {err.strerror}. Check that {home()} is writable.")
+            self._settings_saved()
             return
         self.settings = settings
         self.bridge.apply_settings(settings)
@@ -529,39 +536,68 @@ class DesktopApp(QObject):
         self._apply_tray_setting()
         try:
             if token.action is TokenAction.SET:
-                secrets.set_hf_token(token.token)
+                await asyncio.to_thread(secrets.set_hf_token, token.token)
+                self._has_token = True
             elif token.action is TokenAction.DELETE:
-                secrets.delete_hf_token()
+                await asyncio.to_thread(secrets.delete_hf_token)
+                self._has_token = None  # HF_TOKEN in the environment may still give one
         except LemonDeskError as err:
             self._warn(str(err))
+        self._settings_saved()
+
+    def _settings_saved(self) -> None:
+        if self.dialog is not None:
+            self.dialog.accept()
 
     def quit(self) -> None:
-        """Save the window, then stop every engine; the app quits once they are all gone."""
-        if self.quitting:
+        """Quit in stages (``app.ui.quitting``): the window goes at once, the app once every engine is
+        stopped and reaped."""
+        if self.quitter is not None:
             return
-        self.quitting = True
-        store = window_state_store()
-        self.window.save_state(store)
-        store.sync()
-        self.tray.hide()
-        self.window.hide()
+        from app.ui.quitting import CANCEL_S, CLOSE_S, ENGINES_S, SAVE_S, Quitter, Stage
+
+        self.quitter = Quitter(
+            [
+                Stage("stop accepting", self._stop_accepting, CLOSE_S),
+                Stage("cancel streams", self._cancel_streams, CANCEL_S),
+                Stage("save", self._save_state, SAVE_S),
+                Stage("stop engines", self._stop_engines, ENGINES_S),
+                Stage("close", self._close, CLOSE_S),
+            ]
+        )
+        self.quitter.quit()
+
+    def _stop_accepting(self) -> None:
         # The style hints outlive this app object (they are the process's): stop hearing from them.
         QGuiApplication.styleHints().colorSchemeChanged.disconnect(self._scheme_changed)
         if self.started:
             self.bridge.blockSignals(True)  # the window is going: what the engines do now is for no one
-        import asyncio  # loaded by the event loop, which runs by the time anything quits
+            self.bridge.stop_accepting()
+        self._window_state = self.window.state()  # taken before the window goes
+        self.tray.hide()
+        self.window.hide()
 
-        self._quit_task = asyncio.ensure_future(self._finish_quit())
+    async def _cancel_streams(self) -> None:
+        if self.started:
+            await self.bridge.stop_api()
+            await self.bridge.cancel_tasks()
 
-    async def _finish_quit(self) -> None:
+    async def _save_state(self) -> None:
+        import asyncio
+
+        await asyncio.to_thread(write_window_state, self._window_state)
+
+    async def _stop_engines(self) -> None:
+        if self.started:
+            await self.bridge.stop_router()
+
+    def _close(self) -> None:
         try:
-            if self.started:
-                await self.bridge.shutdown()
-        finally:
             if self.started:
                 self.history.close()
             if self.instance is not None:
                 self.instance.close()
+        finally:
             self.finished = True
             self.exit_app()
 
