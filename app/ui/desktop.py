@@ -14,52 +14,49 @@ delays the window. Quitting runs in stages (``app.ui.quitting``).
 
 from __future__ import annotations
 
-import json
 import logging
 import time
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QObject, QSettings, Qt
 from PySide6.QtGui import QGuiApplication, QIcon
 from PySide6.QtWidgets import QApplication, QMessageBox
 
-from app.core.backends import BackendState
 from app.core.chat import ChatMessage
 from app.core.downloads import DownloadRecord
 from app.core.errors import LemonDeskError
 from app.core.remotes import RemoteModelStatus, RemoteState
 from app.core.status import Status
 from app.desktop_entry import ICON_NAME, PNG_SIZES, packaging_dir
-from app.store import secrets
-from app.store.files import atomic_write_bytes
 from app.store.model_options import ModelOptions
 from app.store.paths import home
-from app.store.settings import Settings, load_settings, save_settings
+from app.store.settings import Settings, load_settings
+from app.ui.boxes import Button, open_box
 from app.ui.first_run import FirstRun
 from app.ui.main_window import MainWindow
 from app.ui.model_manager import BUSY
 from app.ui.notices import recovery_notice, remote_notice
-from app.ui.settings_dialog import SettingsDialog, TokenAction, TokenChange
+from app.ui.settings_flow import SettingsFlow
 from app.ui.telemetry_view import WINDOW_S
+from app.ui.tool_windows import ToolWindows
 from app.ui.tray import Tray
+
+Icon = QMessageBox.Icon
 
 if TYPE_CHECKING:
     import asyncio
 
     from app.bridge import Bridge
-    from app.client.events import ChatDelta, ChatDone
-    from app.core.bench import BenchRun
-    from app.core.runcard import RunCard
     from app.store.history import History
     from app.supervisor.remote_views import RemoteChanged, RemoteSnapshot
-    from app.supervisor.router import EngineRecovery, EngineUsage, LoadProgress, ModelView, RequestFinished
+    from app.supervisor.router import EngineUsage, LoadProgress, ModelView, RequestFinished
     from app.supervisor.rpc import WorkerChanged
     from app.supervisor.supervisor import EngineStateChanged
     from app.ui.backends_dialog import BackendsDialog
     from app.ui.bench_view import BenchView
     from app.ui.chat.keeper import HistoryKeeper
     from app.ui.quitting import Quitter
+    from app.ui.settings_dialog import SettingsDialog, TokenChange
     from app.ui.single_instance import SingleInstance
 
 STATUS_MESSAGE_MS = 8000
@@ -77,13 +74,6 @@ def app_icon() -> QIcon:
 def window_state_store() -> QSettings:
     """Window size, splitters and last model, in LEMON_DESK_HOME (Qt writes the file atomically)."""
     return QSettings(str(home() / "window.ini"), QSettings.Format.IniFormat)
-
-
-def write_window_state(values: dict[str, object]) -> None:
-    store = window_state_store()
-    for key, value in values.items():
-        store.setValue(key, value)
-    store.sync()
 
 
 class DesktopApp(QObject):
@@ -104,17 +94,14 @@ class DesktopApp(QObject):
         self.tray.show()
         self._apply_tray_setting()
         self.window.restore_state(window_state_store())
-        self.dialog: SettingsDialog | None = None
-        self.backends: BackendsDialog | None = None
-        self.bench: BenchView | None = None
+        self.settings_flow = SettingsFlow(self.window, self._warn, self._settings_saved)
+        self.tools = ToolWindows(self.window, self._warn)  # the Backends and Bench windows
         self.quitter: Quitter | None = None
-        self._window_state: dict[str, object] = {}
         self.finished = False  # every engine is stopped and the app has quit
         self.exit_app = qapp.quit  # what ends the application once everything is stopped
         self._telemetry_loaded = False  # the Telemetry tab has the history's per-reply figures
         self.first_run = FirstRun(self.window, self.tray, self.show_window)
         self._loading = ""  # the model whose one-click load the status bar follows
-        self._has_token: bool | None = None  # whether the keychain holds a Hub token; None: not read yet
         self.history: History  # these three are made by start(), once the window shows
         self.keeper: HistoryKeeper
         self.bridge: Bridge
@@ -129,7 +116,7 @@ class DesktopApp(QObject):
         self.tray.notified.connect(self._show_notification)
         if instance is not None:
             instance.activation_requested.connect(self.show_window)
-        QGuiApplication.styleHints().colorSchemeChanged.connect(self._scheme_changed)
+        QGuiApplication.styleHints().colorSchemeChanged.connect(self.scheme_changed)
         if loaded.warning:
             self._warn(loaded.warning)
 
@@ -179,17 +166,9 @@ class DesktopApp(QObject):
     def _explain_start_failure(self, err: Exception) -> None:
         log.error("Lemon Desk could not start", exc_info=err)
         why = str(err) if isinstance(err, LemonDeskError) else f"{err}. Check that {home()} is writable."
-        box = QMessageBox(
-            QMessageBox.Icon.Critical,
-            "Lemon Desk could not start",
-            f"{why}\n\nLemon Desk will close; start it again once this is fixed.",
-            QMessageBox.StandardButton.Ok,
-            self.window,
-        )
-        box.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
-        box.finished.connect(self.quit)
-        self.start_failure = box
-        box.open()
+        text = f"{why}\n\nLemon Desk will close; start it again once this is fixed."
+        self.start_failure = open_box(self.window, Icon.Critical, "Lemon Desk could not start", text)
+        self.start_failure.finished.connect(self.quit)
 
     def _connect_bridge(self) -> None:
         bridge, window, chat, models = self.bridge, self.window, self.window.chat, self.window.models
@@ -205,17 +184,20 @@ class DesktopApp(QObject):
         bridge.api_request.connect(self._api_request)
         bridge.remotes_changed.connect(self._remotes_changed)
         bridge.remote_changed.connect(self._remote_changed)
-        bridge.recovery.connect(self._recovery)
+        bridge.recovery.connect(lambda event: self.tray.notify(*recovery_notice(event)))
         bridge.fit_refused.connect(self._confirm_force_load)
         bridge.reply_started.connect(chat.begin_reply)
-        bridge.reply_delta.connect(self._reply_delta)
-        bridge.reply_card.connect(self._reply_card)
-        bridge.reply_finished.connect(self._reply_finished)
+        bridge.reply_delta.connect(lambda delta: chat.append_reply(delta.content, delta.reasoning))
+        bridge.reply_card.connect(lambda card: chat.set_reply_card(card.to_json()))
+        bridge.reply_finished.connect(lambda done: chat.finish_reply(done.telemetry.to_json()))
         bridge.reply_failed.connect(chat.fail_reply)
         bridge.notify.connect(self.tray.notify)
         bridge.error.connect(self._warn)
         bridge.model_added.connect(models.select)
-        chat.send_requested.connect(self._send)
+        # The message is meant for the model the window shows; the router says which one answers.
+        chat.send_requested.connect(
+            lambda _id, messages, params: bridge.send(bridge.selected, messages, params)
+        )
         chat.stop_requested.connect(bridge.stop_reply)
         models.model_selected.connect(self._model_selected)
         models.load_requested.connect(lambda name: bridge.load(name))
@@ -254,21 +236,6 @@ class DesktopApp(QObject):
         bridge.hub_results.connect(window.hub_search.set_results)
         bridge.hub_failed.connect(window.hub_search.set_failed)
         self.first_run.connect(bridge)
-
-    def _send(self, _conversation_id: str, messages: list[dict[str, str]], params: dict[str, object]) -> None:
-        self.bridge.send(self.bridge.selected, messages, params)
-
-    def _reply_delta(self, delta: ChatDelta) -> None:
-        self.window.chat.append_reply(delta.content, delta.reasoning)
-
-    def _reply_card(self, card: RunCard) -> None:
-        self.window.chat.set_reply_card(card.to_json())
-
-    def _reply_finished(self, done: ChatDone) -> None:
-        self.window.chat.finish_reply(done.telemetry.to_json())
-
-    def _recovery(self, event: EngineRecovery) -> None:
-        self.tray.notify(*recovery_notice(event))
 
     def _remote_changed(self, event: RemoteChanged) -> None:
         notice = remote_notice(event)
@@ -380,18 +347,10 @@ class DesktopApp(QObject):
             self.window.set_engine_status(f"{row.name} {row.status.text}" + (f": {why}" if why else ""))
 
     def _confirm_force_load(self, name: str, message: str) -> None:
-        box = QMessageBox(
-            QMessageBox.Icon.Warning,
-            "Not enough memory free",
-            message,
-            QMessageBox.StandardButton.Cancel,
-            self.window,
+        box = open_box(
+            self.window, Icon.Warning, "Not enough memory free", message, Button.Cancel, "Load anyway"
         )
-        force = box.addButton("Load anyway", QMessageBox.ButtonRole.AcceptRole)
-        box.setDefaultButton(QMessageBox.StandardButton.Cancel)
-        box.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
-        force.clicked.connect(lambda: self.bridge.load(name, force=True))
-        box.open()
+        box.accepted.connect(lambda: self.bridge.load(name, force=True))
 
     def _apply_sampling(self, options: ModelOptions) -> None:
         chat = self.window.chat
@@ -411,78 +370,26 @@ class DesktopApp(QObject):
         self.bridge.load(name, options)
 
     def _confirm_delete(self, name: str) -> None:
-        box = QMessageBox(
-            QMessageBox.Icon.Question,
-            "Delete model",
+        text = (
             f"Delete {name}? Downloaded files are removed from the disk; an imported model is only "
-            "taken off the list.",
-            QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.Cancel,
-            self.window,
+            "taken off the list."
         )
-        box.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        box = open_box(self.window, Icon.Question, "Delete model", text, Button.Yes | Button.Cancel)
         box.accepted.connect(lambda: self.bridge.delete(name))
-        box.open()
+
+    @property
+    def backends(self) -> BackendsDialog | None:
+        return self.tools.backends
+
+    @property
+    def bench(self) -> BenchView | None:
+        return self.tools.bench
 
     def open_backends(self) -> None:
-        if self.backends is None:
-            from app.ui.backends_dialog import BackendsDialog  # opened on demand: not at start-up
-
-            self.backends = BackendsDialog(self.window)
-            self.backends.install_requested.connect(self.bridge.install)
-            self.backends.cancel_requested.connect(self.bridge.cancel_install)
-            self.backends.uninstall_requested.connect(self.bridge.uninstall)
-            self.bridge.install_progress.connect(self.backends.set_progress)
-            self.bridge.install_done.connect(self.backends.set_done)
-            self.bridge.backends_changed.connect(self.backends.set_info)
-        if self.bridge.info is not None:
-            self.backends.set_info(self.bridge.info)
-        self.backends.show()
-        self.backends.raise_()
+        self.tools.open_backends(self.bridge)
 
     def open_bench(self) -> None:
-        if self.bench is None:
-            from app.ui.bench_view import BenchView  # opened on demand: not at start-up
-
-            self.bench = BenchView(self.window)
-            self.bench.run_requested.connect(self.bridge.run_bench)
-            self.bench.cancel_requested.connect(self.bridge.cancel_bench)
-            self.bench.export_requested.connect(self._export_bench)
-            self.bridge.bench_progress.connect(self.bench.set_progress)
-            self.bridge.bench_finished.connect(self.bench.set_finished)
-            self.bridge.bench_failed.connect(self.bench.set_failed)
-            self.bridge.spawn(self._load_bench_runs(self.bench))
-        models = sorted(r.name for r in self.bridge.rows() if r.on_disk)
-        info = self.bridge.info
-        backends = [
-            f"{recipe}:{name}"
-            for recipe, support in (info.recipes.items() if info else ())
-            for name, status in support.backends.items()
-            if status.state is BackendState.INSTALLED
-        ]
-        self.bench.set_choices(models, backends)
-        self.bench.show()
-        self.bench.raise_()
-
-    async def _load_bench_runs(self, bench: BenchView) -> None:
-        import asyncio
-
-        from app.store.bench_results import load_runs  # the Bench window's, when it first opens
-
-        loaded = await asyncio.to_thread(load_runs)
-        if loaded.warning:
-            self._warn(loaded.warning)
-        bench.set_runs(loaded.runs)
-
-    def _export_bench(self, run: BenchRun, fmt: str, path: str) -> None:
-        from app.core.bench import to_markdown as bench_markdown
-
-        data = json.dumps(run.to_json(), indent=2) + "\n" if fmt == "json" else bench_markdown(run)
-        try:
-            atomic_write_bytes(Path(path), data.encode())
-        except OSError as err:
-            self._warn(
-                f"Could not export the bench results to {path}: {err.strerror}. Choose another folder."
-            )
+        self.tools.open_bench(self.bridge)
 
     def show_window(self) -> None:
         self.window.show()
@@ -490,133 +397,42 @@ class DesktopApp(QObject):
         self.window.raise_()
         self.window.activateWindow()
 
+    @property
+    def dialog(self) -> SettingsDialog | None:
+        return self.settings_flow.dialog
+
     def open_settings(self) -> None:
-        if self.dialog is not None:
-            self.dialog.raise_()
-            return
-        self.dialog = SettingsDialog(self.settings, bool(self._has_token), self.window)
-        self.dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
-        self.dialog.applied.connect(self.apply_settings)
-        self.dialog.finished.connect(self._settings_closed)
-        if self.started:
-            editor = self.dialog.remotes
-            editor.set_remotes(self.bridge.remotes())
-            editor.add_requested.connect(self.bridge.add_remote)
-            editor.remove_requested.connect(self.bridge.remove_remote)
-            self.bridge.remote_added.connect(editor.added)
-            self.bridge.remote_failed.connect(editor.failed)
-            if self._has_token is None:
-                self.bridge.spawn(self._read_has_token(self.dialog))
-        self.dialog.open()
-
-    async def _read_has_token(self, dialog: SettingsDialog) -> None:
-        import asyncio
-
-        self._has_token = await asyncio.to_thread(secrets.get_hf_token) is not None
-        if dialog is self.dialog:
-            dialog.set_has_token(self._has_token)
+        self.settings_flow.open(self.settings, self.bridge if self.started else None)
 
     def apply_settings(self, settings: Settings, token: TokenChange) -> asyncio.Task[None]:
-        """Save the settings and the token (in a worker thread), apply them, then close the dialog."""
-        return self.bridge.spawn(self._apply_settings(settings, token))
+        """Save the settings and the token (in worker threads), apply them, close the dialog."""
+        return self.bridge.spawn(self.settings_flow.save(settings, token))
 
-    async def _apply_settings(self, settings: Settings, token: TokenChange) -> None:
-        import asyncio
-
-        try:
-            await asyncio.to_thread(save_settings, settings)
-        except OSError as err:
-            self._warn(f"Could not save the settings: {err.strerror}. Check that {home()} is writable.")
-            self._settings_saved()
-            return
+    def _settings_saved(self, settings: Settings) -> None:
         self.settings = settings
         self.bridge.apply_settings(settings)
         self.bridge.serve(settings.api_enabled, settings.api_port)
         self.bridge.sync_worker()
         self._apply_tray_setting()
-        try:
-            if token.action is TokenAction.SET:
-                await asyncio.to_thread(secrets.set_hf_token, token.token)
-                self._has_token = True
-            elif token.action is TokenAction.DELETE:
-                await asyncio.to_thread(secrets.delete_hf_token)
-                self._has_token = None  # HF_TOKEN in the environment may still give one
-        except LemonDeskError as err:
-            self._warn(str(err))
-        self._settings_saved()
-
-    def _settings_saved(self) -> None:
-        if self.dialog is not None:
-            self.dialog.accept()
 
     def quit(self) -> None:
         """Quit in stages (``app.ui.quitting``): the window goes at once, the app once every engine is
         stopped and reaped."""
-        if self.quitter is not None:
-            return
-        from app.ui.quitting import CANCEL_S, CLOSE_S, ENGINES_S, SAVE_S, Quitter, Stage
+        if self.quitter is None:
+            from app.ui.quitting import desktop_quitter
 
-        self.quitter = Quitter(
-            [
-                Stage("stop accepting", self._stop_accepting, CLOSE_S),
-                Stage("cancel streams", self._cancel_streams, CANCEL_S),
-                Stage("save", self._save_state, SAVE_S),
-                Stage("stop engines", self._stop_engines, ENGINES_S),
-                Stage("close", self._close, CLOSE_S),
-            ]
-        )
-        self.quitter.quit()
-
-    def _stop_accepting(self) -> None:
-        # The style hints outlive this app object (they are the process's): stop hearing from them.
-        QGuiApplication.styleHints().colorSchemeChanged.disconnect(self._scheme_changed)
-        if self.started:
-            self.bridge.blockSignals(True)  # the window is going: what the engines do now is for no one
-            self.bridge.stop_accepting()
-        self._window_state = self.window.state()  # taken before the window goes
-        self.tray.hide()
-        self.window.hide()
-
-    async def _cancel_streams(self) -> None:
-        if self.started:
-            await self.bridge.stop_api()
-            await self.bridge.cancel_tasks()
-
-    async def _save_state(self) -> None:
-        import asyncio
-
-        await asyncio.to_thread(write_window_state, self._window_state)
-
-    async def _stop_engines(self) -> None:
-        if self.started:
-            await self.bridge.stop_router()
-
-    def _close(self) -> None:
-        try:
-            if self.started:
-                self.history.close()
-            if self.instance is not None:
-                self.instance.close()
-        finally:
-            self.finished = True
-            self.exit_app()
+            self.quitter = desktop_quitter(self)
+            self.quitter.quit()
 
     def _apply_tray_setting(self) -> None:
         # Without a tray there would be no way back to a hidden window: then closing quits.
         self.window.keep_in_tray = self.settings.keep_in_tray and self.tray.available()
 
-    def _settings_closed(self) -> None:
-        self.dialog = None
-
     def _show_notification(self, title: str, message: str) -> None:
         self.window.show_message(f"{title}: {message}", STATUS_MESSAGE_MS)
 
     def _warn(self, message: str) -> None:
-        box = QMessageBox(
-            QMessageBox.Icon.Warning, "Lemon Desk", message, QMessageBox.StandardButton.Ok, self.window
-        )
-        box.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
-        box.open()
+        open_box(self.window, Icon.Warning, "Lemon Desk", message)
 
-    def _scheme_changed(self) -> None:
+    def scheme_changed(self) -> None:
         self.window.chat.refresh_theme()

@@ -20,6 +20,12 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from PySide6.QtGui import QGuiApplication
+
+if TYPE_CHECKING:
+    from app.ui.desktop import DesktopApp
 
 log = logging.getLogger(__name__)
 
@@ -88,3 +94,55 @@ class Quitter:
 
 async def _awaited(outcome: Awaitable[object]) -> object:
     return await outcome
+
+
+def desktop_quitter(app: DesktopApp) -> Quitter:
+    """The desktop app's stages."""
+    from app.ui.desktop import window_state_store
+
+    state: dict[str, object] = {}  # the window's, taken before it goes
+
+    def stop_accepting() -> None:
+        # The style hints outlive the app object (they are the process's): stop hearing from them.
+        QGuiApplication.styleHints().colorSchemeChanged.disconnect(app.scheme_changed)
+        if app.started:
+            app.bridge.blockSignals(True)  # the window is going: what the engines do now is for no one
+            app.bridge.stop_accepting()
+        state.update(app.window.state())
+        app.tray.hide()
+        app.window.hide()
+
+    async def cancel_streams() -> None:
+        if app.started:
+            await app.bridge.stop_api()
+            await app.bridge.cancel_tasks()
+
+    def write_window_state() -> None:
+        store = window_state_store()
+        for key, value in state.items():
+            store.setValue(key, value)
+        store.sync()
+
+    async def stop_engines() -> None:
+        if app.started:
+            await app.bridge.stop_router()
+
+    def close() -> None:
+        try:
+            if app.started:
+                app.history.close()
+            if app.instance is not None:
+                app.instance.close()
+        finally:
+            app.finished = True
+            app.exit_app()
+
+    return Quitter(
+        [
+            Stage("stop accepting", stop_accepting, CLOSE_S),
+            Stage("cancel streams", cancel_streams, CANCEL_S),
+            Stage("save", lambda: asyncio.to_thread(write_window_state), SAVE_S),
+            Stage("stop engines", stop_engines, ENGINES_S),
+            Stage("close", close, CLOSE_S),
+        ]
+    )
