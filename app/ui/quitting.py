@@ -4,7 +4,8 @@
    and starts nothing new;
 2. cancel streams: the local API stops, every task the bridge started is cancelled (a reply closes its
    stream), unloads under way are waited for;
-3. save: the window's state is written (in a worker thread);
+3. save: the reply in flight is written to the history as it is, the window's state (in a worker
+   thread);
 4. stop engines: the router shuts down (every engine stopped and reaped, downloads paused);
 5. close: the chat history and the single-instance server close, and the app exits.
 
@@ -123,6 +124,11 @@ def desktop_quitter(app: DesktopApp) -> Quitter:
             store.setValue(key, value)
         store.sync()
 
+    async def save() -> None:
+        if app.started:
+            app.keeper.flush()
+        await asyncio.to_thread(write_window_state)
+
     async def stop_engines() -> None:
         if app.started:
             await app.bridge.stop_router()
@@ -141,7 +147,7 @@ def desktop_quitter(app: DesktopApp) -> Quitter:
         [
             Stage("stop accepting", stop_accepting, CLOSE_S),
             Stage("cancel streams", cancel_streams, CANCEL_S),
-            Stage("save", lambda: asyncio.to_thread(write_window_state), SAVE_S),
+            Stage("save", save, SAVE_S),
             Stage("stop engines", stop_engines, ENGINES_S),
             Stage("close", close, CLOSE_S),
         ]

@@ -1,17 +1,25 @@
 """Quitting runs in stages, in order, each bounded and logged: a stage that hangs or fails is left
-behind and the next one runs, so quitting always ends; the first stage runs inside ``quit()``."""
+behind and the next one runs, so quitting always ends; the first stage runs inside ``quit()``; quitting
+in the middle of a reply stops and reaps its engine (the stand-in engine, a real child process)."""
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections.abc import Callable
+from pathlib import Path
 
+import psutil
 import pytest
 from pytestqt.qtbot import QtBot
 
+from app.core.chat import MessageState
+from app.store.history import History
+from app.store.settings import Settings, save_settings
 from app.ui.desktop import DesktopApp
 from app.ui.quitting import Quitter, Stage
+from tests.support.standin import make_standin_model
 
 STAGES = ["stop accepting", "cancel streams", "save", "stop engines", "close"]
 
@@ -74,3 +82,33 @@ def test_the_desktop_quits_in_its_five_stages_in_order(
     ]
     assert began == STAGES and done == STAGES
     assert app.bridge.shut_down and app.quitting
+
+
+def test_quitting_mid_reply_stops_and_reaps_the_engine(
+    qtbot: QtBot, desktop: Callable[[], DesktopApp], standin_settings: Settings, tmp_path: Path
+) -> None:
+    save_settings(dataclasses.replace(standin_settings, api_enabled=False))
+    app = desktop()
+    bridge = app.bridge
+    with qtbot.waitSignal(bridge.model_added) as added:
+        bridge.import_model(str(make_standin_model(tmp_path, "long", tokens=100_000, token_delay_s=0.01)))
+    name = added.args[0]
+    bridge.save_options(name, dataclasses.replace(bridge.options(name), backend="system"))
+    app.window.models.select(name)
+    chat = app.window.chat
+    chat.composer.setPlainText("talk for ever")
+    with qtbot.waitSignal(bridge.reply_delta, timeout=120_000):  # the reply streams
+        chat.submit()
+    engine = bridge.router.engines.get(name)
+    assert engine is not None and engine.pid is not None
+    process = psutil.Process(engine.pid)
+    app.quit()
+    qtbot.waitUntil(lambda: app.finished, timeout=60_000)
+    assert not process.is_running() or process.status() == psutil.STATUS_ZOMBIE
+    assert bridge.router.engines.get(name) is None
+    history = History()
+    conversation = history.conversation(chat.conversation_id)
+    history.close()
+    assert conversation is not None
+    kept = conversation.messages[-1]
+    assert kept.state is MessageState.STREAMING and kept.content, "the reply so far, as interrupted"
