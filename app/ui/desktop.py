@@ -147,12 +147,14 @@ class DesktopApp(QObject):
             await self.bridge.start()
         except Exception as err:  # the router could not be made (its folders, say): as start() fails
             self._explain_start_failure(err)
+            return
+        # Once the router has started (an earlier run's engines stopped), as `lemon-desk serve` does.
+        self.bridge.serve(self.settings.api_enabled, self.settings.api_port)
+        self.bridge.sync_worker()
 
     def _router_ready(self) -> None:
         for warning in self.bridge.warnings:
             self._warn(warning)
-        self.bridge.serve(self.settings.api_enabled, self.settings.api_port)
-        self.bridge.sync_worker()
         self._watch_telemetry()  # the Telemetry tab may have been opened before
 
     def start_or_explain(self) -> None:
