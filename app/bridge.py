@@ -165,10 +165,11 @@ class Bridge(QObject):
     def remotes(self) -> list[RemoteSnapshot]:
         return self.router.remotes.snapshots()
 
-    def chat_target(self) -> str:
-        """The model a message meant for the selected one goes to, as the router decides."""
+    def chat_target(self, model: str | None = None) -> str:
+        """The model a message meant for ``model`` (else the selected one) goes to, as the router
+        decides from the statuses last read."""
         on_disk = {name for name, view in self._views.items() if view.on_disk}
-        return self.router.chat_target(self.selected, on_disk)
+        return self.router.chat_target(self.selected if model is None else model, on_disk)
 
     # --- tasks ----------------------------------------------------------------------------------------
 
@@ -474,7 +475,7 @@ class Bridge(QObject):
         """Ask for a reply meant for ``model`` (the router says which model gets it: that one, or the
         one used last); the reply comes as ``reply_started``, ``reply_delta``... or ``reply_failed``."""
         self.stop_reply()
-        target = self.router.chat_target(model, {n for n, v in self._views.items() if v.on_disk})
+        target = self.chat_target(model)
         if not target:
             self.reply_failed.emit("No model is loaded. Load one from the Models list, then send again.")
             return
