@@ -8,8 +8,9 @@ snapshot, a run card) and the widgets read what they show from it. Everything he
 which is also the asyncio loop's thread (qasync). Every task the bridge starts is kept until it ends.
 
 ``start()`` makes the router (its constructor reads the model catalog and the saved options: in a worker
-thread, not the window's) and does what a window's start needs; ``shutdown()`` runs in the stages the
-quitter (``app.ui.quitting``) calls, so quitting leaves no engine behind.
+thread, not the window's) and does what a window's start needs. Quitting calls ``stop_accepting``,
+``stop_api``, ``cancel_tasks`` and ``stop_router`` as its stages (``app.ui.quitting``), so it leaves no
+engine behind.
 """
 
 from __future__ import annotations
@@ -175,7 +176,7 @@ class Bridge(QObject):
 
     def spawn(self, job: Coroutine[Any, Any, Any], *, stops_engines: bool = False) -> asyncio.Task[Any]:
         """Run ``job`` as a task kept until it ends; a LemonDeskError it raises is told to the user.
-        Shutdown cancels it, unless it ``stops_engines``: then shutdown waits for it."""
+        Quitting cancels it, unless it ``stops_engines``: then quitting waits for it."""
         task = asyncio.ensure_future(job)
         (self._stopping if stops_engines else self._tasks).add(task)
         task.add_done_callback(self._task_done)
