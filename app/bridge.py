@@ -1,16 +1,21 @@
 """The one place where the window meets the router: router events become Qt signals carrying the event
 dataclasses, and the window's intents (load, unload, pin, download, send, install...) become router calls.
 
-A translator, not an owner: what runs, the loading policy, downloads and each model's status live in the
-router (``app.supervisor.router``), which the CLI and the local API share. Everything here runs on the
-Qt thread, which is also the asyncio loop's thread (qasync). Every task the bridge starts is kept until
-it ends; ``shutdown()`` cancels them and shuts the router down, so quitting leaves no engine behind.
+A translator, not an owner: what runs, the loading policy, which model a message goes to, downloads and
+each model's status live in the router (``app.supervisor.router``), which the CLI and the local API share.
+Like qutebrowser's message bridge, each signal carries the one value it is about (an event dataclass, a
+snapshot, a run card) and the widgets read what they show from it. Everything here runs on the Qt thread,
+which is also the asyncio loop's thread (qasync). Every task the bridge starts is kept until it ends.
+
+``start()`` makes the router (its constructor reads the model catalog and the saved options: in a worker
+thread, not the window's) and does what a window's start needs. Quitting calls ``stop_accepting``,
+``stop_api``, ``cancel_tasks`` and ``stop_router`` as its stages (``app.ui.quitting``), so it leaves no
+engine behind.
 """
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 from collections.abc import Coroutine
 from pathlib import Path
@@ -22,9 +27,8 @@ from app.client.events import ChatDelta
 from app.core.backends import BackendKey
 from app.core.bench import BenchSpec
 from app.core.engine_state import EngineState
-from app.core.errors import EngineError, FitError, LemonDeskError
-from app.core.remotes import RemoteModelStatus, RemoteState, is_remote_model
-from app.core.status import Status
+from app.core.errors import FitError, LemonDeskError
+from app.core.remotes import RemoteModelStatus, is_remote_model
 from app.store.model_options import ModelOptions
 from app.store.settings import Settings
 from app.supervisor.bench import bench
@@ -51,7 +55,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-LAST_WORDS = 8  # engine output lines quoted when a reply fails
 REFRESH_MS = 200  # model statuses are read again at most this often (downloads report many times a second)
 
 
@@ -64,6 +67,7 @@ class Bridge(QObject):
     engine_output = Signal(str, str)  # engine name, a line it printed
     usage_changed = Signal(object)  # EngineUsage
     system_sampled = Signal(object)  # SystemSample, each second while the Telemetry view watches
+    recovery = Signal(object)  # EngineRecovery: a crashed engine restarts, or was given up on
     bench_progress = Signal(object)  # BenchProgress
     bench_finished = Signal(object)  # BenchRun (already saved)
     bench_failed = Signal(str)  # why, or that it was cancelled
@@ -78,24 +82,27 @@ class Bridge(QObject):
     hub_failed = Signal(str, str)  # query, why the search failed
     suggestion_ready = Signal(object)  # Suggestion | None: the first-run welcome's model
     reply_started = Signal()
-    reply_delta = Signal(str, str)  # content, reasoning
-    reply_finished = Signal(dict)  # telemetry
-    reply_card = Signal(dict)  # the reply's RunCard fields, just before reply_finished
-    reply_failed = Signal(str)
+    reply_delta = Signal(object)  # ChatDelta
+    reply_card = Signal(object)  # RunCard: what produced the reply, just before reply_finished
+    reply_finished = Signal(object)  # ChatDone: how the reply ended, with its telemetry
+    reply_failed = Signal(str)  # the error, with the engine's last words when it does not quote them
     notify = Signal(str, str, bool)  # title, message, is an error
     error = Signal(str)  # something the user must be told
     api_changed = Signal(str, str)  # the local API's URL ("" when off), why it is off when it should be on
     api_request = Signal(object)  # RequestFinished: a reply the local API gave another app
     worker_changed = Signal(object)  # WorkerChanged: this machine's RPC worker started, stopped, failed
-    remotes_changed = Signal(list)  # [RemoteSnapshot]: a remote moved between states, or its models changed
+    remote_changed = Signal(object)  # RemoteChanged: a remote moved between states, or its models changed
+    remotes_changed = Signal(list)  # [RemoteSnapshot]: every remote as it is now, after a RemoteChanged
     remote_added = Signal(str)  # a remote's name, once kept (its key in the keychain)
     remote_failed = Signal(str)  # why a remote could not be added or removed
+    router_ready = Signal()  # start() made the router: intents reach it from now on
 
     def __init__(self, settings: Settings, parent: QObject | None = None) -> None:
         super().__init__(parent)
-        self.router = Router(settings)
-        self._unsubscribe = self.router.subscribe(self._on_event)
-        self.warnings = list(self.router.warnings)
+        self._settings = settings
+        self._router: Router | None = None  # made by start()
+        self._unsubscribe = lambda: None
+        self.warnings: list[str] = []  # the router's, once started
         self._tasks: set[asyncio.Task[Any]] = set()
         # Unloads are never cancelled: an engine stop cut short would leave its process unreaped.
         self._stopping: set[asyncio.Task[Any]] = set()
@@ -105,12 +112,40 @@ class Bridge(QObject):
         self.info: SystemInfo | None = None
         self._api: ApiServer | None = None
         self._api_port = -1  # the port asked for (0: any free one), while it runs
-        self.selected = ""  # the model the window shows: chat goes to it
+        self.selected = ""  # the model the window shows: a message is meant for it
         self._refresh = QTimer(self)
         self._refresh.setSingleShot(True)
         self._refresh.setInterval(REFRESH_MS)
         self._refresh.timeout.connect(self.refresh)
         self.shut_down = False
+
+    @property
+    def router(self) -> Router:
+        if self._router is None:
+            raise RuntimeError("Bridge.start() makes the router: nothing reaches it before")
+        return self._router
+
+    @property
+    def started(self) -> bool:
+        return self._router is not None
+
+    async def start(self) -> None:
+        """Make the router (in a worker thread: its constructor reads files), show the models, then
+        ``await router.start()`` (engines an earlier run left are stopped), watch the remotes, probe the
+        backends and resume the downloads the last run left unfinished."""
+        router = await asyncio.to_thread(Router, self._settings)
+        self._router = router
+        self._unsubscribe = router.subscribe(self._on_event)
+        self.warnings = list(router.warnings)
+        self.router_ready.emit()
+        await self._read_statuses()  # the rows first: the rest takes a while
+        await router.start()
+        router.remotes.watch()
+        self.remotes_changed.emit(router.remotes.snapshots())
+        await self._refresh_backends()
+        await router.open_downloads()
+        self.downloads_changed.emit(router.download_records())
+        await self._read_statuses()  # the fits, now that the hardware is known
 
     # --- what the window reads ------------------------------------------------------------------------
 
@@ -131,22 +166,17 @@ class Bridge(QObject):
     def remotes(self) -> list[RemoteSnapshot]:
         return self.router.remotes.snapshots()
 
-    def chat_target(self) -> str:
-        """The model a message goes to: the selected one (loaded on demand; a remote's, on its remote),
-        else the last one used."""
-        view = self._views.get(self.selected)
-        if view is not None and (view.on_disk or view.status.status is Status.LOADED):
-            return self.selected
-        if is_remote_model(self.selected) and self.router.remotes.model(self.selected) is not None:
-            return self.selected
-        loaded = self.router.loaded()
-        return loaded[-1] if loaded else ""
+    def chat_target(self, model: str | None = None) -> str:
+        """The model a message meant for ``model`` (else the selected one) goes to, as the router
+        decides from the statuses last read."""
+        on_disk = {name for name, view in self._views.items() if view.on_disk}
+        return self.router.chat_target(self.selected if model is None else model, on_disk)
 
     # --- tasks ----------------------------------------------------------------------------------------
 
     def spawn(self, job: Coroutine[Any, Any, Any], *, stops_engines: bool = False) -> asyncio.Task[Any]:
         """Run ``job`` as a task kept until it ends; a LemonDeskError it raises is told to the user.
-        Shutdown cancels it, unless it ``stops_engines``: then shutdown waits for it."""
+        Quitting cancels it, unless it ``stops_engines``: then quitting waits for it."""
         task = asyncio.ensure_future(job)
         (self._stopping if stops_engines else self._tasks).add(task)
         task.add_done_callback(self._task_done)
@@ -189,25 +219,14 @@ class Bridge(QObject):
         elif isinstance(event, InstallFinished | Uninstalled):
             self.spawn(self._refresh_backends())
         elif isinstance(event, EngineRecovery):
-            title = f"{event.model} stopped" if event.gave_up else f"{event.model} recovering"
-            self.notify.emit(title, event.message.splitlines()[0], event.gave_up)
+            self.recovery.emit(event)
         elif isinstance(event, RequestFinished) and event.source is RequestSource.API:
             self.api_request.emit(event)  # the window's own replies reach the charts from the chat
         elif isinstance(event, WorkerChanged):
             self.worker_changed.emit(event)
         elif isinstance(event, RemoteChanged):
-            self._remote_changed(event)
-
-    def _remote_changed(self, event: RemoteChanged) -> None:
-        self.remotes_changed.emit(self.router.remotes.snapshots())
-        # Told once per move, not per look: a remote that stays down is one notice.
-        if event.removed or not event.moved or event.state is RemoteState.UNKNOWN:
-            return
-        if event.state is RemoteState.REACHABLE:
-            if event.old is not RemoteState.UNKNOWN:
-                self.notify.emit(f"{event.name} is back", f"The remote {event.name} answers again.", False)
-        else:
-            self.notify.emit(f"{event.name} is {event.state.value}", event.message, True)
+            self.remotes_changed.emit(self.router.remotes.snapshots())
+            self.remote_changed.emit(event)
 
     def _engine_changed(self, event: EngineStateChanged) -> None:
         if event.state is EngineState.STARTING:
@@ -224,14 +243,6 @@ class Bridge(QObject):
         self._views = {v.name: v for v in sorted(views, key=lambda v: v.name)}
         if not self.shut_down:
             self.models_changed.emit(self.rows())
-        if self.info is None:
-            await self.router.start()  # engines an earlier run left: stopped before the first load
-            self.router.remotes.watch()
-            self.remotes_changed.emit(self.router.remotes.snapshots())
-            await self._refresh_backends()
-            await self.router.open_downloads()  # downloads the last run left unfinished go on
-            self.downloads_changed.emit(self.router.download_records())
-            self.refresh()  # the fits, now that the hardware is known
 
     async def _refresh_backends(self) -> None:
         self.info = await self.router.backends.info()
@@ -461,9 +472,11 @@ class Bridge(QObject):
 
     # --- chat -----------------------------------------------------------------------------------------
 
-    def send(self, _conversation_id: str, messages: list[dict[str, str]], params: dict[str, Any]) -> None:
+    def send(self, model: str, messages: list[dict[str, str]], params: dict[str, Any]) -> None:
+        """Ask for a reply meant for ``model`` (the router says which model gets it: that one, or the
+        one used last); the reply comes as ``reply_started``, ``reply_delta``... or ``reply_failed``."""
         self.stop_reply()
-        target = self.chat_target()
+        target = self.chat_target(model)
         if not target:
             self.reply_failed.emit("No model is loaded. Load one from the Models list, then send again.")
             return
@@ -480,28 +493,18 @@ class Bridge(QObject):
         try:
             async for event in self.router.stream_chat(target, messages, **params):
                 if isinstance(event, ChatDelta):
-                    self.reply_delta.emit(event.content, event.reasoning)
+                    self.reply_delta.emit(event)
                 else:
-                    self.reply_card.emit(self.router.run_card(target, params, event.telemetry).to_json())
-                    self.reply_finished.emit(dataclasses.asdict(event.telemetry))
+                    self.reply_card.emit(self.router.run_card(target, params, event.telemetry))
+                    self.reply_finished.emit(event)
         except LemonDeskError as err:
-            self.reply_failed.emit(self._with_last_words(target, err))
-
-    def _with_last_words(self, target: str, err: LemonDeskError) -> str:
-        message = str(err)
-        if isinstance(err, EngineError) and err.last_output:
-            return message  # it quotes them already, as they were when the engine died
-        engine = self.router.engines.get(target)
-        words = engine.last_words(LAST_WORDS) if engine else ""
-        if not words or words in message:
-            return message
-        return f"{message}\n\nThe engine's last words:\n{words}"
+            self.reply_failed.emit(self.router.failure_message(target, err))
 
     # --- telemetry and bench ----------------------------------------------------------------------------
 
     def watch_system(self, on: bool) -> None:
         """Sample the machine and the engines each second (``system_sampled``) while ``on``."""
-        if not self.shut_down:
+        if self.started and not self.shut_down:
             self.router.watch_system(on)
 
     def run_bench(self, spec: BenchSpec) -> None:
@@ -523,19 +526,28 @@ class Bridge(QObject):
         if self._bench is not None:
             self._bench.cancel()
 
-    # --- quitting -------------------------------------------------------------------------------------
+    # --- quitting: the stages app.ui.quitting runs, in this order -----------------------------------
 
-    async def shutdown(self) -> None:
-        """Cancel every task, stop the local API, shut the router down (engines stopped, downloads
-        paused)."""
+    def stop_accepting(self) -> None:
+        """No new work: events are no longer passed on, nor tasks' errors told."""
         self.shut_down = True
         self._refresh.stop()
+
+    async def cancel_tasks(self) -> None:
+        """Cancel every task (replies in flight close their streams); wait for the unloads under way."""
         tasks = list(self._tasks)
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, *self._stopping, return_exceptions=True)
+
+    async def stop_api(self) -> None:
         if self._api is not None:
             await self._api.stop()
             self._api = None
-        await self.router.shutdown(resume_downloads=True)  # they go on when the window opens again
+
+    async def stop_router(self) -> None:
+        """Shut the router down: engines stopped, downloads paused (they go on when the window opens
+        again)."""
+        if self._router is not None:
+            await self._router.shutdown(resume_downloads=True)
         self._unsubscribe()

@@ -1,58 +1,62 @@
 """The desktop app around the window: history, tray, settings, single instance, window state, quitting.
 
-This is the composition root of the UI: it owns the objects and does the little file and keychain I/O
-the UI needs (settings, window state, token), so that the widgets themselves do none.
+This is the composition root of the UI: it owns the objects, and hands the file and keychain I/O the UI
+needs (settings, token, bench runs, window state on quitting) to worker threads, so that the window's
+thread only gets results. What is read before the event loop runs (the settings and the window's state,
+which the first paint needs) is read then; the chat history is the UI thread's by design
+(``store.history``).
 
 Start-up comes in two parts: the constructor makes what the first paint needs (settings, window, tray);
-``start()``, called once the window shows, makes the rest (the chat history's database, the bridge) and
-imports their modules then, so that none of it delays the window.
+``start()``, called once the window shows, makes the rest (the chat history's database, the bridge, whose
+``start()`` makes the router in a worker thread) and imports their modules then, so that none of it
+delays the window. Quitting runs in stages (``app.ui.quitting``).
 """
 
 from __future__ import annotations
 
-import enum
-import json
 import logging
 import time
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QObject, QSettings, Qt
 from PySide6.QtGui import QGuiApplication, QIcon
 from PySide6.QtWidgets import QApplication, QMessageBox
 
-from app.core.backends import BackendState
 from app.core.chat import ChatMessage
 from app.core.downloads import DownloadRecord
-from app.core.engine_state import EngineState
 from app.core.errors import LemonDeskError
 from app.core.remotes import RemoteModelStatus, RemoteState
 from app.core.status import Status
 from app.desktop_entry import ICON_NAME, PNG_SIZES, packaging_dir
-from app.store import secrets
-from app.store.files import atomic_write_bytes
 from app.store.model_options import ModelOptions
 from app.store.paths import home
-from app.store.settings import Settings, load_settings, save_settings
+from app.store.settings import Settings, load_settings
+from app.ui.boxes import Button, open_box
+from app.ui.first_run import FirstRun
 from app.ui.main_window import MainWindow
 from app.ui.model_manager import BUSY
-from app.ui.settings_dialog import SettingsDialog, TokenAction, TokenChange
+from app.ui.notices import recovery_notice, remote_notice
+from app.ui.settings_flow import SettingsFlow
 from app.ui.telemetry_view import WINDOW_S
+from app.ui.tool_windows import ToolWindows
 from app.ui.tray import Tray
+
+Icon = QMessageBox.Icon
 
 if TYPE_CHECKING:
     import asyncio
 
     from app.bridge import Bridge
-    from app.core.bench import BenchRun
     from app.store.history import History
-    from app.supervisor.remote_views import RemoteSnapshot
-    from app.supervisor.router import EngineUsage, LoadProgress, ModelView, RequestFinished, Suggestion
+    from app.supervisor.remote_views import RemoteChanged, RemoteSnapshot
+    from app.supervisor.router import EngineUsage, LoadProgress, ModelView, RequestFinished
     from app.supervisor.rpc import WorkerChanged
     from app.supervisor.supervisor import EngineStateChanged
     from app.ui.backends_dialog import BackendsDialog
     from app.ui.bench_view import BenchView
     from app.ui.chat.keeper import HistoryKeeper
+    from app.ui.quitting import Quitter
+    from app.ui.settings_dialog import SettingsDialog, TokenChange
     from app.ui.single_instance import SingleInstance
 
 STATUS_MESSAGE_MS = 8000
@@ -70,13 +74,6 @@ def app_icon() -> QIcon:
 def window_state_store() -> QSettings:
     """Window size, splitters and last model, in LEMON_DESK_HOME (Qt writes the file atomically)."""
     return QSettings(str(home() / "window.ini"), QSettings.Format.IniFormat)
-
-
-class WelcomeState(enum.Enum):
-    UNKNOWN = "unknown"  # the models are not read yet
-    OFFERED = "offered"  # no model is on this machine: the welcome is shown
-    RUNNING = "running"  # its button was pressed: download, install and load under way
-    DONE = "done"  # a model is here (or was loaded from the welcome): the chat is shown
 
 
 class DesktopApp(QObject):
@@ -97,20 +94,17 @@ class DesktopApp(QObject):
         self.tray.show()
         self._apply_tray_setting()
         self.window.restore_state(window_state_store())
-        self.dialog: SettingsDialog | None = None
-        self.backends: BackendsDialog | None = None
-        self.bench: BenchView | None = None
-        self.quitting = False
+        self.settings_flow = SettingsFlow(self.window, self._warn, self._settings_saved)
+        self.tools = ToolWindows(self.window, self._warn)  # the Backends and Bench windows
+        self.quitter: Quitter | None = None
         self.finished = False  # every engine is stopped and the app has quit
         self.exit_app = qapp.quit  # what ends the application once everything is stopped
-        self._quit_task: asyncio.Task[None] | None = None
         self._telemetry_loaded = False  # the Telemetry tab has the history's per-reply figures
-        self._welcome = WelcomeState.UNKNOWN
+        self.first_run = FirstRun(self.window, self.tray, self.show_window)
         self._loading = ""  # the model whose one-click load the status bar follows
         self.history: History  # these three are made by start(), once the window shows
         self.keeper: HistoryKeeper
         self.bridge: Bridge
-        self._remote_usable = False  # a remote answers with models: there is something to chat with
         self.started = False
         self.start_failure: QMessageBox | None = None  # why start() failed, on screen until dismissed
 
@@ -122,14 +116,18 @@ class DesktopApp(QObject):
         self.tray.notified.connect(self._show_notification)
         if instance is not None:
             instance.activation_requested.connect(self.show_window)
-        QGuiApplication.styleHints().colorSchemeChanged.connect(self._scheme_changed)
+        QGuiApplication.styleHints().colorSchemeChanged.connect(self.scheme_changed)
         if loaded.warning:
             self._warn(loaded.warning)
 
+    @property
+    def quitting(self) -> bool:
+        return self.quitter is not None
+
     def start(self) -> None:
-        """Open the chat history, make the router (through the bridge), find the models, probe the
-        hardware and backends, serve the local API: called once the window is shown, so that none of it
-        (imports included) holds up its first paint."""
+        """Open the chat history, make the bridge and start it (the router, the models, the hardware and
+        backends), serve the local API: called once the window is shown, so that none of it (imports
+        included) holds up its first paint."""
         from app.bridge import Bridge
         from app.store.history import History
         from app.ui.chat.keeper import HistoryKeeper
@@ -142,11 +140,22 @@ class DesktopApp(QObject):
         self.bridge = Bridge(self.settings, self)
         self.started = True
         self._connect_bridge()
-        for warning in self.bridge.warnings:
-            self._warn(warning)
-        self.bridge.refresh()
+        self.bridge.spawn(self._start_bridge())
+
+    async def _start_bridge(self) -> None:
+        try:
+            await self.bridge.start()
+        except Exception as err:  # the router could not be made (its folders, say): as start() fails
+            self._explain_start_failure(err)
+            return
+        # Once the router has started (an earlier run's engines stopped), as `lemon-desk serve` does.
         self.bridge.serve(self.settings.api_enabled, self.settings.api_port)
         self.bridge.sync_worker()
+
+    def _router_ready(self) -> None:
+        for warning in self.bridge.warnings:
+            self._warn(warning)
+        self._watch_telemetry()  # the Telemetry tab may have been opened before
 
     def start_or_explain(self) -> None:
         """``start``; when it fails (a home folder that cannot be written, say), say why and quit, rather
@@ -154,22 +163,18 @@ class DesktopApp(QObject):
         try:
             self.start()
         except Exception as err:  # the top of the app's start: whatever stops it, the user is told
-            log.exception("Lemon Desk could not start")
-            why = str(err) if isinstance(err, LemonDeskError) else f"{err}. Check that {home()} is writable."
-            box = QMessageBox(
-                QMessageBox.Icon.Critical,
-                "Lemon Desk could not start",
-                f"{why}\n\nLemon Desk will close; start it again once this is fixed.",
-                QMessageBox.StandardButton.Ok,
-                self.window,
-            )
-            box.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
-            box.finished.connect(self.quit)
-            self.start_failure = box
-            box.open()
+            self._explain_start_failure(err)
+
+    def _explain_start_failure(self, err: Exception) -> None:
+        log.error("Lemon Desk could not start", exc_info=err)
+        why = str(err) if isinstance(err, LemonDeskError) else f"{err}. Check that {home()} is writable."
+        text = f"{why}\n\nLemon Desk will close; start it again once this is fixed."
+        self.start_failure = open_box(self.window, Icon.Critical, "Lemon Desk could not start", text)
+        self.start_failure.finished.connect(self.quit)
 
     def _connect_bridge(self) -> None:
         bridge, window, chat, models = self.bridge, self.window, self.window.chat, self.window.models
+        bridge.router_ready.connect(self._router_ready)
         bridge.models_changed.connect(self._rows_changed)
         bridge.backends_changed.connect(window.options.set_backends)
         bridge.engine_changed.connect(self._engine_changed)
@@ -180,16 +185,21 @@ class DesktopApp(QObject):
         bridge.worker_changed.connect(self._worker_changed)
         bridge.api_request.connect(self._api_request)
         bridge.remotes_changed.connect(self._remotes_changed)
+        bridge.remote_changed.connect(self._remote_changed)
+        bridge.recovery.connect(lambda event: self.tray.notify(*recovery_notice(event)))
         bridge.fit_refused.connect(self._confirm_force_load)
         bridge.reply_started.connect(chat.begin_reply)
-        bridge.reply_delta.connect(chat.append_reply)
-        bridge.reply_card.connect(chat.set_reply_card)
-        bridge.reply_finished.connect(chat.finish_reply)
+        bridge.reply_delta.connect(lambda delta: chat.append_reply(delta.content, delta.reasoning))
+        bridge.reply_card.connect(lambda card: chat.set_reply_card(card.to_json()))
+        bridge.reply_finished.connect(lambda done: chat.finish_reply(done.telemetry.to_json()))
         bridge.reply_failed.connect(chat.fail_reply)
         bridge.notify.connect(self.tray.notify)
         bridge.error.connect(self._warn)
         bridge.model_added.connect(models.select)
-        chat.send_requested.connect(bridge.send)
+        # The message is meant for the model the window shows; the router says which one answers.
+        chat.send_requested.connect(
+            lambda _id, messages, params: bridge.send(bridge.selected, messages, params)
+        )
         chat.stop_requested.connect(bridge.stop_reply)
         models.model_selected.connect(self._model_selected)
         models.load_requested.connect(lambda name: bridge.load(name))
@@ -227,10 +237,12 @@ class DesktopApp(QObject):
         window.hub_search.add_requested.connect(self._add_from_hub)
         bridge.hub_results.connect(window.hub_search.set_results)
         bridge.hub_failed.connect(window.hub_search.set_failed)
-        bridge.suggestion_ready.connect(self._suggestion_ready)
-        bridge.load_progress.connect(window.welcome.set_progress)
-        window.welcome.start_requested.connect(self.download_and_chat)
-        self.tray.welcome_requested.connect(self.download_and_chat)
+        self.first_run.connect(bridge)
+
+    def _remote_changed(self, event: RemoteChanged) -> None:
+        notice = remote_notice(event)
+        if notice is not None:
+            self.tray.notify(*notice)
 
     def _downloads_changed(self, records: list[DownloadRecord]) -> None:
         self.window.downloads.set_records(records)
@@ -240,54 +252,8 @@ class DesktopApp(QObject):
         self.bridge.add_from_hub(ref)
         self.window.side.setCurrentWidget(self.window.downloads)
 
-    # First run: while no model is on this machine, the chat area offers the suggested one.
-
-    def _first_run(self, rows: list[ModelView]) -> None:
-        state = self._welcome
-        if state is WelcomeState.UNKNOWN and rows:
-            if any(r.on_disk for r in rows) or self._remote_usable:
-                self._welcome = WelcomeState.DONE
-                return
-            self._welcome = WelcomeState.OFFERED
-            self.window.show_welcome(True)
-            self.bridge.suggest()
-        elif state is WelcomeState.OFFERED and any(r.on_disk for r in rows):
-            self._end_welcome()  # a model arrived another way (a download, an import)
-        elif state is WelcomeState.RUNNING:
-            row = next((r for r in rows if r.name == self.window.welcome.model), None)
-            if row is None:
-                return
-            if row.status.status is Status.LOADED:
-                self._end_welcome()
-                self.window.models.select(row.name)
-                self.window.chat.composer.setFocus()
-            elif row.status.status in (Status.FAILED, Status.DOWNLOAD_FAILED, Status.CRASHED):
-                self._welcome = WelcomeState.OFFERED
-                self.window.welcome.set_failed(row.status.message or f"{row.name} did not load.")
-
-    def _suggestion_ready(self, suggestion: Suggestion | None) -> None:
-        self.window.welcome.set_suggestion(suggestion)
-        if self._welcome is WelcomeState.OFFERED:
-            self.tray.set_welcome(suggestion.model.name if suggestion else "")
-
-    def download_and_chat(self, name: str) -> None:
-        """The welcome's one button: the one-click load (download, install, load), then the chat."""
-        if self._welcome is not WelcomeState.OFFERED:
-            return
-        self._welcome = WelcomeState.RUNNING
-        self.window.welcome.show_starting()
-        self.show_window()
-        self.window.models.select(name)
-        self.bridge.selected = name
-        self.bridge.load(name)
-
-    def _end_welcome(self) -> None:
-        self._welcome = WelcomeState.DONE
-        self.window.show_welcome(False)
-        self.tray.set_welcome("")
-
     def _rows_changed(self, rows: list[ModelView]) -> None:
-        self._first_run(rows)
+        self.first_run.rows_changed(rows)
         self._load_ended(rows)
         self.window.set_rows(rows)
         loaded = {r.name for r in rows if r.status.status is Status.LOADED}
@@ -302,9 +268,7 @@ class DesktopApp(QObject):
         usable = [v for r in remotes if r.state is RemoteState.REACHABLE for v in r.views()]
         loaded = {v.name for v in usable if v.status is RemoteModelStatus.LOADED}
         self.tray.set_remote_models([v.name for v in usable], loaded)
-        self._remote_usable = bool(usable)
-        if usable and self._welcome is WelcomeState.OFFERED:
-            self._end_welcome()  # a remote's model can be chatted with: no download is needed first
+        self.first_run.remotes_changed(bool(usable))
         if self.dialog is not None:
             self.dialog.remotes.set_remotes(remotes)
 
@@ -348,18 +312,9 @@ class DesktopApp(QObject):
         return self.history.recent_telemetry(time.time() - WINDOW_S)
 
     def _worker_changed(self, event: WorkerChanged) -> None:
-        """This machine's RPC worker in the tray: its address and free memory, or why it is down."""
-        if event.state is EngineState.READY and event.info is not None:
-            free = event.info.free_bytes / (1 << 30)
-            self.tray.set_worker(f"RPC worker: {event.endpoint} · {free:.1f} GiB free (copy)", event.endpoint)
-        elif event.state is EngineState.STOPPED:
-            self.tray.set_worker("", "")
-        elif event.final:
-            self.tray.set_worker("RPC worker: stopped", "")
-            self._warn(event.message)
-        elif event.state is EngineState.CRASHED:
-            self.tray.set_worker("RPC worker: restarting…", "")
-            self._warn(event.message)
+        warning = self.tray.show_worker(event)
+        if warning:
+            self._warn(warning)
 
     def _api_changed(self, url: str, problem: str) -> None:
         self.tray.set_api(url)
@@ -394,18 +349,10 @@ class DesktopApp(QObject):
             self.window.set_engine_status(f"{row.name} {row.status.text}" + (f": {why}" if why else ""))
 
     def _confirm_force_load(self, name: str, message: str) -> None:
-        box = QMessageBox(
-            QMessageBox.Icon.Warning,
-            "Not enough memory free",
-            message,
-            QMessageBox.StandardButton.Cancel,
-            self.window,
+        box = open_box(
+            self.window, Icon.Warning, "Not enough memory free", message, Button.Cancel, "Load anyway"
         )
-        force = box.addButton("Load anyway", QMessageBox.ButtonRole.AcceptRole)
-        box.setDefaultButton(QMessageBox.StandardButton.Cancel)
-        box.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
-        force.clicked.connect(lambda: self.bridge.load(name, force=True))
-        box.open()
+        box.accepted.connect(lambda: self.bridge.load(name, force=True))
 
     def _apply_sampling(self, options: ModelOptions) -> None:
         chat = self.window.chat
@@ -425,73 +372,26 @@ class DesktopApp(QObject):
         self.bridge.load(name, options)
 
     def _confirm_delete(self, name: str) -> None:
-        box = QMessageBox(
-            QMessageBox.Icon.Question,
-            "Delete model",
+        text = (
             f"Delete {name}? Downloaded files are removed from the disk; an imported model is only "
-            "taken off the list.",
-            QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.Cancel,
-            self.window,
+            "taken off the list."
         )
-        box.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        box = open_box(self.window, Icon.Question, "Delete model", text, Button.Yes | Button.Cancel)
         box.accepted.connect(lambda: self.bridge.delete(name))
-        box.open()
+
+    @property
+    def backends(self) -> BackendsDialog | None:
+        return self.tools.backends
+
+    @property
+    def bench(self) -> BenchView | None:
+        return self.tools.bench
 
     def open_backends(self) -> None:
-        if self.backends is None:
-            from app.ui.backends_dialog import BackendsDialog  # opened on demand: not at start-up
-
-            self.backends = BackendsDialog(self.window)
-            self.backends.install_requested.connect(self.bridge.install)
-            self.backends.cancel_requested.connect(self.bridge.cancel_install)
-            self.backends.uninstall_requested.connect(self.bridge.uninstall)
-            self.bridge.install_progress.connect(self.backends.set_progress)
-            self.bridge.install_done.connect(self.backends.set_done)
-            self.bridge.backends_changed.connect(self.backends.set_info)
-        if self.bridge.info is not None:
-            self.backends.set_info(self.bridge.info)
-        self.backends.show()
-        self.backends.raise_()
+        self.tools.open_backends(self.bridge)
 
     def open_bench(self) -> None:
-        if self.bench is None:
-            from app.ui.bench_view import BenchView  # opened on demand: not at start-up
-
-            self.bench = BenchView(self.window)
-            self.bench.run_requested.connect(self.bridge.run_bench)
-            self.bench.cancel_requested.connect(self.bridge.cancel_bench)
-            self.bench.export_requested.connect(self._export_bench)
-            self.bridge.bench_progress.connect(self.bench.set_progress)
-            self.bridge.bench_finished.connect(self.bench.set_finished)
-            self.bridge.bench_failed.connect(self.bench.set_failed)
-            from app.store.bench_results import load_runs  # the Bench window's, when it first opens
-
-            loaded = load_runs()
-            if loaded.warning:
-                self._warn(loaded.warning)
-            self.bench.set_runs(loaded.runs)
-        models = sorted(r.name for r in self.bridge.rows() if r.on_disk)
-        info = self.bridge.info
-        backends = [
-            f"{recipe}:{name}"
-            for recipe, support in (info.recipes.items() if info else ())
-            for name, status in support.backends.items()
-            if status.state is BackendState.INSTALLED
-        ]
-        self.bench.set_choices(models, backends)
-        self.bench.show()
-        self.bench.raise_()
-
-    def _export_bench(self, run: BenchRun, fmt: str, path: str) -> None:
-        from app.core.bench import to_markdown as bench_markdown
-
-        data = json.dumps(run.to_json(), indent=2) + "\n" if fmt == "json" else bench_markdown(run)
-        try:
-            atomic_write_bytes(Path(path), data.encode())
-        except OSError as err:
-            self._warn(
-                f"Could not export the bench results to {path}: {err.strerror}. Choose another folder."
-            )
+        self.tools.open_bench(self.bridge)
 
     def show_window(self) -> None:
         self.window.show()
@@ -499,88 +399,42 @@ class DesktopApp(QObject):
         self.window.raise_()
         self.window.activateWindow()
 
-    def open_settings(self) -> None:
-        if self.dialog is not None:
-            self.dialog.raise_()
-            return
-        self.dialog = SettingsDialog(self.settings, secrets.get_hf_token() is not None, self.window)
-        self.dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
-        self.dialog.applied.connect(self.apply_settings)
-        self.dialog.finished.connect(self._settings_closed)
-        if self.started:
-            editor = self.dialog.remotes
-            editor.set_remotes(self.bridge.remotes())
-            editor.add_requested.connect(self.bridge.add_remote)
-            editor.remove_requested.connect(self.bridge.remove_remote)
-            self.bridge.remote_added.connect(editor.added)
-            self.bridge.remote_failed.connect(editor.failed)
-        self.dialog.open()
+    @property
+    def dialog(self) -> SettingsDialog | None:
+        return self.settings_flow.dialog
 
-    def apply_settings(self, settings: Settings, token: TokenChange) -> None:
-        try:
-            save_settings(settings)
-        except OSError as err:
-            self._warn(f"Could not save the settings: {err.strerror}. Check that {home()} is writable.")
-            return
+    def open_settings(self) -> None:
+        self.settings_flow.open(self.settings, self.bridge if self.started else None)
+
+    def apply_settings(self, settings: Settings, token: TokenChange) -> asyncio.Task[None]:
+        """Save the settings and the token (in worker threads), apply them, close the dialog."""
+        return self.bridge.spawn(self.settings_flow.save(settings, token))
+
+    def _settings_saved(self, settings: Settings) -> None:
         self.settings = settings
         self.bridge.apply_settings(settings)
         self.bridge.serve(settings.api_enabled, settings.api_port)
         self.bridge.sync_worker()
         self._apply_tray_setting()
-        try:
-            if token.action is TokenAction.SET:
-                secrets.set_hf_token(token.token)
-            elif token.action is TokenAction.DELETE:
-                secrets.delete_hf_token()
-        except LemonDeskError as err:
-            self._warn(str(err))
 
     def quit(self) -> None:
-        """Save the window, then stop every engine; the app quits once they are all gone."""
-        if self.quitting:
-            return
-        self.quitting = True
-        store = window_state_store()
-        self.window.save_state(store)
-        store.sync()
-        self.tray.hide()
-        self.window.hide()
-        # The style hints outlive this app object (they are the process's): stop hearing from them.
-        QGuiApplication.styleHints().colorSchemeChanged.disconnect(self._scheme_changed)
-        if self.started:
-            self.bridge.blockSignals(True)  # the window is going: what the engines do now is for no one
-        import asyncio  # loaded by the event loop, which runs by the time anything quits
+        """Quit in stages (``app.ui.quitting``): the window goes at once, the app once every engine is
+        stopped and reaped."""
+        if self.quitter is None:
+            from app.ui.quitting import desktop_quitter
 
-        self._quit_task = asyncio.ensure_future(self._finish_quit())
-
-    async def _finish_quit(self) -> None:
-        try:
-            if self.started:
-                await self.bridge.shutdown()
-        finally:
-            if self.started:
-                self.history.close()
-            if self.instance is not None:
-                self.instance.close()
-            self.finished = True
-            self.exit_app()
+            self.quitter = desktop_quitter(self)
+            self.quitter.quit()
 
     def _apply_tray_setting(self) -> None:
         # Without a tray there would be no way back to a hidden window: then closing quits.
         self.window.keep_in_tray = self.settings.keep_in_tray and self.tray.available()
 
-    def _settings_closed(self) -> None:
-        self.dialog = None
-
     def _show_notification(self, title: str, message: str) -> None:
         self.window.show_message(f"{title}: {message}", STATUS_MESSAGE_MS)
 
     def _warn(self, message: str) -> None:
-        box = QMessageBox(
-            QMessageBox.Icon.Warning, "Lemon Desk", message, QMessageBox.StandardButton.Ok, self.window
-        )
-        box.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
-        box.open()
+        open_box(self.window, Icon.Warning, "Lemon Desk", message)
 
-    def _scheme_changed(self) -> None:
+    def scheme_changed(self) -> None:
         self.window.chat.refresh_theme()

@@ -204,11 +204,14 @@ class MainWindow(QMainWindow):
 
     # Window state
 
-    def save_state(self, store: QSettings) -> None:
-        store.setValue("window/geometry", self.saveGeometry())
-        store.setValue("window/main_splitter", self.splitter.saveState())
-        store.setValue("window/left_splitter", self.left.saveState())
-        store.setValue("window/last_model", self._last_model)
+    def state(self) -> dict[str, object]:
+        """What ``restore_state`` restores, by its key in the store: taken here, written elsewhere."""
+        return {
+            "window/geometry": self.saveGeometry(),
+            "window/main_splitter": self.splitter.saveState(),
+            "window/left_splitter": self.left.saveState(),
+            "window/last_model": self._last_model,
+        }
 
     def restore_state(self, store: QSettings) -> None:
         for key, restore in (

@@ -118,6 +118,8 @@ def _page(parent: QWidget, *sections: QWidget) -> QWidget:
 
 
 class SettingsDialog(QDialog):
+    """Save emits ``applied``; the app closes the dialog (``accept()``) once it has saved them."""
+
     applied = Signal(object, object)  # Settings, TokenChange
 
     def __init__(self, settings: Settings, has_token: bool, parent: QWidget | None = None) -> None:
@@ -129,14 +131,11 @@ class SettingsDialog(QDialog):
 
         self.token = QLineEdit(self)
         self.token.setEchoMode(QLineEdit.EchoMode.Password)
-        self.token.setPlaceholderText(
-            "Stored in the system keychain (type to replace)" if has_token else "hf_… (for gated models)"
-        )
         self.token.textEdited.connect(self._token_typed)
         self.remove_token = QPushButton("Remove", self)
         self.remove_token.setToolTip("Remove the stored token from the keychain")
-        self.remove_token.setEnabled(has_token)
         self.remove_token.clicked.connect(self._remove_token)
+        self.set_has_token(has_token)
         token_row = QHBoxLayout()
         token_row.addWidget(self.token, 1)
         token_row.addWidget(self.remove_token)
@@ -277,6 +276,15 @@ class SettingsDialog(QDialog):
         self.folder_dialog: QFileDialog | None = None
         self._validate()
 
+    def set_has_token(self, has_token: bool) -> None:
+        """Whether the keychain holds a token (read in a worker thread, so perhaps after opening)."""
+        if self._delete_token:
+            return
+        self.token.setPlaceholderText(
+            "Stored in the system keychain (type to replace)" if has_token else "hf_… (for gated models)"
+        )
+        self.remove_token.setEnabled(has_token)
+
     def _token_typed(self, text: str) -> None:
         if text:
             self._delete_token = False
@@ -355,5 +363,5 @@ class SettingsDialog(QDialog):
         else:
             change = TokenChange(TokenAction.KEEP)
         self.token.clear()
+        self.buttons.setEnabled(False)  # until the app has saved them and closes the dialog
         self.applied.emit(settings, change)
-        self.accept()

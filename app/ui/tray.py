@@ -3,9 +3,16 @@ and notifications. Driven by data, it emits intents."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from PySide6.QtCore import QObject, Signal
 from PySide6.QtGui import QAction, QGuiApplication, QIcon
 from PySide6.QtWidgets import QMenu, QSystemTrayIcon
+
+from app.core.engine_state import EngineState
+
+if TYPE_CHECKING:
+    from app.supervisor.rpc import WorkerChanged
 
 NOTIFY_MS = 6000
 
@@ -81,6 +88,22 @@ class Tray(QObject):
         if self.api_url:
             QGuiApplication.clipboard().setText(f"{self.api_url}/v1")
             self.notified.emit("Copied", f"{self.api_url}/v1 is on the clipboard.")
+
+    def show_worker(self, event: WorkerChanged) -> str:
+        """This machine's RPC worker: its address and free memory, or why it is down (returned, for the
+        user to be told; "" when there is nothing to tell)."""
+        if event.state is EngineState.READY and event.info is not None:
+            free = event.info.free_bytes / (1 << 30)
+            self.set_worker(f"RPC worker: {event.endpoint} · {free:.1f} GiB free (copy)", event.endpoint)
+        elif event.state is EngineState.STOPPED:
+            self.set_worker("", "")
+        elif event.final:
+            self.set_worker("RPC worker: stopped", "")
+            return event.message
+        elif event.state is EngineState.CRASHED:
+            self.set_worker("RPC worker: restarting…", "")
+            return event.message
+        return ""
 
     def set_worker(self, text: str, address: str) -> None:
         """This machine's RPC worker: what it is doing ("" hides it) and its address when it listens."""

@@ -4,6 +4,7 @@ labels less its quirks, its projector and its parameter count from its files."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import time
@@ -100,7 +101,8 @@ class Discover:
             speed = read / elapsed if read >= HEADER_FIRST // 4 and elapsed > 0 else None
         except ModelError as err:
             note = str(err)
-        return Suggestion(model, size, fit_of(model) or choice.fit, choice.reason, speed, note)
+        fit = await asyncio.to_thread(fit_of, model)  # reads the models' cache: not on the loop
+        return Suggestion(model, size, fit or choice.fit, choice.reason, speed, note)
 
     async def search_hub(
         self, query: str, recipe: str | None = None, limit: int = 10, context: int = DEFAULT_CONTEXT

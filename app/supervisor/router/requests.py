@@ -12,14 +12,14 @@ import contextlib
 import logging
 import shlex
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Collection, Iterator
 from typing import Any, cast
 
 from app.client.chat import ChatClient, Messages
 from app.client.events import ChatDone, ChatEvent, ChatReply
 from app.core.bench import hardware_summary, known_version
 from app.core.engine_state import EngineState
-from app.core.errors import EngineError
+from app.core.errors import EngineError, LemonDeskError
 from app.core.launch import DEFAULT_CTX_SIZE
 from app.core.remotes import is_remote_model
 from app.core.runcard import RunCard, figures, quant_of
@@ -33,6 +33,8 @@ from app.supervisor.router.runtime import Runtime
 from app.supervisor.supervisor import Supervisor
 
 log = logging.getLogger(__name__)
+
+LAST_WORDS = 8  # engine output lines a failed reply quotes when its error does not
 
 
 def is_remote(name: str) -> bool:
@@ -92,6 +94,31 @@ class Requests:
         self._runtime.emit(self.last_request)
 
     # --- local or remote ------------------------------------------------------------------------------
+
+    def chat_target(self, selected: str, on_disk: Collection[str]) -> str:
+        """The model a message meant for ``selected`` goes to: that one when it can answer (on disk, or
+        loaded, here; a remote's model its remote lists), else the model used last ("" when none)."""
+        if is_remote(selected):
+            usable = self._remotes.model(selected) is not None
+        else:
+            engine = self._supervisor.engines.get(selected)
+            usable = selected in on_disk or (engine is not None and engine.state is EngineState.READY)
+        if selected and usable:
+            return selected
+        loaded = self._loading.loaded()
+        return loaded[-1] if loaded else ""
+
+    def failure_message(self, name: str, err: LemonDeskError) -> str:
+        """What a reply of ``name`` that failed with ``err`` tells its reader: the error, and the engine's
+        last words when the error does not quote them already."""
+        message = str(err)
+        if isinstance(err, EngineError) and err.last_output:
+            return message  # quoted as they were when the engine died
+        engine = None if is_remote(name) else self._supervisor.engines.get(name)
+        words = engine.last_output(LAST_WORDS) if engine is not None else ""
+        if not words or words in message:
+            return message
+        return f"{message}\n\nThe engine's last words:\n{words}"
 
     async def unload(self, name: str) -> None:
         """Stop a model's engine; a remote model is unloaded by its remote."""

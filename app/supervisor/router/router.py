@@ -8,13 +8,14 @@ import asyncio
 import contextlib
 import functools
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Collection, Iterator
 from typing import Any
 
 from app.client.chat import ChatClient, Messages
 from app.client.events import ChatEvent, ChatReply
 from app.core.downloads import DownloadRecord
 from app.core.engine_state import EngineState
+from app.core.errors import LemonDeskError
 from app.core.fit import DEFAULT_CONTEXT
 from app.core.models import Model
 from app.core.policy import RAISE_LIMIT, parse_caps
@@ -364,6 +365,15 @@ class Router:
     def run_card(self, name: str, params: dict[str, Any], telemetry: Telemetry) -> RunCard:
         """What produced a reply of ``name``'s engine, for the reply's run card."""
         return self._requests.run_card(name, params, telemetry)
+
+    def chat_target(self, selected: str, on_disk: Collection[str]) -> str:
+        """The model a message meant for ``selected`` goes to (else the one used last; "": none).
+        ``on_disk``: the models on disk as the front end last read them (no disk is read here)."""
+        return self._requests.chat_target(selected, on_disk)
+
+    def failure_message(self, name: str, err: LemonDeskError) -> str:
+        """What a failed reply of ``name`` tells its reader: ``err``, with the engine's last words."""
+        return self._requests.failure_message(name, err)
 
     _restarts = property(lambda self: self._runtime.restarts())  # read by tests/unit/test_router.py
 

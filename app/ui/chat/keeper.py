@@ -105,6 +105,12 @@ class HistoryKeeper(QObject):
         self.history.update_message(self._reply_id, *snapshot)
         self._saved = snapshot
 
+    def flush(self) -> None:
+        """Write the reply in flight as it is now and stop saving it: the app is quitting (the reply
+        stays as streaming in the history, which is how an interrupted reply reads)."""
+        self._saver.stop()
+        self._saving(self._save_reply)()
+
     def _finished(self, _conversation_id: str, message: ChatMessage) -> None:
         self._saver.stop()
         if self._reply_id is None:
