@@ -213,13 +213,13 @@ def llamacpp_plan(
         port,
         "--jinja",
         "--metrics",
+        *(("--slot-save-path", req.slot_save_path) if req.slot_save_path else ()),
         "--api-key-file",
         key_file,
         *(("--mmproj", req.mmproj) if req.mmproj else ()),
         # llama-server splits its aliases at commas: a name with one keeps the default.
         *(("--alias", req.alias) if req.alias and "," not in req.alias else ()),
         *rpc_args(req.rpc, req.user_args),
-        *(("--slot-save-path", req.slot_save_path) if req.slot_save_path else ()),
         *req.user_args,
     )
     env = {**library_env(hw.os, req.library_dir, parent_env), **QUIET_ABORT}

@@ -42,10 +42,12 @@ _CHUNK = 1 << 20
 STALE_PART_S = 3600.0
 
 
-def slot_cache_dir() -> Path:
-    """Where llama-server saves slots (``--slot-save-path``): it must exist before the engine starts."""
+def slot_cache_dir(make: bool = True) -> Path:
+    """Where llama-server saves slots (``--slot-save-path``): made here, since it must exist before the
+    engine starts (``make=False``: only named, for a dry run)."""
     path = home() / "kvcache"
-    path.mkdir(parents=True, exist_ok=True)
+    if make:
+        path.mkdir(parents=True, exist_ok=True)
     return path
 
 

@@ -334,7 +334,7 @@ class Supervisor:
             mmproj=str(projector) if projector else "",
             alias=model.name if model.recipe == "llamacpp" else "",
             rpc=self._rpc_workers(model, options),
-            slot_save_path=str(slot_cache_dir()) if model.recipe == "llamacpp" else "",
+            slot_save_path=str(slot_cache_dir(make=not dry_run)) if model.recipe == "llamacpp" else "",
         )
 
     @staticmethod

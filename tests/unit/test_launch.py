@@ -88,10 +88,12 @@ def test_the_model_name_and_projector_come_before_the_user_args() -> None:
     assert "--alias" not in plan_launch(request(alias="a,b"), hw("cpu_only_x86"), "1", "k", {}).argv
 
 
-def test_the_slot_save_folder_comes_before_the_user_args_and_only_when_asked() -> None:
+def test_the_slot_save_folder_follows_the_apps_flags_and_only_when_asked() -> None:
     req = request(slot_save_path="/home/u/.local/share/lemon-desk/kvcache", user_args=("-t", "2"))
     argv = plan_launch(req, hw("cpu_only_x86"), "1", "k", {}).argv
-    assert argv[-4:] == ("--slot-save-path", "/home/u/.local/share/lemon-desk/kvcache", "-t", "2")
+    at = argv.index("--slot-save-path")
+    assert argv[at - 1 : at + 3] == ("--metrics", "--slot-save-path", req.slot_save_path, "--api-key-file")
+    assert argv[-2:] == ("-t", "2")
     assert "--slot-save-path" not in plan_launch(request(), hw("cpu_only_x86"), "1", "k", {}).argv
 
 
