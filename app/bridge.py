@@ -461,13 +461,13 @@ class Bridge(QObject):
 
     # --- chat -----------------------------------------------------------------------------------------
 
-    def send(self, _conversation_id: str, messages: list[dict[str, str]], params: dict[str, Any]) -> None:
+    def send(self, conversation_id: str, messages: list[dict[str, str]], params: dict[str, Any]) -> None:
         self.stop_reply()
         target = self.chat_target()
         if not target:
             self.reply_failed.emit("No model is loaded. Load one from the Models list, then send again.")
             return
-        self._chat = self.spawn(self._stream(target, messages, params))
+        self._chat = self.spawn(self._stream(target, messages, params, conversation_id))
 
     def stop_reply(self) -> None:
         """Cancel the reply in flight; its stream is closed as the task unwinds."""
@@ -475,10 +475,12 @@ class Bridge(QObject):
             self._chat.cancel()
         self._chat = None
 
-    async def _stream(self, target: str, messages: list[dict[str, str]], params: dict[str, Any]) -> None:
+    async def _stream(
+        self, target: str, messages: list[dict[str, str]], params: dict[str, Any], conversation: str
+    ) -> None:
         self.reply_started.emit()  # before a load on demand, which may take a while
         try:
-            async for event in self.router.stream_chat(target, messages, **params):
+            async for event in self.router.stream_chat(target, messages, conversation, **params):
                 if isinstance(event, ChatDelta):
                     self.reply_delta.emit(event.content, event.reasoning)
                 else:

@@ -60,6 +60,15 @@ StateListener = Callable[[EngineState], None]
 StopHook = Callable[["Engine"], Awaitable[None]]
 
 
+def launched_ctx_size(engine: Engine) -> int | None:
+    """The context size an engine was started with, from its command line (None: the engine's own)."""
+    argv = list(engine.argv)
+    if "--ctx-size" in argv[:-1]:
+        value = argv[argv.index("--ctx-size") + 1]
+        return int(value) if value.isdigit() else None
+    return engine.request.ctx_size
+
+
 def _safe_name(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("._") or "engine"
 
