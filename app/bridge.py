@@ -480,7 +480,7 @@ class Bridge(QObject):
     ) -> None:
         self.reply_started.emit()  # before a load on demand, which may take a while
         try:
-            async for event in self.router.stream_chat(target, messages, conversation, **params):
+            async for event in self.router.stream_chat(target, messages, conversation=conversation, **params):
                 if isinstance(event, ChatDelta):
                     self.reply_delta.emit(event.content, event.reasoning)
                 else:

@@ -186,14 +186,30 @@ class Resume:
         return saved
 
     async def save_all(self, engine: Engine) -> None:
-        """The engine's stop hook: save every slot a chat holds."""
+        """The engine's stop hook: save every slot a chat holds, except those replying now (llama-server
+        would save them only once the reply ends, and the unload would wait for it)."""
         slots = self._engines.get(engine)
         if slots is None:
             return
         async with slots.lock:
             held, slots.held = slots.held, {}
+            busy = await _busy_slots(engine) if held else set()
             for conversation, slot in held.items():
+                if slot in busy:
+                    log.info("%s: slot %d is replying as it stops; its chat is not saved", engine.id, slot)
+                    continue
                 await self._save(engine, slots, slot, conversation)
+
+
+async def _busy_slots(engine: Engine) -> set[int]:
+    """The slots processing a request now (none known when llama-server's ``/slots`` cannot say)."""
+    try:
+        async with engine.chat_client() as client:
+            answer = await client.get_json("/slots")
+        return {int(slot["id"]) for slot in answer if slot.get("is_processing")}
+    except (LemonDeskError, AttributeError, KeyError, TypeError, ValueError) as err:
+        log.info("%s: its slots' state is unknown (%s)", engine.id, err)
+        return set()
 
 
 async def _slot_action(client: ChatClient, slot: int, action: str, filename: str) -> dict[str, Any]:

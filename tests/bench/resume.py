@@ -51,7 +51,7 @@ async def turn(
     """Seconds from the call to the first content, the reply, and the engine's figures."""
     start, first, reply = time.perf_counter(), None, ""
     telemetry = None
-    async for event in router.stream_chat(name, messages, chat, **SAMPLING):
+    async for event in router.stream_chat(name, messages, conversation=chat, **SAMPLING):
         if isinstance(event, ChatDone):
             telemetry = event.telemetry
         else:

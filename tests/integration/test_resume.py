@@ -56,7 +56,9 @@ class Chat:
         if text is not None:
             self.messages.append({"role": "user", "content": text})
         reply, done = "", None
-        async for event in self.router.stream_chat(self.name, self.messages, self.conversation, **SAMPLING):
+        async for event in self.router.stream_chat(
+            self.name, self.messages, conversation=self.conversation, **SAMPLING
+        ):
             if isinstance(event, ChatDone):
                 done = event
             else:

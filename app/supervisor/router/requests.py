@@ -141,7 +141,7 @@ class Requests:
         return (await self._resume.turn(engine, conversation, params)).params
 
     async def stream_chat(
-        self, name: str, messages: Messages, conversation: str | None = None, **params: Any
+        self, name: str, messages: Messages, *, conversation: str | None = None, **params: Any
     ) -> AsyncIterator[ChatEvent]:
         """A streamed reply. An engine that dies mid-reply ends it with an EngineError naming the cause
         (the engine restarts behind it; a stream cannot be replayed without the user seeing it twice).
@@ -162,7 +162,7 @@ class Requests:
                         yield event
 
     async def chat(
-        self, name: str, messages: Messages, conversation: str | None = None, **params: Any
+        self, name: str, messages: Messages, *, conversation: str | None = None, **params: Any
     ) -> ChatReply:
         """A whole reply. One broken by an engine crash is sent once more after the restart."""
         try:

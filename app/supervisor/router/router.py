@@ -385,18 +385,18 @@ class Router:
         self._requests.request_finished(name, telemetry, source)
 
     def stream_chat(
-        self, name: str, messages: Messages, conversation: str | None = None, **params: Any
+        self, name: str, messages: Messages, *, conversation: str | None = None, **params: Any
     ) -> AsyncIterator[ChatEvent]:
         """A streamed reply; an engine that dies mid-reply ends it with an EngineError naming the cause.
         ``conversation``: the chat's id; its turns keep to one engine slot, and a llama.cpp model's
         unload saves that slot's KV cache, which the chat's next turn restores (``app.supervisor.resume``)."""
-        return self._requests.stream_chat(name, messages, conversation, **params)
+        return self._requests.stream_chat(name, messages, conversation=conversation, **params)
 
     async def chat(
-        self, name: str, messages: Messages, conversation: str | None = None, **params: Any
+        self, name: str, messages: Messages, *, conversation: str | None = None, **params: Any
     ) -> ChatReply:
         """A whole reply. One broken by an engine crash is sent once more after the restart."""
-        return await self._requests.chat(name, messages, conversation, **params)
+        return await self._requests.chat(name, messages, conversation=conversation, **params)
 
     def run_card(self, name: str, params: dict[str, Any], telemetry: Telemetry) -> RunCard:
         """What produced a reply of ``name``'s engine, for the reply's run card."""
