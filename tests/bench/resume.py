@@ -119,7 +119,9 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--facts", type=int, default=240, help="12 tokens each (240: about 3,000 tokens)")
+    parser.add_argument(
+        "--facts", type=int, default=185, help="about 16 tokens each (185: about 3,000 tokens)"
+    )
     args = parser.parse_args()
     # The library, options, saved KV caches and logs go to a throwaway app folder, not the user's.
     with tempfile.TemporaryDirectory(prefix="lemon-desk-bench-") as home:
