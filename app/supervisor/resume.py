@@ -66,6 +66,7 @@ class Resume:
         """``budget_gb()``: the disk the saved KV caches may take (the ``kv_cache_budget_gb`` setting)."""
         self._budget_gb = budget_gb
         self._engines: weakref.WeakKeyDictionary[Engine, _EngineSlots] = weakref.WeakKeyDictionary()
+        self._unreadable: weakref.WeakSet[Engine] = weakref.WeakSet()  # asked once, and they could not say
         self._swept: set[Path] = set()
 
     def _budget_bytes(self) -> int:
@@ -74,7 +75,7 @@ class Resume:
     async def turn(self, engine: Engine, conversation: str, params: dict[str, Any]) -> Turn:
         """The parameters for a turn of ``conversation`` on ``engine``: its slot and the prompt cache,
         with its saved KV cache restored first when this engine does not hold the chat yet."""
-        if not resumable(engine):
+        if not resumable(engine) or engine in self._unreadable:
             return Turn(params)
         slots = await self._slots(engine)
         if slots is None:
@@ -102,6 +103,7 @@ class Resume:
                 await asyncio.to_thread(files.sweep)
         except (LemonDeskError, OSError, KeyError, TypeError, ValueError) as err:
             log.warning("no saved KV caches for %s: its slots cannot be read (%s)", engine.id, err)
+            self._unreadable.add(engine)
             return None
         known = self._engines.get(engine)  # another turn's look came first
         if known is not None:
