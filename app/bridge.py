@@ -472,15 +472,22 @@ class Bridge(QObject):
 
     # --- chat -----------------------------------------------------------------------------------------
 
-    def send(self, model: str, messages: list[dict[str, str]], params: dict[str, Any]) -> None:
+    def send(
+        self,
+        model: str,
+        messages: list[dict[str, str]],
+        params: dict[str, Any],
+        conversation: str | None = None,
+    ) -> None:
         """Ask for a reply meant for ``model`` (the router says which model gets it: that one, or the
-        one used last); the reply comes as ``reply_started``, ``reply_delta``... or ``reply_failed``."""
+        one used last) in the chat ``conversation`` (its turns keep their prompt cache); the reply comes
+        as ``reply_started``, ``reply_delta``... or ``reply_failed``."""
         self.stop_reply()
         target = self.chat_target(model)
         if not target:
             self.reply_failed.emit("No model is loaded. Load one from the Models list, then send again.")
             return
-        self._chat = self.spawn(self._stream(target, messages, params))
+        self._chat = self.spawn(self._stream(target, messages, params, conversation))
 
     def stop_reply(self) -> None:
         """Cancel the reply in flight; its stream is closed as the task unwinds."""
@@ -488,10 +495,12 @@ class Bridge(QObject):
             self._chat.cancel()
         self._chat = None
 
-    async def _stream(self, target: str, messages: list[dict[str, str]], params: dict[str, Any]) -> None:
+    async def _stream(
+        self, target: str, messages: list[dict[str, str]], params: dict[str, Any], conversation: str | None
+    ) -> None:
         self.reply_started.emit()  # before a load on demand, which may take a while
         try:
-            async for event in self.router.stream_chat(target, messages, **params):
+            async for event in self.router.stream_chat(target, messages, conversation=conversation, **params):
                 if isinstance(event, ChatDelta):
                     self.reply_delta.emit(event)
                 else:

@@ -424,13 +424,21 @@ class ChatClient:
                 observer.request_finished()
 
     async def post_json(self, path: str, body: dict[str, Any]) -> Any:
-        """POST ``body`` to one of the engine's own routes (llama-server's ``/apply-template`` and
-        ``/tokenize``) and give its JSON answer; a refusal or an unreadable answer is a RequestError."""
+        """POST ``body`` to one of the engine's own routes (llama-server's ``/apply-template``,
+        ``/tokenize`` and ``/slots/{id}``) and give its JSON answer; a refusal or an unreadable answer is
+        a RequestError."""
+        return await self._json_call("POST", path, body)
+
+    async def get_json(self, path: str) -> Any:
+        """GET one of the engine's own routes (llama-server's ``/props``) and give its JSON answer."""
+        return await self._json_call("GET", path, None)
+
+    async def _json_call(self, method: str, path: str, body: dict[str, Any] | None) -> Any:
         import httpx
 
         try:
             async with self._http.stream(
-                "POST", path, json=body, headers=self._headers, timeout=self._request_timeout
+                method, path, json=body, headers=self._headers, timeout=self._request_timeout
             ) as response:
                 answer = await read_answer(response)
         except httpx.HTTPError as err:

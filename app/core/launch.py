@@ -87,6 +87,7 @@ class LaunchRequest:
     alias: str = ""  # llamacpp: the name replies give as their "model" (else the file's path)
     quirks: tuple[Quirk, ...] = ()  # the quirk table (``resources/quirks.json``)
     rpc: tuple[str, ...] = ()  # llama.cpp RPC workers (``host:port``) that hold layers and KV cache
+    slot_save_path: str = ""  # llamacpp: the folder slots' KV caches are saved in ("": no saving)
 
     @property
     def backend_key(self) -> BackendKey:
@@ -138,6 +139,7 @@ LLAMACPP_RESERVED: dict[str, str] = {
     **dict.fromkeys(("--host", "--port", "--api-key", "--api-key-file"), _REMOVE),
     **dict.fromkeys(("--jinja", "--no-jinja", "--metrics", "--mmproj", "-mm", "-a", "--alias"), _REMOVE),
     "--rpc": "Use the rpc option (or --rpc on the command line) instead.",
+    "--slot-save-path": "Lemon Desk saves conversations' KV caches itself. " + _REMOVE,
 }
 GPU_LAYERS_FLAGS = ("-ngl", "--gpu-layers", "--n-gpu-layers")
 VERBOSITY_FLAGS = ("-lv", "--verbosity", "--log-verbosity", "-v", "--verbose", "--log-verbose")
@@ -211,6 +213,7 @@ def llamacpp_plan(
         port,
         "--jinja",
         "--metrics",
+        *(("--slot-save-path", req.slot_save_path) if req.slot_save_path else ()),
         "--api-key-file",
         key_file,
         *(("--mmproj", req.mmproj) if req.mmproj else ()),

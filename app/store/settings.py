@@ -14,6 +14,7 @@ from app.core.errors import ConfigError
 from app.core.policy import parse_caps
 from app.core.rpc import parse_workers
 from app.store.files import atomic_write_json, read_json, set_aside
+from app.store.kvcache import DEFAULT_BUDGET_GB
 from app.store.paths import home
 
 SCHEMA = 1
@@ -40,6 +41,7 @@ class Settings:
     worker_host: str = "127.0.0.1"  # another address needs worker_allow_network: the protocol is open
     worker_port: int = 50052
     worker_allow_network: bool = False
+    kv_cache_budget_gb: float = DEFAULT_BUDGET_GB  # disk for conversations' saved KV caches (0: none kept)
 
 
 @dataclass(frozen=True)
@@ -84,6 +86,8 @@ def _from_json(data: Any) -> Settings:
                 value = float(value)
             if type(value) is not type(default):
                 raise ValueError(f"'{f.name}' has the wrong type")
+            if f.name == "kv_cache_budget_gb" and not 0 <= value < float("inf"):
+                raise ValueError(f"'{f.name}' must be a number of GB, 0 or more")
             values[f.name] = value
     return Settings(**values)
 

@@ -21,7 +21,7 @@ import os
 import re
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -54,8 +54,19 @@ HEALTH_TIMEOUT_S = 2.0
 HANG_PROBES = 3  # /health failures in a row, after the grace period, that make a hang
 IDLE_PROBE_S = 15.0  # how often an idle READY engine's /health is checked
 EXPLAIN_WAIT_S = 5.0  # how long a broken request waits to learn whether the engine died
+STOP_HOOKS_TIMEOUT_S = 60.0  # what a stop waits for its hooks (saving KV caches) before it goes on
 
 StateListener = Callable[[EngineState], None]
+StopHook = Callable[["Engine"], Awaitable[None]]
+
+
+def launched_ctx_size(engine: Engine) -> int | None:
+    """The context size an engine was started with, from its command line (None: the engine's own)."""
+    argv = list(engine.argv)
+    if "--ctx-size" in argv[:-1]:
+        value = argv[argv.index("--ctx-size") + 1]
+        return int(value) if value.isdigit() else None
+    return engine.request.ctx_size
 
 
 def _safe_name(text: str) -> str:
@@ -130,6 +141,8 @@ class Engine:
         self._http: httpx.AsyncClient | None = None  # health probes
         self._requests: httpx.AsyncClient | None = None  # requests, shared by every chat client
         self._hang: str | None = None
+        self._stop_hooks: list[StopHook] = []
+        self._before_stop: asyncio.Future[None] | None = None  # the hooks' run, shared by every stop
         self.telemetry = telemetry_source(request)  # engine-printed speed figures, where it prints them
         if self.telemetry is not None:
             self.add_output_listener(self.telemetry.feed)
@@ -147,6 +160,11 @@ class Engine:
     @property
     def pid(self) -> int | None:
         return self.process.pid
+
+    def add_stop_hook(self, hook: StopHook) -> None:
+        """Await ``hook(engine)`` when a stop is asked of the READY engine, before it stops (the engine
+        still answers then: its KV caches can be saved). A hook that fails or overruns is logged."""
+        self._stop_hooks.append(hook)
 
     def add_output_listener(self, listener: OutputListener) -> Callable[[], None]:
         """Call ``listener(line)`` for each line the engine prints; returns a function that removes it."""
@@ -206,6 +224,7 @@ class Engine:
         self._set_state(EngineState.STARTING)
         self.error = None
         self._hang = None
+        self._before_stop = None
         self._starting = asyncio.current_task()
         try:
             await self._spawn(plan)
@@ -360,10 +379,12 @@ class Engine:
             starting.cancel()
             await asyncio.gather(starting, return_exceptions=True)
             return
-        if self.state is EngineState.STOPPING:
+        if self.state is EngineState.READY:
+            await self._run_stop_hooks()  # it still answers: its KV caches can be saved
+        if self.state is EngineState.STOPPING:  # another stop is under way (or went on first)
             await self.wait_for_state(EngineState.STOPPED)
             return
-        if self.state is not EngineState.READY:
+        if self.state is not EngineState.READY:  # never ready, stopped, or crashed meanwhile
             return
         self._set_state(EngineState.STOPPING)
         if self._watchdog is not None:
@@ -371,6 +392,28 @@ class Engine:
             await asyncio.gather(self._watchdog, return_exceptions=True)
         await self._terminate()
         self._set_state(EngineState.STOPPED)
+
+    async def _run_stop_hooks(self) -> None:
+        """Run the stop hooks once for every stop asked meanwhile, within STOP_HOOKS_TIMEOUT_S."""
+        if not self._stop_hooks:
+            return
+        if self._before_stop is None:
+
+            async def run() -> None:
+                for hook in self._stop_hooks:
+                    try:
+                        await hook(self)
+                    except Exception:
+                        log.exception("a stop hook of engine %s failed", self.id)
+
+            self._before_stop = asyncio.ensure_future(run())
+        done, _ = await asyncio.wait({self._before_stop}, timeout=STOP_HOOKS_TIMEOUT_S)
+        if not done:
+            log.warning(
+                "engine %s: its stop hooks took over %g s; stopping it anyway", self.id, STOP_HOOKS_TIMEOUT_S
+            )
+            self._before_stop.cancel()
+            await asyncio.gather(self._before_stop, return_exceptions=True)
 
     async def _terminate(self) -> None:
         await self.process.terminate(self.stop_grace_s)

@@ -36,6 +36,7 @@ from app.core.launch import (
 from app.core.models import Model
 from app.store.hfcache import hub_cache_dir
 from app.store.installs import InstallManifest, install_dir
+from app.store.kvcache import slot_cache_dir
 from app.store.model_paths import gguf_architecture
 from app.store.quirks import load_quirks
 from app.store.settings import Settings
@@ -341,6 +342,7 @@ class Supervisor:
             mmproj=str(projector) if projector else "",
             alias=model.name if model.recipe == "llamacpp" else "",
             rpc=self._rpc_workers(model, options),
+            slot_save_path=str(slot_cache_dir(make=not dry_run)) if model.recipe == "llamacpp" else "",
         )
 
     @staticmethod

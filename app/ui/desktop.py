@@ -198,7 +198,7 @@ class DesktopApp(QObject):
         bridge.model_added.connect(models.select)
         # The message is meant for the model the window shows; the router says which one answers.
         chat.send_requested.connect(
-            lambda _id, messages, params: bridge.send(bridge.selected, messages, params)
+            lambda chat_id, messages, params: bridge.send(bridge.selected, messages, params, chat_id)
         )
         chat.stop_requested.connect(bridge.stop_reply)
         models.model_selected.connect(self._model_selected)

@@ -88,6 +88,15 @@ def test_the_model_name_and_projector_come_before_the_user_args() -> None:
     assert "--alias" not in plan_launch(request(alias="a,b"), hw("cpu_only_x86"), "1", "k", {}).argv
 
 
+def test_the_slot_save_folder_follows_the_apps_flags_and_only_when_asked() -> None:
+    req = request(slot_save_path="/home/u/.local/share/lemon-desk/kvcache", user_args=("-t", "2"))
+    argv = plan_launch(req, hw("cpu_only_x86"), "1", "k", {}).argv
+    at = argv.index("--slot-save-path")
+    assert argv[at - 1 : at + 3] == ("--metrics", "--slot-save-path", req.slot_save_path, "--api-key-file")
+    assert argv[-2:] == ("-t", "2")
+    assert "--slot-save-path" not in plan_launch(request(), hw("cpu_only_x86"), "1", "k", {}).argv
+
+
 @pytest.mark.parametrize(
     ("user_args", "flag"),
     [
@@ -105,6 +114,7 @@ def test_the_model_name_and_projector_come_before_the_user_args() -> None:
         (("--mmproj", "x.gguf"), "--mmproj"),
         (("--alias", "other"), "--alias"),
         (("--metrics",), "--metrics"),
+        (("--slot-save-path", "/tmp"), "--slot-save-path"),
     ],
 )
 def test_reserved_flags_are_refused_by_name(user_args: tuple[str, ...], flag: str) -> None:

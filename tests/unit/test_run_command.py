@@ -9,6 +9,7 @@ import pytest
 
 from app.cli import main
 from app.store.installs import install_dir
+from app.store.paths import home
 from tests.conftest import profile_path
 
 
@@ -70,6 +71,8 @@ def test_dry_run_on_a_hybrid_host_with_rocm(
             "<free port per launch>",
             "--jinja",
             "--metrics",
+            "--slot-save-path",
+            str(home() / "kvcache"),
             "--api-key-file",
             "<private key file, random per launch>",
             "--alias",

@@ -13,22 +13,13 @@ from app.core.engine_state import EngineState
 from app.core.errors import EngineError, LemonDeskError, RequestError
 from app.core.launch import engine_device
 from app.core.lemon_mlx import DeviceType
-from app.supervisor.engine import Engine
+from app.supervisor.engine import Engine, launched_ctx_size
 from app.supervisor.router.runtime import Runtime
 from app.supervisor.supervisor import LoadOptions, Supervisor
 
 
 def device_of(engine: Engine) -> DeviceType:
     return engine_device(engine.request, engine.hardware)
-
-
-def launched_ctx_size(engine: Engine) -> int | None:
-    """The context size an engine was started with, from its command line (None: the engine's own)."""
-    argv = list(engine.argv)
-    if "--ctx-size" in argv[:-1]:
-        value = argv[argv.index("--ctx-size") + 1]
-        return int(value) if value.isdigit() else None
-    return engine.request.ctx_size
 
 
 @dataclass(frozen=True)

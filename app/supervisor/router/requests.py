@@ -27,6 +27,7 @@ from app.core.telemetry import Telemetry, TelemetryTotals
 from app.store.settings import Settings
 from app.supervisor.engine import Engine
 from app.supervisor.remotes import Remotes
+from app.supervisor.resume import Resume
 from app.supervisor.router.events import RequestFinished, RequestSource
 from app.supervisor.router.loading import Loading
 from app.supervisor.router.runtime import Runtime
@@ -51,6 +52,7 @@ class Requests:
         runtime: Runtime,
         loading: Loading,
         remotes: Remotes,
+        resume: Resume,
         clock: Callable[[], float],
     ) -> None:
         self._settings = settings
@@ -58,6 +60,7 @@ class Requests:
         self._runtime = runtime
         self._loading = loading
         self._remotes = remotes
+        self._resume = resume
         self._clock = clock
         self.last_request: RequestFinished | None = None
         self.totals = TelemetryTotals()  # over every reply since the router started
@@ -156,10 +159,22 @@ class Requests:
             record.busy -= 1
             self._loading.touch(name)
 
-    async def stream_chat(self, name: str, messages: Messages, **params: Any) -> AsyncIterator[ChatEvent]:
+    async def _turn(self, name: str, conversation: str | None, params: dict[str, Any]) -> dict[str, Any]:
+        """A chat's turn keeps to its engine slot, resumed from its saved KV cache after a reload
+        (``app.supervisor.resume``); other requests go as they are."""
+        engine = self._supervisor.engines.get(name)
+        if conversation is None or engine is None or is_remote(name):
+            return params
+        return (await self._resume.turn(engine, conversation, params)).params
+
+    async def stream_chat(
+        self, name: str, messages: Messages, *, conversation: str | None = None, **params: Any
+    ) -> AsyncIterator[ChatEvent]:
         """A streamed reply. An engine that dies mid-reply ends it with an EngineError naming the cause
-        (the engine restarts behind it; a stream cannot be replayed without the user seeing it twice)."""
+        (the engine restarts behind it; a stream cannot be replayed without the user seeing it twice).
+        ``conversation``: the chat's id, which keeps its prompt cache across turns and unloads."""
         async with self.client(name) as client:
+            params = await self._turn(name, conversation, params)
             # Closing the generator closes the HTTP stream, which stops the engine generating.
             stream = cast(AsyncGenerator[ChatEvent, None], client.stream_chat(messages, **params))
             async with contextlib.aclosing(stream):
@@ -173,11 +188,13 @@ class Requests:
                             self.request_finished(name, event.telemetry, RequestSource.CHAT)
                         yield event
 
-    async def chat(self, name: str, messages: Messages, **params: Any) -> ChatReply:
+    async def chat(
+        self, name: str, messages: Messages, *, conversation: str | None = None, **params: Any
+    ) -> ChatReply:
         """A whole reply. One broken by an engine crash is sent once more after the restart."""
         try:
             async with self.client(name) as client:
-                reply = await client.chat(messages, **params)
+                reply = await client.chat(messages, **await self._turn(name, conversation, params))
         except EngineError:
             record = self._runtime.get(name)
             restart = record.restart if record is not None else None
@@ -186,7 +203,7 @@ class Requests:
             log.info("replaying a request to %s after its engine restarts", name)
             await asyncio.shield(restart)
             async with self.client(name) as client:
-                reply = await client.chat(messages, **params)
+                reply = await client.chat(messages, **await self._turn(name, conversation, params))
         self.request_finished(name, reply.telemetry, RequestSource.CHAT)
         return reply
 

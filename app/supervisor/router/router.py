@@ -35,6 +35,7 @@ from app.supervisor.hubsearch import HubResult
 from app.supervisor.listeners import Listeners
 from app.supervisor.orphans import stop_orphans
 from app.supervisor.remotes import Remotes
+from app.supervisor.resume import Resume
 from app.supervisor.router.backends import Backends
 from app.supervisor.router.catalog import Catalog
 from app.supervisor.router.discover import Discover, Suggestion
@@ -116,6 +117,7 @@ class Router:
             runtime=self._runtime,
             loading=self._loading,
             remotes=self.remotes,
+            resume=Resume(lambda: self.settings.kv_cache_budget_gb),
             clock=clock,
         )
         self._views = Views(
@@ -354,13 +356,19 @@ class Router:
         """Note a finished reply's figures (the last one is kept) and tell the front ends."""
         self._requests.request_finished(name, telemetry, source)
 
-    def stream_chat(self, name: str, messages: Messages, **params: Any) -> AsyncIterator[ChatEvent]:
-        """A streamed reply; an engine that dies mid-reply ends it with an EngineError naming the cause."""
-        return self._requests.stream_chat(name, messages, **params)
+    def stream_chat(
+        self, name: str, messages: Messages, *, conversation: str | None = None, **params: Any
+    ) -> AsyncIterator[ChatEvent]:
+        """A streamed reply; an engine that dies mid-reply ends it with an EngineError naming the cause.
+        ``conversation``: the chat's id; its turns keep to one engine slot, and a llama.cpp model's
+        unload saves that slot's KV cache, which the chat's next turn restores (``app.supervisor.resume``)."""
+        return self._requests.stream_chat(name, messages, conversation=conversation, **params)
 
-    async def chat(self, name: str, messages: Messages, **params: Any) -> ChatReply:
+    async def chat(
+        self, name: str, messages: Messages, *, conversation: str | None = None, **params: Any
+    ) -> ChatReply:
         """A whole reply. One broken by an engine crash is sent once more after the restart."""
-        return await self._requests.chat(name, messages, **params)
+        return await self._requests.chat(name, messages, conversation=conversation, **params)
 
     def run_card(self, name: str, params: dict[str, Any], telemetry: Telemetry) -> RunCard:
         """What produced a reply of ``name``'s engine, for the reply's run card."""

@@ -1,0 +1,226 @@
+"""Instant resume, and the prompt cache kept across turns (llama-server; other engines do neither).
+
+A chat keeps to one engine slot (``id_slot``) with ``cache_prompt``, so each turn processes only what it
+adds. When a llama-server engine stops at anyone's request (an explicit unload, an eviction, an idle
+unload, the app quitting, a reload with other options), every slot holding a chat is first saved
+(``POST /slots/{id}?action=save``) into the store (``app.store.kvcache``); the chat's first turn on a
+later engine of the same model file, context, backend and arguments restores it (``action=restore``)
+before it is sent, so only the new tokens are processed. A restore is safe even when the chat changed
+meanwhile: llama-server reuses only the prefix its cache shares with the new prompt.
+
+Slots go to chats least recently used first: a chat that needs a slot when every one is held saves the
+chat it displaces. Requests without a conversation (the API's) are left to llama-server's own choice of
+slot; one can land on a chat's slot, and that chat's next turn then processes its prompt again. A crashed
+engine saves nothing (its process is gone); its chats start over on the restarted one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from app.client.chat import ChatClient
+from app.core.errors import LemonDeskError
+from app.core.launch import DEFAULT_CTX_SIZE
+from app.store.kvcache import SavedSlot, SlotFiles, SlotKey, model_identity
+from app.supervisor.engine import Engine, launched_ctx_size
+
+log = logging.getLogger(__name__)
+
+GB = 1024**3
+
+
+def resumable(engine: Engine) -> bool:
+    """Whether the engine saves and restores slots: a llama-server started with ``--slot-save-path``."""
+    return engine.request.recipe == "llamacpp" and bool(engine.request.slot_save_path)
+
+
+@dataclass
+class _EngineSlots:
+    """What one running engine's slots hold."""
+
+    files: SlotFiles
+    count: int  # the engine's slots (llama-server's ``total_slots``)
+    model: tuple[str, int, int]  # the model file's identity (``model_identity``)
+    held: dict[str, int] = field(default_factory=dict)  # conversation -> slot, least recently used first
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+
+@dataclass(frozen=True)
+class Turn:
+    """What a chat's turn sends, and what its saved KV cache gave it."""
+
+    params: dict[str, Any]  # the request's parameters with ``id_slot`` and ``cache_prompt``
+    restored: int = 0  # tokens restored from disk before it (0: none)
+
+
+class Resume:
+    """Slots for chats on every running llama-server, saved when the engine stops, restored after."""
+
+    def __init__(self, budget_gb: Callable[[], float]) -> None:
+        """``budget_gb()``: the disk the saved KV caches may take (the ``kv_cache_budget_gb`` setting)."""
+        self._budget_gb = budget_gb
+        self._engines: weakref.WeakKeyDictionary[Engine, _EngineSlots] = weakref.WeakKeyDictionary()
+        self._unreadable: weakref.WeakSet[Engine] = weakref.WeakSet()  # asked once, and they could not say
+        self._swept: set[Path] = set()
+
+    def _budget_bytes(self) -> int:
+        return int(self._budget_gb() * GB)
+
+    async def turn(self, engine: Engine, conversation: str, params: dict[str, Any]) -> Turn:
+        """The parameters for a turn of ``conversation`` on ``engine``: its slot and the prompt cache,
+        with its saved KV cache restored first when this engine does not hold the chat yet."""
+        if not resumable(engine) or engine in self._unreadable:
+            return Turn(params)
+        slots = await self._slots(engine)
+        if slots is None:
+            return Turn(params)
+        restored = 0
+        async with slots.lock:
+            slot = slots.held.pop(conversation, None)
+            if slot is None:
+                slot = await self._free_slot(engine, slots)
+                restored = await self._restore(engine, slots, slot, conversation)
+            slots.held[conversation] = slot
+        return Turn({**params, "id_slot": slot, "cache_prompt": True}, restored)
+
+    async def _slots(self, engine: Engine) -> _EngineSlots | None:
+        slots = self._engines.get(engine)
+        if slots is not None:
+            return slots
+        files = SlotFiles(Path(engine.request.slot_save_path))
+        try:
+            async with engine.chat_client() as client:
+                count = int((await client.get_json("/props"))["total_slots"])
+            model = await asyncio.to_thread(model_identity, engine.request.model)
+            if files.root not in self._swept:
+                self._swept.add(files.root)
+                await asyncio.to_thread(files.sweep)
+        except (LemonDeskError, OSError, KeyError, TypeError, ValueError) as err:
+            log.warning("no saved KV caches for %s: its slots cannot be read (%s)", engine.id, err)
+            self._unreadable.add(engine)
+            return None
+        known = self._engines.get(engine)  # another turn's look came first
+        if known is not None:
+            return known
+        slots = self._engines[engine] = _EngineSlots(files, max(count, 1), model)
+        engine.add_stop_hook(self.save_all)
+        return slots
+
+    async def _free_slot(self, engine: Engine, slots: _EngineSlots) -> int:
+        """A slot no chat holds, else the least recently used chat's, saved first."""
+        taken = set(slots.held.values())
+        for slot in range(slots.count):
+            if slot not in taken:
+                return slot
+        displaced, slot = next(iter(slots.held.items()))
+        del slots.held[displaced]
+        await self._save(engine, slots, slot, displaced)
+        return slot
+
+    def _key(self, engine: Engine, slots: _EngineSlots, conversation: str) -> SlotKey:
+        request = engine.request
+        path, size, mtime = slots.model
+        return SlotKey(
+            model=path,
+            model_size=size,
+            model_mtime_ns=mtime,
+            ctx_size=launched_ctx_size(engine) or DEFAULT_CTX_SIZE,
+            backend=str(request.backend_key),
+            engine_args=request.user_args,
+            conversation=conversation,
+        )
+
+    async def _restore(self, engine: Engine, slots: _EngineSlots, slot: int, conversation: str) -> int:
+        """Restore ``conversation``'s saved KV cache into ``slot``; the tokens restored (0: none, or a
+        restore the engine refused, which leaves a normal prefill and says so in the log)."""
+        key = self._key(engine, slots, conversation)
+        saved = await asyncio.to_thread(slots.files.lookup, key)
+        if saved is None:
+            return 0
+        try:
+            async with engine.chat_client() as client:
+                answer = await _slot_action(client, slot, "restore", saved.filename)
+            restored = int(answer.get("n_restored", 0))
+        except (LemonDeskError, TypeError, ValueError) as err:
+            log.warning(
+                "%s refused the saved KV cache of a chat (%s): the prompt is processed again", engine.id, err
+            )
+            await asyncio.to_thread(slots.files.drop, key.digest)
+            return 0
+        log.info("%s: resumed %d tokens of a chat from disk into slot %d", engine.id, restored, slot)
+        return restored
+
+    async def _save(
+        self, engine: Engine, slots: _EngineSlots, slot: int, conversation: str
+    ) -> SavedSlot | None:
+        """Save ``slot`` as ``conversation``'s KV cache, then hold the folder in the budget."""
+        budget = self._budget_bytes()
+        if budget <= 0:
+            return None
+        key = self._key(engine, slots, conversation)
+        temporary = slots.files.temporary_name(key)
+        saved = None
+        try:
+            async with engine.chat_client() as client:
+                answer = await _slot_action(client, slot, "save", temporary)
+            tokens, written = int(answer.get("n_saved", 0)), int(answer.get("n_written", 0))
+            if tokens > 0:
+                saved = await asyncio.to_thread(slots.files.commit, key, temporary, tokens, written)
+        except (LemonDeskError, OSError, TypeError, ValueError) as err:
+            log.warning("%s could not save the KV cache of a chat (%s)", engine.id, err)
+        finally:
+            await asyncio.to_thread(_remove, slots.files, temporary)
+        if saved is not None:
+            log.info(
+                "%s: saved %d tokens of a chat from slot %d (%d bytes)",
+                engine.id,
+                saved.tokens,
+                slot,
+                saved.size,
+            )
+            await asyncio.to_thread(slots.files.enforce, budget)
+        return saved
+
+    async def save_all(self, engine: Engine) -> None:
+        """The engine's stop hook: save every slot a chat holds, except those replying now (llama-server
+        would save them only once the reply ends, and the unload would wait for it)."""
+        slots = self._engines.get(engine)
+        if slots is None:
+            return
+        async with slots.lock:
+            held, slots.held = slots.held, {}
+            busy = await _busy_slots(engine) if held else set()
+            for conversation, slot in held.items():
+                if slot in busy:
+                    log.info("%s: slot %d is replying as it stops; its chat is not saved", engine.id, slot)
+                    continue
+                await self._save(engine, slots, slot, conversation)
+
+
+async def _busy_slots(engine: Engine) -> set[int]:
+    """The slots processing a request now (none known when llama-server's ``/slots`` cannot say)."""
+    try:
+        async with engine.chat_client() as client:
+            answer = await client.get_json("/slots")
+        return {int(slot["id"]) for slot in answer if slot.get("is_processing")}
+    except (LemonDeskError, AttributeError, KeyError, TypeError, ValueError) as err:
+        log.info("%s: its slots' state is unknown (%s)", engine.id, err)
+        return set()
+
+
+async def _slot_action(client: ChatClient, slot: int, action: str, filename: str) -> dict[str, Any]:
+    answer = await client.post_json(f"/slots/{slot}?action={action}", {"filename": filename})
+    if not isinstance(answer, dict):
+        raise ValueError(f"llama-server's answer to a slot {action} is not an object")
+    return answer
+
+
+def _remove(files: SlotFiles, temporary: str) -> None:
+    """What a save left under its temporary name when it was not committed."""
+    (files.root / temporary).unlink(missing_ok=True)
