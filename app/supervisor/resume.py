@@ -27,12 +27,11 @@ from typing import Any
 from app.client.chat import ChatClient
 from app.core.errors import LemonDeskError
 from app.core.launch import DEFAULT_CTX_SIZE
+from app.core.units import GB
 from app.store.kvcache import SavedSlot, SlotFiles, SlotKey, model_identity
 from app.supervisor.engine import Engine, launched_ctx_size
 
 log = logging.getLogger(__name__)
-
-GB = 1024**3
 
 
 def resumable(engine: Engine) -> bool:
