@@ -215,7 +215,7 @@ def test_the_disk_budget_drops_the_oldest_saved_chat_first(
         assert processed(await chats[0].turn("Which box holds 14 marbles?")) > 400
 
     # SmolLM2's KV cache takes 23 kB a token: each chat's ~660 tokens about 15 MB, so 24 MB holds one.
-    run(Settings(kv_cache_budget_gb=24 / 1024), smol_gguf, job)
+    run(Settings(kv_cache_budget_gb=0.024), smol_gguf, job)
 
 
 def test_a_chat_displaced_from_the_only_slot_is_saved_and_restored(
