@@ -13,7 +13,7 @@ lemon-mlx-engine b1050-stable also applies no ``stop`` at all and says "stop" fo
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from enum import Enum
 from typing import Any, Protocol
 
@@ -44,6 +44,9 @@ class DeltaSplitter(Protocol):
 
 
 class EngineAdapter(Protocol):
+    # Headers of a streamed request to this engine, beside the key.
+    stream_headers: Mapping[str, str]
+
     def check(self, route: Route, stream: bool) -> None:
         """Raise UnsupportedRequestError when the engine cannot answer such a request."""
         ...
@@ -69,6 +72,8 @@ class EngineAdapter(Protocol):
 
 class LlamaCppAdapter:
     """llama-server speaks OpenAI's API and streams ``reasoning_content`` itself: nothing to adapt."""
+
+    stream_headers: Mapping[str, str] = {}
 
     def check(self, route: Route, stream: bool) -> None:
         return None
@@ -127,6 +132,11 @@ def _text_of(content: Any, where: str) -> str:
 
 class LemonMlxAdapter:
     engine = "lemon-mlx"
+    # lemon-mlx-engine (b1050-stable) leaves Nagle's algorithm on (cpp-httplib's default): its first
+    # event waits for the ACK of the response's head, which a connection out of TCP's quick-ACK mode
+    # (a kept-alive one) delays. On a reused connection the first token came 15-25 ms late in most
+    # replies; a stream on a connection of its own (closed after it) starts in quick-ACK mode.
+    stream_headers: Mapping[str, str] = {"Connection": "close"}
     unsupported = frozenset({Route.RESPONSES, Route.EMBEDDINGS, Route.RERANK})
     no_streaming = frozenset({Route.COMPLETIONS})
 

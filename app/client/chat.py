@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from app.client.adapters import DeltaSplitter, EngineAdapter, LlamaCppAdapter, Route, sse_error
 from app.client.capped import read_upto
 from app.client.events import ChatDelta, ChatDone, ChatEvent, ChatReply
-from app.client.pacing import OPENAI_SSE, UNPACED, Pacing, paced, paced_network
+from app.client.pacing import OPENAI_SSE_SHOWN, UNPACED, Pacing, paced, paced_network
 from app.client.sse import EventTooLarge, SSEEvent, SSEParser
 from app.client.stop_relay import StreamStops, cut_whole
 from app.core.errors import LemonDeskError, RequestError, UnsupportedRequestError
@@ -272,7 +272,7 @@ class ChatClient:
                         "POST",
                         CHAT_PATH,
                         json=body,
-                        headers=self._headers,
+                        headers={**self._headers, **self._adapter.stream_headers},
                         timeout=httpx.Timeout(None, connect=CONNECT_TIMEOUT_S),
                     ) as response:
                         answered = True
@@ -280,14 +280,16 @@ class ChatClient:
                             refusal = await read_upto(response.aiter_bytes(), REFUSAL_BYTES)
                             raise _status_error(response.status_code, refusal, response.reason_phrase)
                         parser = SSEParser()
+                        shown = False  # pacing starts once the first text has been passed on
                         # Read to the end even after [DONE] or an error event (the engine ends the body
                         # right after them). A reply that ends early (a stop string the client applies,
                         # an unreadable stream) leaves, closing the generator here: left half-run, httpx's
                         # generators would be finalised by the garbage collector outside the loop
                         # (qasync installs no async-generator hooks). Paced: a frame of tokens in one read.
-                        frame = OPENAI_SSE.frame()
+                        frame = OPENAI_SSE_SHOWN.frame()
                         network = response.extensions.get("network_stream")
-                        chunks = paced(response.aiter_bytes(), OPENAI_SSE, frame, reads_wait=bool(network))
+                        reading = response.aiter_bytes()
+                        chunks = paced(reading, OPENAI_SSE_SHOWN, frame, reads_wait=bool(network))
                         reads = paced_network(network, frame) if network else contextlib.nullcontext()
                         with reads:
                             async with contextlib.aclosing(chunks):
@@ -304,6 +306,9 @@ class ChatClient:
                                         stream.fail(RequestError(why))
                                         break
                                     for delta in stream.consume(events):
+                                        if not shown:
+                                            shown = True
+                                            frame.start()
                                         yield delta
                                     if stream.stopped:
                                         break  # leaving the stream closes its connection

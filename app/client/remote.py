@@ -12,6 +12,7 @@ probe means over time.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -56,6 +57,8 @@ class Probe:
 
 class RemoteAdapter:
     """Names the remote's model in every request body; the remote adapts the request to its engine."""
+
+    stream_headers: Mapping[str, str] = {}
 
     def __init__(self, model_id: str) -> None:
         self.model_id = model_id

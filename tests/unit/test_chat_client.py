@@ -306,6 +306,22 @@ def test_a_stop_string_the_engine_ignores_ends_the_reply_and_hangs_up() -> None:
     done = events[-1]
     assert isinstance(done, ChatDone) and done.finish_reason == "stop"
     assert stand_in.requests[0]["stop"] == [" lemon"]  # still sent, as the array the engine parses
+    # Each lemon-mlx stream on a connection of its own (the engine leaves Nagle on: LemonMlxAdapter).
+    assert stand_in.headers[0]["connection"] == "close"
+
+
+def test_a_llama_server_stream_keeps_its_connection_for_the_next_request() -> None:
+    async def script(w: asyncio.StreamWriter) -> None:
+        await start_stream(w)
+        await send(w, delta("hi") + delta(finish="stop") + sse("[DONE]"))
+        await end(w)
+
+    async def go() -> StandInEngine:
+        async with engine(script) as (stand_in, url), ChatClient(url, None) as client:
+            await collect(client)
+            return stand_in
+
+    assert asyncio.run(go()).headers[0].get("connection", "keep-alive") == "keep-alive"
 
 
 def test_non_streaming_reply_and_timeout() -> None:

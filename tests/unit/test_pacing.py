@@ -15,6 +15,7 @@ import pytest
 from aiohttp import web
 
 from app.client import pacing
+from app.client.adapters import LemonMlxAdapter
 from app.client.chat import ChatClient
 from app.client.events import ChatDelta, ChatDone, ChatEvent
 from app.client.pacing import UNPACED, Pacing, paced
@@ -119,6 +120,43 @@ def test_the_windows_client_gets_the_first_token_at_once_then_a_frame_at_a_time(
     # The first token came alone, the rest (sent well inside a frame) together with the next frame.
     assert times[1] - times[0] >= 0.3
     assert times[-1] - times[1] < 0.25
+
+
+def test_pacing_starts_at_the_first_text_shown_not_at_a_tag_the_client_takes_out(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """lemon-mlx sends its reasoning inline: "<think>" is the first text delta, and the window shows
+    nothing of it. Held a frame after it, the first word the user sees was late by a frame."""
+    monkeypatch.setattr(pacing, "FRAME_S", 3.0)
+    sent: list[float] = []
+
+    async def script(w: asyncio.StreamWriter) -> None:
+        await start_stream(w)
+        await send(w, delta("<think>"))
+        await asyncio.sleep(0.2)
+        sent.append(time.monotonic())
+        await send(w, delta("Let"))
+        await asyncio.sleep(0.2)
+        for word in (" me", " think", "</think>", "Sure"):
+            await send(w, delta(word))
+        await send(w, delta(finish="stop") + sse("[DONE]"))
+        await end(w)
+
+    async def go() -> list[tuple[float, ChatEvent]]:
+        async with (
+            engine(script) as (_stand_in, url),
+            ChatClient(url, None, adapter=LemonMlxAdapter()) as client,
+        ):
+            chat = client.stream_chat([{"role": "user", "content": "hi"}])
+            return [(time.monotonic(), event) async for event in chat]
+
+    got = asyncio.run(go())
+    shown = [(t, e) for t, e in got if isinstance(e, ChatDelta)]
+    assert "".join(e.reasoning for _, e in shown) == "Let me think"
+    assert "".join(e.content for _, e in shown) == "Sure"
+    assert shown[0][1].reasoning == "Let"
+    assert shown[0][0] - sent[0] < 1.5  # at once, not a 3 s frame after "<think>"
+    assert shown[1][0] - shown[0][0] >= 2.0  # the rest waited for the frame that "Let" started
 
 
 def test_the_windows_client_hangs_up_mid_frame_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
