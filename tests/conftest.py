@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,6 +19,11 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 # Never the user's keychain: a test that needs one starts its own (tests/support/keychain.py), and every
 # other test, and the commands it starts, find none.
 os.environ["PYTHON_KEYRING_BACKEND"] = "keyring.backends.fail.Keyring"
+# A run started in the background of a shell without job control (`nohup sh tests/run &`, some CI
+# runners) inherits SIGINT ignored, and so would every command the Ctrl-C tests start: they would go on
+# as an app in such a job rightly does. The tests' commands are started as from a terminal.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(autouse=True)
