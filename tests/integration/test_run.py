@@ -10,6 +10,7 @@ import re
 import signal
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
@@ -35,14 +36,34 @@ def installed(mirror: Mirror) -> None:
     asyncio.run(go())
 
 
+STARTED: list[subprocess.Popen[str]] = []
+
+
+@pytest.fixture(autouse=True)
+def commands_reaped() -> Iterator[None]:
+    """A command a test started and left running (the test failed before it ended) is killed with its
+    pipes closed, so that it neither outlives the test nor fails a later one as an unclosed file."""
+    yield
+    while STARTED:
+        cli = STARTED.pop()
+        if cli.poll() is None:
+            cli.kill()
+            cli.wait(timeout=30)
+        for pipe in (cli.stdin, cli.stdout, cli.stderr):
+            if pipe is not None:
+                pipe.close()
+
+
 def start(*args: str, stdin: int | None = subprocess.DEVNULL) -> subprocess.Popen[str]:
-    return subprocess.Popen(
+    cli = subprocess.Popen(
         [sys.executable, "-m", "app", *args],
         stdin=stdin,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )
+    STARTED.append(cli)
+    return cli
 
 
 def engine_of(cli: subprocess.Popen[str]) -> psutil.Process:
