@@ -14,15 +14,24 @@ from app.supervisor.router import Router
 from app.supervisor.sampler import Sampler
 
 
+def _running_python() -> subprocess.Popen[bytes]:
+    """A child Python that has started: sampled between its fork and exec (a busy machine), it would
+    show well under a megabyte resident and fail the figure checks for a reason of the test's own."""
+    code = "import sys, time; print('up', flush=True); time.sleep(30)"
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE)
+    assert child.stdout is not None and child.stdout.readline() == b"up\n"
+    return child
+
+
 def test_sample_has_the_machine_and_each_engine_and_no_made_up_gpu() -> None:
-    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    child = _running_python()
     try:
         sampler = Sampler()
         sampler.sample({"engine": child.pid})
         sample = sampler.sample({"engine": child.pid, "gone": 999_999_999})
     finally:
         child.kill()
-        child.wait()
+        child.communicate()
     assert 0 <= sample.cpu_percent <= 100 and 0 < sample.memory_used < sample.memory_total
     (engine,) = sample.engines
     assert engine.model == "engine" and engine.rss_bytes > 1_000_000 and engine.vram_bytes is None
@@ -33,12 +42,12 @@ def test_sample_has_the_machine_and_each_engine_and_no_made_up_gpu() -> None:
 
 
 def test_unified_memory_reports_the_engines_resident_memory_as_vram() -> None:
-    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    child = _running_python()
     try:
         sample = Sampler(unified_memory=True).sample({"engine": child.pid})
     finally:
         child.kill()
-        child.wait()
+        child.communicate()
     assert sample.engines[0].vram_bytes == sample.engines[0].rss_bytes == sample.vram_used
 
 
