@@ -42,6 +42,10 @@ class Settings:
     worker_port: int = 50052
     worker_allow_network: bool = False
     kv_cache_budget_gb: float = DEFAULT_BUDGET_GB  # disk for conversations' saved KV caches (0: none kept)
+    tool_rounds: int = 8  # MCP tool rounds one reply may take before it must answer
+    tool_timeout_s: float = (
+        60.0  # per MCP tool call; one that takes longer goes back to the model as an error
+    )
 
 
 @dataclass(frozen=True)
@@ -88,6 +92,8 @@ def _from_json(data: Any) -> Settings:
                 raise ValueError(f"'{f.name}' has the wrong type")
             if f.name == "kv_cache_budget_gb" and not 0 <= value < float("inf"):
                 raise ValueError(f"'{f.name}' must be a number of GB, 0 or more")
+            if f.name in ("tool_rounds", "tool_timeout_s") and not 0 < value < float("inf"):
+                raise ValueError(f"'{f.name}' must be more than 0")
             values[f.name] = value
     return Settings(**values)
 

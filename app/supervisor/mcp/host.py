@@ -19,6 +19,7 @@ from app.store import secrets
 from app.store.mcp_servers import load_mcp_servers, save_mcp_servers
 from app.store.paths import logs_dir
 from app.supervisor.listeners import Listeners
+from app.supervisor.mcp.permissions import Permissions
 from app.supervisor.mcp.server import (
     RESTART_BACKOFF_S,
     McpServer,
@@ -63,6 +64,7 @@ class McpHost:
         if emit is not None:
             self._listeners.add(emit)
         self._backoff_s = backoff_s
+        self.permissions = Permissions()  # the tools allowed always
         loaded = load_mcp_servers()
         self.warnings = [loaded.warning] if loaded.warning else []
         self._servers: dict[str, McpServer] = {name: self._make(spec) for name, spec in loaded.items.items()}
@@ -150,6 +152,7 @@ class McpHost:
         await server.stop()
         del self._servers[name]
         self._save()
+        self.permissions.forget(name)
         if server.spec.has_token:
             await asyncio.to_thread(secrets.delete_mcp_token, name)
 
