@@ -66,7 +66,7 @@ class McpHost:
         self._backoff_s = backoff_s
         self.permissions = Permissions()  # the tools allowed always
         loaded = load_mcp_servers()
-        self.warnings = [loaded.warning] if loaded.warning else []
+        self.warnings = [w for w in (loaded.warning, self.permissions.warning) if w]
         self._servers: dict[str, McpServer] = {name: self._make(spec) for name, spec in loaded.items.items()}
 
     def subscribe(self, listener: Callable[[McpServerChanged], None]) -> Callable[[], None]:
@@ -82,8 +82,11 @@ class McpHost:
             backoff_s=self._backoff_s,
         )
 
-    def _save(self) -> None:
-        save_mcp_servers({name: server.spec for name, server in self._servers.items()})
+    async def _save(self) -> None:
+        """Saved in a worker thread: the window's thread does no file I/O."""
+        await asyncio.to_thread(
+            save_mcp_servers, {name: server.spec for name, server in self._servers.items()}
+        )
 
     # --- what there is --------------------------------------------------------------------------------
 
@@ -143,7 +146,7 @@ class McpHost:
         if old is not None:
             await old.stop()
         self._servers[spec.name] = self._make(spec)
-        self._save()
+        await self._save()
         if running:
             self._servers[spec.name].start()
 
@@ -151,8 +154,8 @@ class McpHost:
         server = self.server(name)
         await server.stop()
         del self._servers[name]
-        self._save()
-        self.permissions.forget(name)
+        await self._save()
+        await self.permissions.forget(name)
         if server.spec.has_token:
             await asyncio.to_thread(secrets.delete_mcp_token, name)
 
@@ -160,7 +163,7 @@ class McpHost:
         """Enabled, it is started; disabled, stopped. Saved."""
         server = self.server(name)
         server.spec = replace(server.spec, enabled=enabled)
-        self._save()
+        await self._save()
         if enabled:
             server.start()
         else:

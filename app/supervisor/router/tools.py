@@ -135,7 +135,7 @@ class ToolLoop:
                 yield ToolCallFinished(request, ToolOutcome.DENIED, "The user denied this tool call.")
                 return
             if answer is Permission.ALWAYS:
-                host.permissions.allow_always(tool.server, tool.tool.name)
+                await host.permissions.allow_always(tool.server, tool.tool.name)
         yield ToolCallStarted(request)
         timeout_s = self._settings().tool_timeout_s
         started = time.monotonic()
