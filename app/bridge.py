@@ -28,9 +28,10 @@ from app.core.backends import BackendKey
 from app.core.bench import BenchSpec
 from app.core.engine_state import EngineState
 from app.core.errors import FitError, LemonDeskError
-from app.core.mcp import McpImport, McpServerSpec
+from app.core.mcp import McpServerSpec
 from app.core.remotes import RemoteModelStatus, is_remote_model
 from app.core.tools import Permission, ToolCallFinished, ToolCallStarted, ToolRequest
+from app.store.mcp_servers import read_mcp_json
 from app.store.model_options import ModelOptions
 from app.store.settings import Settings
 from app.supervisor.bench import bench
@@ -557,10 +558,12 @@ class Bridge(QObject):
     def enable_mcp_server(self, name: str, enabled: bool) -> None:
         self.spawn(self._mcp_job(self.router.mcp.set_enabled(name, enabled)))
 
-    def import_mcp_json(self, found: McpImport) -> None:
-        """Add a parsed mcp.json's servers; what it refused is said through ``mcp_failed``."""
+    def import_mcp_json(self, path: str) -> None:
+        """Add the servers of the mcp.json at ``path`` (read in a worker thread); what it refused is
+        said through ``mcp_failed``."""
 
         async def job() -> None:
+            found = await asyncio.to_thread(read_mcp_json, Path(path))
             refused = await self.router.mcp.import_json(found)
             if refused:
                 self.mcp_failed.emit("Some servers were not imported:\n" + "\n".join(refused))

@@ -12,6 +12,7 @@ A server's states and the legal moves between them::
 from __future__ import annotations
 
 import re
+import shlex
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
@@ -146,6 +147,40 @@ def parse_server(name: str, raw: Any) -> McpServerSpec:
         )
     except ConfigError as err:
         raise ConfigError(f"The MCP server {name!r} was refused: {err.message}.", err.hint) from None
+
+
+def spec_from_fields(name: str, target: str, pairs: str, enabled: bool = True) -> McpServerSpec:
+    """A server as typed in Settings: ``target`` is a URL (Streamable HTTP) or a command line (stdio,
+    split as a shell would); ``pairs`` is ``KEY=VALUE`` words, the HTTP headers or the command's
+    environment. A ConfigError says what is wrong."""
+    values: dict[str, str] = {}
+    try:
+        words, argv = shlex.split(pairs), shlex.split(target)
+    except ValueError as err:
+        raise ConfigError(f"Could not read that: {err}.", "Close the quotes you opened.") from None
+    for word in words:
+        key, eq, value = word.partition("=")
+        if not eq or not key:
+            raise ConfigError(
+                f"{word!r} is not KEY=VALUE.", "Give each one as KEY=VALUE, separated by spaces."
+            )
+        values[key] = value
+    if not argv:
+        raise ConfigError("Give the server's command line, or its http(s) URL.")
+    if urlsplit(target.strip()).scheme in ("http", "https"):
+        raw: dict[str, Any] = {"url": target.strip(), "headers": values}
+    else:
+        raw = {"command": argv[0], "args": argv[1:], "env": values}
+    return parse_server(name, {**raw, "enabled": enabled})
+
+
+def describe_target(spec: McpServerSpec) -> tuple[str, str]:
+    """What the Settings form shows of a server: its command line or URL, and its KEY=VALUE pairs."""
+    if spec.transport is McpTransport.HTTP:
+        target, pairs = spec.url, spec.headers
+    else:
+        target, pairs = shlex.join([spec.command, *spec.args]), spec.env
+    return target, " ".join(shlex.quote(f"{k}={v}") for k, v in pairs.items())
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from app.core.errors import ConfigError
-from app.core.mcp import McpServerSpec, check_server_name, parse_server
+from app.core.mcp import McpImport, McpServerSpec, check_server_name, parse_mcp_json, parse_server
+from app.store.files import read_json
 from app.store.paths import home
 from app.store.records import Loaded, load_records, save_records
 from app.store.saving import saving
@@ -35,6 +36,23 @@ def load_mcp_servers(path: Path | None = None) -> Loaded[McpServerSpec]:
 def save_mcp_servers(servers: dict[str, McpServerSpec], path: Path | None = None) -> None:
     with saving("the MCP servers"):
         save_records(path or mcp_servers_path(), SERVERS_KEY, {n: s.to_json() for n, s in servers.items()})
+
+
+MAX_MCP_JSON_BYTES = 1 << 20  # an mcp.json is a few KB
+
+
+def read_mcp_json(path: Path) -> McpImport:
+    """A user's mcp.json, parsed (``app.core.mcp.parse_mcp_json``); a file that cannot be read is a
+    ConfigError saying why."""
+    try:
+        if path.stat().st_size > MAX_MCP_JSON_BYTES:
+            raise ValueError(f"it is larger than {MAX_MCP_JSON_BYTES >> 20} MB")
+        data = read_json(path)
+    except (OSError, ValueError, UnicodeDecodeError) as err:
+        raise ConfigError(
+            f"Could not read {path}: {err}.", "Choose a Cursor or Claude style mcp.json."
+        ) from None
+    return parse_mcp_json(data)
 
 
 def _tools(server: str, raw: Any) -> frozenset[str]:

@@ -21,6 +21,7 @@ SCHEMA = 1
 # What the Settings dialog accepts, in seconds: below the minimum a model or a reply could never finish.
 LOAD_TIMEOUT_RANGE_S = (10, 7200)
 REQUEST_TIMEOUT_RANGE_S = (10, 3600)
+TOOL_TIMEOUT_RANGE_S = (1, 3600)
 
 
 @dataclass

@@ -15,7 +15,9 @@ from app.core.mcp import (
     McpTransport,
     can_transition,
     check_server_name,
+    describe_target,
     parse_mcp_json,
+    spec_from_fields,
     tool_name,
 )
 from app.store.mcp_servers import (
@@ -128,3 +130,29 @@ def test_every_pair_of_states_is_legal_or_not_as_the_table_says() -> None:
     for old in McpState:
         for new in McpState:
             assert can_transition(old, new) == ((old, new) in legal), (old, new)
+
+
+def test_a_server_typed_in_settings_is_a_command_line_or_a_url_with_key_value_pairs() -> None:
+    stdio = spec_from_fields("git", "uvx mcp-server-git --repository '/my repo'", "GIT_PAGER=cat 'A=b c'")
+    assert (stdio.transport, stdio.command, stdio.args) == (
+        McpTransport.STDIO,
+        "uvx",
+        ("mcp-server-git", "--repository", "/my repo"),
+    )
+    assert stdio.env == {"GIT_PAGER": "cat", "A": "b c"}
+    assert describe_target(stdio) == ("uvx mcp-server-git --repository '/my repo'", "GIT_PAGER=cat 'A=b c'")
+    web = spec_from_fields("web", " https://example.com/mcp ", "X-Team=blue", enabled=False)
+    assert (web.transport, web.url, web.headers, web.enabled) == (
+        McpTransport.HTTP,
+        "https://example.com/mcp",
+        {"X-Team": "blue"},
+        False,
+    )
+    for target, pairs, why in [
+        ("", "", "command line, or its http"),
+        ("tool 'open", "", "Close the quotes"),
+        ("tool", "NOVALUE", "is not KEY=VALUE"),
+        ("https://example.com/mcp", "Authorization=x", "keep the token in the keychain"),
+    ]:
+        with pytest.raises(ConfigError, match=why):
+            spec_from_fields("s", target, pairs)

@@ -129,6 +129,7 @@ def test_a_server_that_cannot_start_fails_after_its_restarts_with_its_last_words
     assert states.count(McpState.BACKOFF) == 3 and states[-2] is McpState.FAILED
     failed = seen[-2].message
     assert "fatal: bad config" in failed and "failed 4 times in a row" in failed
+    assert failed.startswith("broken exited (code 2) before it listed its tools.")
 
 
 def test_a_command_that_does_not_exist_is_a_failure_that_says_so() -> None:

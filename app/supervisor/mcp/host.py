@@ -65,6 +65,7 @@ class McpHost:
             self._listeners.add(emit)
         self._backoff_s = backoff_s
         self.permissions = Permissions()  # the tools allowed always
+        self._running = False  # start() ran for every enabled server: one added later starts too
         loaded = load_mcp_servers()
         self.warnings = [w for w in (loaded.warning, self.permissions.warning) if w]
         self._servers: dict[str, McpServer] = {name: self._make(spec) for name, spec in loaded.items.items()}
@@ -113,6 +114,7 @@ class McpHost:
 
     def start(self, names: Iterable[str] | None = None) -> None:
         """Connect the enabled servers, or the ones named (enabled or not: ``run --mcp NAME``)."""
+        self._running = self._running or names is None
         chosen = [self.server(n) for n in names] if names is not None else list(self._servers.values())
         for server in chosen:
             if names is not None or server.spec.enabled:
@@ -125,6 +127,7 @@ class McpHost:
         return [view for view in self.servers() if view.spec.name in {s.name for s in servers}]
 
     async def shutdown(self) -> None:
+        self._running = False
         await asyncio.gather(*(s.stop() for s in self._servers.values()))
 
     # --- changing the set -----------------------------------------------------------------------------
@@ -147,7 +150,7 @@ class McpHost:
             await old.stop()
         self._servers[spec.name] = self._make(spec)
         await self._save()
-        if running:
+        if running or (self._running and spec.enabled):
             self._servers[spec.name].start()
 
     async def remove(self, name: str) -> None:

@@ -70,6 +70,9 @@ class McpCallError(Exception):
 def _describe(err: BaseException) -> str:
     from mcp.shared.exceptions import MCPError
 
+    while isinstance(err, BaseExceptionGroup) and err.exceptions:  # the SDK's task groups wrap what failed
+        err = err.exceptions[0]
+
     if isinstance(err, MCPError):
         return err.error.message
     text = str(err) or type(err).__name__
@@ -116,6 +119,7 @@ class McpServer:
         self._client: Client | None = None
         self._keeper: asyncio.Task[None] | None = None
         self._broken = asyncio.Event()  # a call found the connection gone: connect again
+        self._exit_code: int | None = None  # a stdio server's, when it ended before it was stopped
         self._changed = asyncio.Event()  # set at each change of state, then replaced
 
     @property
@@ -184,6 +188,7 @@ class McpServer:
         from mcp.client import Client  # the SDK costs half a second to import: not at the app's start
 
         self._broken.clear()
+        self._exit_code = None
         try:
             async with contextlib.AsyncExitStack() as stack:
                 transport, ended = await self._open(stack)
@@ -211,6 +216,8 @@ class McpServer:
             return f"{self.name} did not list its tools within {LIST_TIMEOUT_S:g} s."
         except Exception as err:  # whatever the SDK or the server raises: the server failed
             log.debug("MCP server %s failed", self.name, exc_info=True)
+            if self._exit_code is not None:  # it ended by itself: that says more than the broken pipe
+                return f"{self.name} exited (code {self._exit_code}) before it listed its tools."
             return f"{self.name} failed: {_describe(err)}"
 
     async def _open(self, stack: contextlib.AsyncExitStack) -> tuple[Transport, asyncio.Task[int] | None]:
@@ -237,8 +244,9 @@ class McpServer:
         assert child.exited is not None
         return child_transport(child), child.exited
 
-    @staticmethod
-    async def _stop_child(child: ChildProcess) -> None:
+    async def _stop_child(self, child: ChildProcess) -> None:
+        if child.exited is not None and child.exited.done():
+            self._exit_code = child.exited.result()
         await asyncio.shield(child.terminate(STOP_GRACE_S))
         child.close_log()
 
