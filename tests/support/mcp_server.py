@@ -5,7 +5,8 @@
 Its tools:
     echo(text)     answers ``echo: TEXT``
     add(a, b)      answers the sum
-    hang()         never answers (says ``hang: started`` on stderr first)
+    hang()         never answers (says ``hang: started`` on stderr first; a call cancelled by the client
+                   is logged as ``hang-cancelled``)
     crash()        says ``fatal: crashing on purpose`` on stderr and exits with code 3 mid-call
     huge(chars)    answers ``chars`` characters of text
     fail()         answers an error result (``is_error``)
@@ -52,7 +53,11 @@ def add(a: float, b: float) -> str:
 async def hang() -> str:
     note("hang", {})
     print("hang: started", file=sys.stderr, flush=True)
-    await asyncio.Event().wait()
+    try:
+        await asyncio.Event().wait()
+    except asyncio.CancelledError:  # the client cancelled the call (notifications/cancelled)
+        note("hang-cancelled", {})
+        raise
     return "never"
 
 

@@ -16,13 +16,18 @@ import time
 from pathlib import Path
 
 import psutil
+import pytest
 
 from app.core.mcp import McpServerSpec, McpState, McpTransport, parse_mcp_json
 from app.store.mcp_servers import mcp_servers_path
+from app.store.run_records import load_run_records, write_run_record
+from app.store.settings import Settings
 from app.supervisor.mcp import McpHost, McpServerChanged
 from app.supervisor.mcp.transport import MAX_MESSAGE_BYTES, split_messages
+from app.supervisor.router import Router
 from tests.support.keychain import private_keychain
 from tests.support.mcp_servers import SERVER, http_server, stdio_spec
+from tests.unit.test_orphans import dead_pid, record_of
 
 FAST = (0.05, 0.1)  # backoff steps for tests
 
@@ -233,3 +238,44 @@ def test_no_mcp_server_outlives_the_app_killed_with_sigkill(tmp_path: Path) -> N
     assert not [
         p for p in psutil.process_iter(["cmdline"]) if str(script) in " ".join(p.info["cmdline"] or [])
     ]
+
+
+def test_a_stdio_server_has_a_run_record_while_it_runs_and_one_left_by_a_dead_app_is_stopped_at_start(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    async def running_record() -> tuple[list[str], list[str]]:
+        host = McpHost(backoff_s=FAST)
+        await host.put(stdio_spec("kept"))
+        host.start()
+        await host.wait_ready(["kept"], 60)
+        during = [r.engine_id for r in load_run_records()]
+        await host.shutdown()
+        return during, [r.engine_id for r in load_run_records()]
+
+    assert asyncio.run(running_record()) == (["mcp-kept"], [])
+
+    # An MCP server whose app died unseen (neither PDEATHSIG nor a reaper acted): the next start stops it.
+    # Its stdin stays open (a server ends at the end of its input), as its dead app's pipe would not.
+    orphan = subprocess.Popen(
+        [sys.executable, str(SERVER)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        write_run_record(record_of(orphan, dead_pid(), engine_id="mcp-kept", binary=sys.executable))  # type: ignore[arg-type]
+        assert orphan.poll() is None
+
+        async def start() -> None:
+            async with Router(Settings()) as router:
+                await router.start()
+
+        asyncio.run(start())
+        orphan.wait(timeout=30)  # it ended: alive, it would read its open stdin for ever
+        assert "Stopped mcp-kept" in caplog.text and "left running by an earlier run" in caplog.text
+        assert load_run_records() == []
+    finally:
+        orphan.kill()
+        orphan.wait()
+        assert orphan.stdin is not None
+        orphan.stdin.close()

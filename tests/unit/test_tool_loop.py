@@ -231,10 +231,13 @@ def test_stop_cancels_the_call_in_flight_and_the_server_stays_usable(
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
+        while len(calls_made(tmp_path)) < 2:  # the server was told, and cancelled the call
+            await asyncio.sleep(0.02)
         server = router.mcp.server("t")
         return server.state is McpState.READY, (await server.call("echo", {"text": "after"})).text
 
     assert run(standin_settings, tmp_path, body, **calling("hang", {})) == (True, "echo: after")
+    assert [c["tool"] for c in calls_made(tmp_path)] == ["hang", "hang-cancelled", "echo"]
 
 
 def test_the_local_api_hands_tool_calls_to_its_client_and_runs_none(
