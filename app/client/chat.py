@@ -21,9 +21,11 @@ from app.client.adapters import DeltaSplitter, EngineAdapter, LlamaCppAdapter, R
 from app.client.capped import read_upto
 from app.client.events import ChatDelta, ChatDone, ChatEvent, ChatReply
 from app.client.pacing import OPENAI_SSE_SHOWN, UNPACED, Pacing, paced, paced_network
+from app.client.reasoning_relay import StreamReasoning, whole_reasoning
 from app.client.sse import EventTooLarge, SSEEvent, SSEParser
-from app.client.stop_relay import StreamStops, cut_whole
+from app.client.stop_relay import StreamStops, cut_whole, whole_finish
 from app.core.errors import LemonDeskError, RequestError, UnsupportedRequestError
+from app.core.reasoning import ReasoningFormat
 from app.core.stops import StopCutter, cut_at_stop
 from app.core.telemetry import ClientTimes, Telemetry, telemetry_from
 
@@ -369,6 +371,7 @@ class ChatClient:
         body: dict[str, Any],
         relay: aiohttp.ClientSession,
         pacing: Pacing | None = None,
+        reasoning: ReasoningFormat | None = None,
     ) -> AsyncIterator[bytes]:
         """Send a streamed OpenAI request as it is and yield the engine's SSE bytes, as the local API
         passes them on. A stream the engine cannot give (lemon-mlx's ``/v1/completions``) is answered
@@ -384,7 +387,8 @@ class ChatClient:
         makes llama-server stop generating.
 
         ``pacing``: the stream is read at most once a frame after its first token (``paced``), with
-        this dialect's event boundary; None reads it as it comes.
+        this dialect's event boundary; None reads it as it comes. ``reasoning``: where a chat's
+        reasoning goes in the answer (None: where the engine puts it).
         """
         import aiohttp
 
@@ -395,6 +399,8 @@ class ChatClient:
                 raise
             yield sse_error(err)
             return
+        placed = reasoning is not None and route is Route.CHAT and self._adapter.reasoning(body, reasoning)
+        rewrite = reasoning if placed else None  # the engine cannot place it as asked: placed here
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=CONNECT_TIMEOUT_S)
         url = f"{self.base_url}{route.value}"
         observer = self._observer
@@ -412,7 +418,7 @@ class ChatClient:
                         yield b""
                         chunks = paced(response.content.iter_any(), pacing or UNPACED)
                         async with contextlib.aclosing(chunks):
-                            async for chunk in self._relayed(chunks, body, route):
+                            async for chunk in self._relayed(chunks, body, route, rewrite):
                                 yield chunk
                     return
                 except aiohttp.ServerDisconnectedError:
@@ -462,27 +468,49 @@ class ChatClient:
         chunks: AsyncIterator[bytes],
         body: dict[str, Any],
         route: Route,
+        reasoning: ReasoningFormat | None,
     ) -> AsyncIterator[bytes]:
-        """The engine's answer as the local API passes it on: its bytes as they come, unless the request
-        has stop strings the engine does not apply; then cut before the first one (and a stream ended
-        there, which closes the connection and so stops the engine)."""
+        """The engine's answer as the local API passes it on: its bytes as they come, unless the engine
+        leaves something undone: stop strings it does not apply (the answer is cut before the first
+        one, and a stream ended there, which closes the connection and so stops the engine), reasoning
+        to be placed (``reasoning``), a finish reason it misreports (whole answers, by their usage)."""
         observer = self._observer
         stops = self._adapter.stops(body) if route in (Route.CHAT, Route.COMPLETIONS) else ()
-        if stops and not body.get("stream"):
-            yield cut_whole(await read_upto(chunks, MAX_ANSWER_BYTES), stops)
+        if not body.get("stream"):
+            limit = body.get("max_tokens")  # an engine's "stop" at the limit its adapter corrects
+            corrects = type(limit) is int and self._adapter.finish_reason("stop", body, limit) != "stop"
+            if not (stops or reasoning or corrects):
+                async for chunk in chunks:
+                    if observer:
+                        observer.data_received()
+                    yield chunk
+                return
+            answer = await read_upto(chunks, MAX_ANSWER_BYTES)
+            answer = cut_whole(answer, stops) if stops else answer
+            if reasoning:
+                answer = whole_reasoning(answer, reasoning, split=self._adapter.reasoning_inline)
+            if corrects:
+                answer = whole_finish(answer, lambda said, n: self._adapter.finish_reason(said, body, n))
+            yield answer
             return
         cutter = StreamStops(stops) if stops else None
+        placer = StreamReasoning(reasoning, split=self._adapter.reasoning_inline) if reasoning else None
         async for chunk in chunks:
             if observer:
                 observer.data_received()
-            if cutter is None:
+            if cutter is None and placer is None:
                 yield chunk
                 continue
-            if out := cutter.feed(chunk):
+            out = cutter.feed(chunk) if cutter is not None else chunk
+            if placer is not None:
+                out = placer.feed(out)
+            if out:
                 yield out
-            if cutter.ended:
+            if cutter is not None and cutter.ended:
                 return
-        if cutter is not None and (tail := cutter.close()):
+        tail = cutter.close() if cutter is not None else b""
+        tail = placer.feed(tail) + placer.close() if placer is not None else tail
+        if tail:
             yield tail
 
     async def chat(self, messages: Messages, **params: Any) -> ChatReply:
