@@ -56,6 +56,8 @@ def test_reasoning_goes_where_the_request_or_the_models_option_says(
         got["by model"] = whole(await client.post(CHAT, json={"model": name, "messages": HI}))
         ask = {"model": name, "messages": HI, "reasoning_format": "separate"}
         got["request over model"] = whole(await client.post(CHAT, json=ask))
+        message = await client.post("/v1/messages", json={"model": name, "max_tokens": 50, "messages": HI})
+        got["anthropic"] = [block["type"] for block in message.json()["content"]]
         return got
 
     got = run_api(standin_settings, body)
@@ -72,6 +74,7 @@ def test_reasoning_goes_where_the_request_or_the_models_option_says(
     assert got["saved"] == {"llamacpp_backend": "system", "reasoning_format": "hidden"}
     assert got["by model"] == ("Hello there", None)
     assert got["request over model"] == ("Hello there", THOUGHT)
+    assert got["anthropic"] == ["thinking", "text"]  # another dialect's place for it, whatever the option
 
 
 def test_what_the_engine_cannot_do_is_a_400_naming_the_model_before_it_is_loaded(
