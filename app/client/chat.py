@@ -23,7 +23,7 @@ from app.client.events import ChatDelta, ChatDone, ChatEvent, ChatReply
 from app.client.pacing import OPENAI_SSE_SHOWN, UNPACED, Pacing, paced, paced_network
 from app.client.reasoning_relay import StreamReasoning, whole_reasoning
 from app.client.sse import EventTooLarge, SSEEvent, SSEParser
-from app.client.stop_relay import StreamStops, cut_whole, whole_finish
+from app.client.stop_relay import StreamFinish, StreamStops, cut_whole, whole_finish
 from app.core.errors import LemonDeskError, RequestError, UnsupportedRequestError
 from app.core.reasoning import ReasoningFormat
 from app.core.stops import StopCutter, cut_at_stop
@@ -473,45 +473,51 @@ class ChatClient:
         """The engine's answer as the local API passes it on: its bytes as they come, unless the engine
         leaves something undone: stop strings it does not apply (the answer is cut before the first
         one, and a stream ended there, which closes the connection and so stops the engine), reasoning
-        to be placed (``reasoning``), a finish reason it misreports (whole answers, by their usage)."""
+        to be placed (``reasoning``), a "stop" it says for a reply its limit cut (by the answer's usage,
+        or, streamed, by the engine's own count of the tokens once the stream has ended)."""
         observer = self._observer
         stops = self._adapter.stops(body) if route in (Route.CHAT, Route.COMPLETIONS) else ()
-        if not body.get("stream"):
-            limit = body.get("max_tokens")  # an engine's "stop" at the limit its adapter corrects
-            corrects = type(limit) is int and self._adapter.finish_reason("stop", body, limit) != "stop"
-            if not (stops or reasoning or corrects):
-                async for chunk in chunks:
-                    if observer:
-                        observer.data_received()
-                    yield chunk
-                return
-            answer = await read_upto(chunks, MAX_ANSWER_BYTES)
-            answer = cut_whole(answer, stops) if stops else answer
-            if reasoning:
-                answer = whole_reasoning(answer, reasoning, split=self._adapter.reasoning_inline)
-            if corrects:
-                answer = whole_finish(answer, lambda said, n: self._adapter.finish_reason(said, body, n))
-            yield answer
+        limit = body.get("max_tokens")  # an engine's "stop" at the limit its adapter corrects
+        corrects = type(limit) is int and self._adapter.finish_reason("stop", body, limit) != "stop"
+        if not body.get("stream") and (stops or reasoning or corrects):
+            yield self._whole_relayed(await read_upto(chunks, MAX_ANSWER_BYTES), body, stops, reasoning)
             return
         cutter = StreamStops(stops) if stops else None
         placer = StreamReasoning(reasoning, split=self._adapter.reasoning_inline) if reasoning else None
+        # A stream cut at a stop string says "stop" rightly: only a stream without one is held at its end.
+        finisher = StreamFinish() if corrects and not stops and self._telemetry is not None else None
+        if finisher is not None and self._telemetry is not None:
+            self._telemetry.request_started()
         async for chunk in chunks:
             if observer:
                 observer.data_received()
-            if cutter is None and placer is None:
+            if cutter is None and placer is None and finisher is None:
                 yield chunk
                 continue
             out = cutter.feed(chunk) if cutter is not None else chunk
-            if placer is not None:
-                out = placer.feed(out)
+            out = placer.feed(out) if placer is not None else out
+            out = finisher.feed(out) if finisher is not None else out
             if out:
                 yield out
             if cutter is not None and cutter.ended:
                 return
         tail = cutter.close() if cutter is not None else b""
         tail = placer.feed(tail) + placer.close() if placer is not None else tail
+        if finisher is not None and self._telemetry is not None:
+            tail = finisher.feed(tail) + finisher.close()
+            if finisher.holding:
+                counted = await self._telemetry.refine(Telemetry(0.0, 0, 0.0, 0, 0.0))
+                tail += finisher.release(self._adapter.finish_reason("stop", body, counted.completion_tokens))
         if tail:
             yield tail
+
+    def _whole_relayed(
+        self, answer: bytes, body: dict[str, Any], stops: tuple[str, ...], reasoning: ReasoningFormat | None
+    ) -> bytes:
+        answer = cut_whole(answer, stops) if stops else answer
+        if reasoning:
+            answer = whole_reasoning(answer, reasoning, split=self._adapter.reasoning_inline)
+        return whole_finish(answer, lambda said, n: self._adapter.finish_reason(said, body, n))
 
     async def chat(self, messages: Messages, **params: Any) -> ChatReply:
         """One whole reply, without streaming, read up to ``MAX_ANSWER_BYTES``; gives up after

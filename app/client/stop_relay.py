@@ -2,7 +2,8 @@
 act on them (lemon-mlx-engine b1050-stable). The relay passes the engine's bytes through untouched
 unless a request has stop strings; then this rewrites the answer as the engine should have given it:
 cut before the first stop string, with ``finish_reason`` "stop", and (streamed) ended right there.
-``whole_finish`` corrects the finish reason of a whole answer where the engine misreports it.
+``whole_finish`` corrects the finish reason of a whole answer where the engine misreports it, and
+``StreamFinish`` holds a stream's "stop" back until the engine's own figures can tell.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from app.client.sse import SSEParser
+from app.client.sse import SSEEvent, SSEParser
 from app.core.stops import StopCutter, cut_at_stop
 
 DONE = b"data: [DONE]\n\n"
@@ -118,3 +119,42 @@ def whole_finish(answer: bytes, correct: Callable[[str | None, int], str | None]
         return answer
     choice["finish_reason"] = finish
     return json.dumps(payload).encode()
+
+
+class StreamFinish:
+    """Feed a streamed chat's SSE bytes; get the bytes to pass on, all but its end when the engine says
+    "stop" there: that event and what follows are held (``holding``) until ``release`` gives the finish
+    reason the engine's figures show (they come after its stream)."""
+
+    def __init__(self) -> None:
+        self._parser = SSEParser()
+        self._held: list[str] = []  # the events from the one saying "stop" on
+
+    @property
+    def holding(self) -> bool:
+        return bool(self._held)
+
+    def feed(self, chunk: bytes) -> bytes:
+        return self._pass(self._parser.feed(chunk))
+
+    def close(self) -> bytes:
+        return self._pass(self._parser.close())
+
+    def _pass(self, events: list[SSEEvent]) -> bytes:
+        out = bytearray()
+        for event in events:
+            if not self._held:
+                _, choice, _ = chat_delta(event.data)
+                if choice is None or choice.get("finish_reason") != "stop":
+                    out += f"data: {event.data}\n\n".encode()
+                    continue
+            self._held.append(event.data)
+        return bytes(out)
+
+    def release(self, finish: str | None) -> bytes:
+        """The held end, with ``finish`` as its finish reason."""
+        held, self._held = self._held, []
+        payload, choice, _ = chat_delta(held[0])
+        assert choice is not None
+        choice["finish_reason"] = finish
+        return event_bytes(payload) + b"".join(f"data: {data}\n\n".encode() for data in held[1:])

@@ -9,7 +9,7 @@ from typing import Any
 
 from app.client.adapters import LemonMlxAdapter, LlamaCppAdapter
 from app.client.reasoning_relay import StreamReasoning, whole_reasoning
-from app.client.stop_relay import whole_finish
+from app.client.stop_relay import StreamFinish, whole_finish
 from app.core.reasoning import ReasoningFormat
 
 SEPARATE, INLINE, HIDDEN = ReasoningFormat.SEPARATE, ReasoningFormat.INLINE, ReasoningFormat.HIDDEN
@@ -106,3 +106,17 @@ def test_lemon_mlxs_stop_at_the_limit_becomes_length_in_a_whole_answer() -> None
     assert finish_of(answer("stop", 8)) == "length"
     assert finish_of(answer("stop", 5)) == "stop"
     assert whole_finish(answer("stop", 5), lambda said, n: said) == answer("stop", 5)  # unchanged: as sent
+
+
+def test_a_streams_stop_is_held_until_released_with_the_finish_the_figures_show() -> None:
+    finisher = StreamFinish()
+    raw = event({"content": "Hi"}) + event({}, "stop") + b"data: [DONE]\n\n"
+    passed = b"".join(finisher.feed(raw[at : at + 9]) for at in range(0, len(raw), 9)) + finisher.close()
+    assert passed == event({"content": "Hi"}) and finisher.holding
+    end = finisher.release("length").decode().split("\n\n")
+    assert json.loads(end[0].removeprefix("data: "))["choices"][0]["finish_reason"] == "length"
+    assert end[1] == "data: [DONE]" and not finisher.holding
+
+    other = StreamFinish()
+    ended = event({}, "tool_calls") + b"data: [DONE]\n\n"
+    assert other.feed(ended) == ended and not other.holding  # only a "stop" can be wrong

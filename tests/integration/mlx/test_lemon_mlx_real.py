@@ -511,6 +511,12 @@ def test_the_local_api_splits_out_the_reasoning_corrects_the_finish_and_refuses_
         cut = api.chat.completions.create(model=CATALOG_NAME, messages=HELLO, max_tokens=limit)
         assert cut.choices[0].finish_reason == "length"
         assert cut.usage is not None and cut.usage.completion_tokens == limit
+        cut_stream = api.chat.completions.create(
+            model=CATALOG_NAME, messages=HELLO, max_tokens=limit, stream=True
+        )
+        assert [
+            c.choices[0].finish_reason for c in cut_stream if c.choices and c.choices[0].finish_reason
+        ] == ["length"]
 
         with pytest.raises(openai.BadRequestError, match="lemon-mlx"):
             api.chat.completions.create(
