@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -14,8 +15,10 @@ import httpx
 from app.core.models import Model
 from app.store.settings import Settings
 from app.supervisor.router import Router
+from tests.support.hubserver import LoopbackHub
 from tests.support.standin import make_standin_model
 from tests.unit.test_api import SYSTEM, error_of, models, run_api
+from tests.unit.test_api_lemonade import VISION
 
 CHAT = "/v1/chat/completions"
 THOUGHT = "the user greets me"
@@ -145,3 +148,23 @@ def test_models_are_listed_with_the_time_they_came_here(standin_settings: Settin
     assert [(m["id"], m["created"]) for m in listed] == [("user.dated", made)]
     assert one["created"] == made
     assert all(isinstance(m["created"], int) and m["created"] > 0 for m in every)
+
+
+def test_a_model_with_its_projector_takes_images_and_says_when_it_was_downloaded(
+    standin_settings: Settings, hub: LoopbackHub
+) -> None:
+    image = {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}
+    looking = [{"role": "user", "content": [{"type": "text", "text": "What is this?"}, image]}]
+
+    async def body(router: Router, client: httpx.AsyncClient) -> tuple[int, int, Any]:
+        before = int(time.time())
+        pulled = await client.post("/api/v1/pull", json=VISION)
+        assert pulled.status_code == 200, pulled.text
+        router.save_options("user.Big-Vision", SYSTEM)
+        answer = await client.post(CHAT, json={"model": "user.Big-Vision", "messages": looking})
+        assert answer.status_code == 200, answer.text
+        listed = {m["id"]: m for m in (await client.get("/v1/models")).json()["data"]}
+        return before, int(time.time()), listed["user.Big-Vision"]["created"]
+
+    before, after, created = run_api(standin_settings, body)
+    assert before - 1 <= created <= after  # when its files came, not a fixed date
