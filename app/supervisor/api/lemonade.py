@@ -27,7 +27,7 @@ from app.store.hfcache import hub_cache_dir
 from app.store.model_options import ModelOptions
 from app.supervisor.api.bodies import optional, parse_object, required_str
 from app.supervisor.api.errors import ApiError, bad_request, from_app_error, model_not_found
-from app.supervisor.api.openai import SSE_HEADERS, check_remote, find_model, model_json
+from app.supervisor.api.openai import SSE_HEADERS, check_remote, created_time, find_model, model_json
 from app.supervisor.api.options import (
     options_json,
     requested,
@@ -218,7 +218,7 @@ class LemonadeRoutes:
                 "status": "success",
                 "model_name": model.name,
                 "canonical_model_name": model.name,
-                "model": model_json(self.router, view),
+                "model": model_json(self.router, view, await asyncio.to_thread(created_time, view)),
             }
         )
 

@@ -9,6 +9,7 @@ import contextlib
 import functools
 import time
 from collections.abc import AsyncIterator, Callable, Collection, Iterator
+from pathlib import Path
 from typing import Any
 
 from app.client.chat import ChatClient, Messages
@@ -245,6 +246,10 @@ class Router:
     def labels(self, model: Model) -> tuple[str, ...]:
         """A model's labels less what its quirks strip; reads a header."""
         return self._discover.labels(model)
+
+    def projector(self, model: Model) -> Path | None:
+        """The vision projector a model loads with (``--mmproj``), None without; reads the disk."""
+        return self._discover.projector(model)
 
     def local_parameter_count(self, model: Model) -> int | None:
         """A model's parameters from its files on disk (None: unknown); reads files (call it in a thread)."""
