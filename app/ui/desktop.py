@@ -149,7 +149,7 @@ class DesktopApp(QObject):
             self._explain_start_failure(err)
             return
         # Once the router has started (an earlier run's engines stopped), as `lemon-desk serve` does.
-        self.bridge.serve(self.settings.api_enabled, self.settings.api_port)
+        self.bridge.serve(self.settings.api_enabled, self.settings.api_port, self.settings.ollama_port)
         self.bridge.sync_worker()
 
     def _router_ready(self) -> None:
@@ -413,7 +413,7 @@ class DesktopApp(QObject):
     def _settings_saved(self, settings: Settings) -> None:
         self.settings = settings
         self.bridge.apply_settings(settings)
-        self.bridge.serve(settings.api_enabled, settings.api_port)
+        self.bridge.serve(settings.api_enabled, settings.api_port, settings.ollama_port)
         self.bridge.sync_worker()
         self._apply_tray_setting()
 
