@@ -322,8 +322,12 @@ class DesktopApp(QObject):
             self._warn(problem)
 
     def _api_request(self, finished: RequestFinished) -> None:
-        """A reply the local API gave another app: on the charts like the window's own."""
-        if self._telemetry_loaded:
+        """A reply the local API gave another app: on the charts by its dialect, with its run card."""
+        if not self._telemetry_loaded:
+            return
+        if finished.card is not None:
+            self.window.telemetry.add_api_reply(time.time(), finished.card)
+        else:
             self.window.telemetry.add_request(time.time(), finished.telemetry.to_json())
 
     def _reply_for_telemetry(self, _conversation_id: str, message: ChatMessage) -> None:

@@ -151,3 +151,47 @@ def test_an_ollama_port_taken_is_said_and_the_api_goes_on(qtbot: QtBot, desktop:
             DesktopApp._warn = original  # type: ignore[method-assign]
     assert f"Ollama's port 127.0.0.1:{port}: the port is taken" in told[0] and "Settings" in told[0]
     assert app.tray.api_url.startswith("http://127.0.0.1:"), "the API goes on on its own port"
+
+
+def test_a_request_in_each_dialect_shows_on_the_telemetry_with_its_dialect(
+    qtbot: QtBot, desktop: Desktop, standin_settings: Settings, tmp_path: Path
+) -> None:
+    save_settings(dataclasses.replace(standin_settings, api_port=0))
+    app = desktop()
+    model = app.bridge.router.library.import_path(make_standin_model(tmp_path, "api", tokens=6))
+    options = dataclasses.replace(app.bridge.options(model.name), backend="system")
+    app.bridge.router.save_options(model.name, options)
+    qtbot.waitUntil(lambda: app.tray.api_url != "", timeout=30_000)
+    view = app.window.telemetry
+    app.window.side.setCurrentWidget(view)
+    qtbot.waitUntil(lambda: app._telemetry_loaded, timeout=30_000)
+    hi = [{"role": "user", "content": "hi"}]
+    asked = [
+        ("/v1/chat/completions", {"model": model.name, "messages": hi, "stream": True}),
+        ("/api/v1/chat/completions", {"model": model.name, "messages": hi}),
+        ("/v1/messages", {"model": model.name, "messages": hi, "max_tokens": 8}),
+        ("/api/chat", {"model": model.name, "messages": hi}),
+    ]
+    answers: list[httpx.Response] = []
+
+    async def ask() -> None:
+        async with httpx.AsyncClient(base_url=app.tray.api_url, timeout=60) as client:
+            for path, body in asked:  # one after another: the run cards come in this order
+                answers.append(await client.post(path, json=body))
+
+    task = asyncio.ensure_future(ask())
+    qtbot.waitUntil(task.done, timeout=60_000)
+    assert [a.status_code for a in answers] == [200] * 4, [a.text for a in answers]
+    labels = ["OpenAI API", "Lemonade API", "Anthropic API", "Ollama API"]
+    qtbot.waitUntil(lambda: len(view.api_replies) == 4, timeout=30_000)
+    assert [card.dialect for _, card in reversed(view.api_replies)] == [
+        "openai",
+        "lemonade",
+        "anthropic",
+        "ollama",
+    ]
+    assert set(view.charts["ttft"].series) == set(labels)  # a line per dialect
+    listed = view.last_api.text()
+    assert view.last_api.isVisible() and all(f"<b>{label}</b>" in listed for label in labels)
+    assert "Asked through: Ollama API" in view.last_api.toolTip()  # the last reply's run card
+    qtbot.waitUntil(lambda: all(label in view._title_labels["ttft"].text() for label in labels))

@@ -20,7 +20,7 @@ import pytest
 from app.store.model_options import ModelOptions
 from app.store.settings import Settings
 from app.supervisor.api.ollama import keep_alive_unloads
-from app.supervisor.router import RequestFinished, RequestSource, Router, RouterEvent
+from app.supervisor.router import Dialect, RequestFinished, RequestSource, Router, RouterEvent
 from tests.support.hubserver import LoopbackHub
 from tests.support.testrepos import BIG, big_files
 from tests.unit.test_api import models, run_api
@@ -340,3 +340,31 @@ def test_copy_and_create_make_user_models_and_refuse_what_they_cannot_keep(
     assert "system prompt" in refusals[2][1] and "'top_k'" in refusals[3][1]
     assert "lemon-desk import" in refusals[4][1] and "quantiz" in refusals[5][1]
     assert got["after"] == got["listed"]
+
+
+def test_each_dialects_requests_are_tagged_with_it_in_stats_and_events(
+    standin_settings: Settings, tmp_path: Path
+) -> None:
+    async def body(router: Router, client: httpx.AsyncClient) -> tuple[list[Any], list[Any]]:
+        (name,) = models(router, tmp_path, "alpha")
+        seen: list[RouterEvent] = []
+        router.subscribe(seen.append)
+        stats = []
+        for path, request in (
+            ("/v1/chat/completions", {"model": name, "messages": HI}),
+            ("/api/v0/chat/completions", {"model": name, "messages": HI, "stream": True}),
+            ("/api/v1/messages", {"model": name, "messages": HI, "max_tokens": 4}),
+            ("/api/generate", {"model": name, "prompt": "hi"}),
+            ("/api/embed", {"model": "nope", "input": "x"}),  # refused: no reply, no tag
+        ):
+            await client.post(path, json=request)
+            stats.append((await client.get("/api/v1/stats")).json()["dialect"])
+        finished = [
+            (e.dialect, e.card.dialect if e.card else None) for e in seen if isinstance(e, RequestFinished)
+        ]
+        return stats, finished
+
+    stats, finished = run_api(standin_settings, body)
+    assert stats == ["openai", "lemonade", "anthropic", "ollama", "ollama"]
+    dialects = [Dialect.OPENAI, Dialect.LEMONADE, Dialect.ANTHROPIC, Dialect.OLLAMA]
+    assert finished == [(d, d.value) for d in dialects]  # each with its run card, tagged the same

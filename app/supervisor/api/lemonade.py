@@ -267,6 +267,7 @@ class LemonadeRoutes:
             "prompt_tokens_per_second": None,
             "model_name": None,
             "source": None,
+            "dialect": None,
         }
         last = self.router.last_request
         if last is not None:
@@ -281,6 +282,7 @@ class LemonadeRoutes:
                 prompt_tokens_per_second=t.prompt_tps,
                 model_name=last.model,
                 source=last.source.value,
+                dialect=last.dialect.value if last.dialect else None,
             )
         data.update(
             request_count_total=totals.requests,

@@ -26,13 +26,15 @@ from aiohttp import web
 
 from app.core.errors import ConfigError, LemonDeskError
 from app.core.net import is_loopback
-from app.supervisor.api.anthropic import AnthropicRoutes, is_anthropic_path
+from app.supervisor.api.anthropic import AnthropicRoutes
 from app.supervisor.api.anthropic import error_response as anthropic_error
+from app.supervisor.api.dialects import asked_in, dialect_of
 from app.supervisor.api.errors import AUTH, INVALID, NOT_FOUND, ApiError, from_app_error, server_failed
 from app.supervisor.api.lemonade import LemonadeRoutes
-from app.supervisor.api.ollama import OllamaRoutes, is_ollama_path
+from app.supervisor.api.ollama import OllamaRoutes
 from app.supervisor.api.ollama import error_response as ollama_error
 from app.supervisor.api.openai import OpenAIRoutes
+from app.supervisor.router import Dialect
 
 if TYPE_CHECKING:
     from app.supervisor.router import Router
@@ -59,15 +61,17 @@ def check_exposure(host: str, api_key: str | None) -> None:
 
 def _json_error(request: web.Request, error: ApiError) -> web.Response:
     """The error in the shape of the dialect the request's route speaks (OpenAI's unless another)."""
-    if is_anthropic_path(request.path):
+    dialect = asked_in.get()
+    if dialect is Dialect.ANTHROPIC:
         return anthropic_error(error)
-    if is_ollama_path(request.path):
+    if dialect is Dialect.OLLAMA:
         return ollama_error(error)
     return web.json_response(error.body(), status=error.status)
 
 
 @web.middleware
 async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
+    asked_in.set(dialect_of(request.path))  # for this request's task only
     try:
         return await handler(request)
     except ApiError as err:
