@@ -193,6 +193,7 @@ class TelemetryView(QWidget):
             f"{c.completion_tokens:,} tokens at {c.decode_tps:,.1f} tok/s, first after {c.ttft_s:.3f} s"
             for at, c in self.api_replies
         ]
+        rows += ["&nbsp;"] * (API_REPLIES_SHOWN - len(rows))  # of one height: the charts below stay put
         self.last_api.setText("<b>Last replies to other apps</b><br>" + "<br>".join(rows))
         self.last_api.setToolTip("\n".join(f"{label}: {value}" for label, value in card.lines()))
         self.last_api.show()
