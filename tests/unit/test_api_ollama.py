@@ -250,15 +250,17 @@ def test_tool_calls_come_whole_in_stream_and_reply(standin_settings: Settings, t
 
 
 def test_pull_from_the_hub_shows_ollamas_progress_and_the_model_is_listed(
-    standin_settings: Settings, hub: LoopbackHub
+    standin_settings: Settings, hub: LoopbackHub, tmp_path: Path
 ) -> None:
     async def body(router: Router, client: httpx.AsyncClient) -> dict[str, Any]:
+        (local,) = models(router, tmp_path, "here")
         async with ollama_client(client) as api:
+            here = [p.status async for p in await api.pull(f"{local}:latest", stream=True)]
             parts = [p async for p in await api.pull(f"hf.co/{BIG}:Q8_0", stream=True)]
             listed = [m.model for m in (await api.list()).models]
             again = await api.pull(f"hf.co/{BIG}:Q8_0")  # all here: one answer, "success"
             reply = await api.chat(model=f"hf.co/{BIG}:Q8_0", messages=HI)  # the name it was pulled by
-            got: dict[str, Any] = {"parts": parts, "listed": listed, "again": again.status}
+            got: dict[str, Any] = {"parts": parts, "listed": listed, "again": again.status, "here": here}
             got["reply"] = (reply.done, reply.model)
             for name in ("llama3.2:1b", f"{BIG}:Q8_0", "hf.co/../x:Q4"):
                 try:
@@ -285,7 +287,9 @@ def test_pull_from_the_hub_shows_ollamas_progress_and_the_model_is_listed(
         completed = [p.completed for p in parts]
         assert completed == sorted(completed) and completed[-1] == len(files[digest])
     assert len(by_digest[q8]) > 1  # progress as it came, not only the end
-    assert got["listed"] == ["user.Big-GGUF-Q8_0:latest"] and got["again"] == "success"
+    assert sorted(got["listed"]) == ["user.Big-GGUF-Q8_0:latest", "user.here:latest"]
+    assert got["again"] == "success"
+    assert got["here"] == ["success"]  # imported from a file here: nothing to pull
     assert got["reply"] == (True, f"hf.co/{BIG}:Q8_0")
     status, said = got["llama3.2:1b"]
     assert status == 404 and "hf.co/ORG/REPO:QUANT" in said and "Ollama's library" in said

@@ -6,7 +6,8 @@ listing is Ollama's manifest, each file a layer. What a name pulls:
 
     hf.co/ORG/REPO:QUANT     the Hub checkpoint ORG/REPO:QUANT (Ollama's own name for a Hub GGUF;
                              ``huggingface.co/`` too; ``:latest`` or no tag: the repo's default file)
-    a model here             its files (the name rule of ``ollama.resolve``: a catalog or user model)
+    a model here             its files (the name rule of ``ollama.resolve``: a catalog or user model;
+                             one imported from a file here has nothing to pull: ``success`` at once)
 
 Anything else (``llama3.2:1b``, a name of Ollama's own library) is a 404 that says what to pull instead.
 Progress comes in Ollama's NDJSON shape: ``pulling manifest``, ``pulling <digest>`` lines with
@@ -145,6 +146,9 @@ class OllamaModels:
         body = parse_object(await request.read())
         asked = self.to_pull(body.get("model") or body.get("name"))
         streamed = optional(body, "stream", "bool") is not False
+        if asked.repo_id is None:  # a file or folder of this machine's: here already, as Ollama's would be
+            done = ndjson_line({"status": "success"})
+            return web.Response(body=done, content_type=NDJSON if streamed else "application/json")
         # Asked before the first line: a refusal (no such repo, a gated one) keeps its own status.
         model, files = await self.router.plan_pull(asked)
         if not streamed:
