@@ -53,6 +53,7 @@ class DownloadProgress:
     speed_bps: float
     eta_s: float | None
     cap: BandwidthCap | None = None  # the download is throttled, and why
+    file_done: int = 0  # bytes of ``file`` on disk
 
 
 @dataclass(frozen=True)
@@ -398,7 +399,7 @@ class DownloadManager:
             done = before + p.done
             self.progress[rid] = done
             eta = (total - done) / p.speed_bps if p.speed_bps > 0 else None
-            event = DownloadProgress(rid, file.path, done, total, p.speed_bps, eta, cap)
+            event = DownloadProgress(rid, file.path, done, total, p.speed_bps, eta, cap, p.done)
             self.latest[rid] = event
             self._emit(event)
 

@@ -463,10 +463,11 @@ class OpenAIRoutes:
         return await self.router.engines.explain(name, error)
 
     def _finished(self, name: str, watch: _Watch) -> None:
+        from app.supervisor.api.dialects import asked_in
         from app.supervisor.router import RequestSource
 
         if watch.first is not None or watch.usage is not None:
-            self.router.request_finished(name, watch.telemetry(), RequestSource.API)
+            self.router.request_finished(name, watch.telemetry(), RequestSource.API, asked_in.get())
 
 
 def _has_image(body: dict[str, Any]) -> bool:

@@ -41,7 +41,7 @@ from app.supervisor.router.backends import Backends
 from app.supervisor.router.catalog import Catalog
 from app.supervisor.router.discover import Discover, Suggestion
 from app.supervisor.router.engines import Engines
-from app.supervisor.router.events import Listener, RequestFinished, RequestSource, RouterEvent
+from app.supervisor.router.events import Dialect, Listener, RequestFinished, RequestSource, RouterEvent
 from app.supervisor.router.loading import Loading
 from app.supervisor.router.pulls import Pulls
 from app.supervisor.router.recovery import Recovery
@@ -357,9 +357,12 @@ class Router:
         async with self._requests.client(name) as client:
             yield client
 
-    def request_finished(self, name: str, telemetry: Telemetry, source: RequestSource) -> None:
-        """Note a finished reply's figures (the last one is kept) and tell the front ends."""
-        self._requests.request_finished(name, telemetry, source)
+    def request_finished(
+        self, name: str, telemetry: Telemetry, source: RequestSource, dialect: Dialect | None = None
+    ) -> None:
+        """Note a finished reply's figures (the last one is kept) and tell the front ends; an API
+        request's ``dialect`` tags it and its run card."""
+        self._requests.request_finished(name, telemetry, source, dialect)
 
     def stream_chat(
         self, name: str, messages: Messages, *, conversation: str | None = None, **params: Any
