@@ -457,15 +457,17 @@ class Bridge(QObject):
 
     # --- the local API ----------------------------------------------------------------------------------
 
-    def serve(self, enabled: bool, port: int) -> asyncio.Task[None]:
-        """Run the local API on 127.0.0.1:``port`` (or stop it); ``api_changed`` tells the outcome."""
-        return self.spawn(self._serve(enabled, port))
+    def serve(self, enabled: bool, port: int, ollama_port: int = 0) -> asyncio.Task[None]:
+        """Run the local API on 127.0.0.1:``port``, and on ``ollama_port`` too unless 0 (or stop it);
+        ``api_changed`` tells the outcome."""
+        return self.spawn(self._serve(enabled, port, ollama_port))
 
-    async def _serve(self, enabled: bool, port: int) -> None:
+    async def _serve(self, enabled: bool, port: int, ollama_port: int) -> None:
         from app.supervisor.api import ApiServer  # aiohttp: after the window shows, not before
 
         if self._api is not None:
             if enabled and self._api_port == port:
+                await self._serve_ollama(self._api, ollama_port)
                 return
             await self._api.stop()
             self._api = None
@@ -482,6 +484,16 @@ class Bridge(QObject):
             return
         self._api, self._api_port = server, port
         self.api_changed.emit(server.url, "")
+        await self._serve_ollama(server, ollama_port)
+
+    async def _serve_ollama(self, server: ApiServer, port: int) -> None:
+        """The API on Ollama's port too (0: not); a port taken is said, and the API goes on without it."""
+        try:
+            await server.listen_ollama(port)
+        except LemonDeskError as err:
+            self.api_changed.emit(
+                server.url, f"{err.message} The local API goes on without it: change the port in Settings."
+            )
 
     # --- chat -----------------------------------------------------------------------------------------
 

@@ -19,7 +19,7 @@ from typing import Any, Protocol
 
 from app.client.events import ChatDelta
 from app.core.errors import RequestError, UnsupportedRequestError
-from app.core.reasoning import ThinkSplitter
+from app.core.reasoning import ReasoningFormat, ThinkSplitter
 from app.core.stops import stop_strings
 
 IMAGE_PARTS = frozenset({"image_url", "input_image", "image"})
@@ -46,6 +46,8 @@ class DeltaSplitter(Protocol):
 class EngineAdapter(Protocol):
     # Headers of a streamed request to this engine, beside the key.
     stream_headers: Mapping[str, str]
+    # The engine sends a reasoning model's thoughts inside content, as <think>...</think>.
+    reasoning_inline: bool
 
     def check(self, route: Route, stream: bool) -> None:
         """Raise UnsupportedRequestError when the engine cannot answer such a request."""
@@ -69,11 +71,17 @@ class EngineAdapter(Protocol):
         tokens the reply took: the engine's word, corrected where it is known to be wrong."""
         ...
 
+    def reasoning(self, body: dict[str, Any], fmt: ReasoningFormat) -> bool:
+        """Ask the engine for the reasoning as ``fmt`` puts it, where it can (may modify the adapted
+        ``body``); True: it cannot, and the answer is rewritten (``app.client.reasoning_relay``)."""
+        ...
+
 
 class LlamaCppAdapter:
     """llama-server speaks OpenAI's API and streams ``reasoning_content`` itself: nothing to adapt."""
 
     stream_headers: Mapping[str, str] = {}
+    reasoning_inline = False
 
     def check(self, route: Route, stream: bool) -> None:
         return None
@@ -89,6 +97,12 @@ class LlamaCppAdapter:
 
     def splitter(self) -> DeltaSplitter | None:
         return None
+
+    def reasoning(self, body: dict[str, Any], fmt: ReasoningFormat) -> bool:
+        # Its own field of the same name: "none" leaves the reasoning in the content; it cannot drop it.
+        if fmt is ReasoningFormat.INLINE:
+            body["reasoning_format"] = "none"
+        return fmt is ReasoningFormat.HIDDEN
 
 
 class ThinkDeltaSplitter:
@@ -137,6 +151,7 @@ class LemonMlxAdapter:
     # (a kept-alive one) delays. On a reused connection the first token came 15-25 ms late in most
     # replies; a stream on a connection of its own (closed after it) starts in quick-ACK mode.
     stream_headers: Mapping[str, str] = {"Connection": "close"}
+    reasoning_inline = True
     unsupported = frozenset({Route.RESPONSES, Route.EMBEDDINGS, Route.RERANK})
     no_streaming = frozenset({Route.COMPLETIONS})
 
@@ -176,6 +191,9 @@ class LemonMlxAdapter:
 
     def splitter(self) -> DeltaSplitter | None:
         return ThinkDeltaSplitter()
+
+    def reasoning(self, body: dict[str, Any], fmt: ReasoningFormat) -> bool:
+        return fmt is not ReasoningFormat.INLINE  # its reasoning is inside the content, as <think>
 
     def stops(self, body: dict[str, Any]) -> tuple[str, ...]:
         # lemon-mlx-engine (b1050-stable) parses "stop" (refusing a bare string) and never uses it.

@@ -21,9 +21,11 @@ from app.client.adapters import DeltaSplitter, EngineAdapter, LlamaCppAdapter, R
 from app.client.capped import read_upto
 from app.client.events import ChatDelta, ChatDone, ChatEvent, ChatReply, ToolCall
 from app.client.pacing import OPENAI_SSE_SHOWN, UNPACED, Pacing, paced, paced_network
+from app.client.reasoning_relay import StreamReasoning, whole_reasoning
 from app.client.sse import EventTooLarge, SSEEvent, SSEParser
-from app.client.stop_relay import StreamStops, cut_whole
+from app.client.stop_relay import StreamFinish, StreamStops, cut_whole, whole_finish
 from app.core.errors import LemonDeskError, RequestError, UnsupportedRequestError
+from app.core.reasoning import ReasoningFormat
 from app.core.stops import StopCutter, cut_at_stop
 from app.core.telemetry import ClientTimes, Telemetry, telemetry_from
 
@@ -409,6 +411,7 @@ class ChatClient:
         body: dict[str, Any],
         relay: aiohttp.ClientSession,
         pacing: Pacing | None = None,
+        reasoning: ReasoningFormat | None = None,
     ) -> AsyncIterator[bytes]:
         """Send a streamed OpenAI request as it is and yield the engine's SSE bytes, as the local API
         passes them on. A stream the engine cannot give (lemon-mlx's ``/v1/completions``) is answered
@@ -424,7 +427,8 @@ class ChatClient:
         makes llama-server stop generating.
 
         ``pacing``: the stream is read at most once a frame after its first token (``paced``), with
-        this dialect's event boundary; None reads it as it comes.
+        this dialect's event boundary; None reads it as it comes. ``reasoning``: where a chat's
+        reasoning goes in the answer (None: where the engine puts it).
         """
         import aiohttp
 
@@ -435,6 +439,8 @@ class ChatClient:
                 raise
             yield sse_error(err)
             return
+        placed = reasoning is not None and route is Route.CHAT and self._adapter.reasoning(body, reasoning)
+        rewrite = reasoning if placed else None  # the engine cannot place it as asked: placed here
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=CONNECT_TIMEOUT_S)
         url = f"{self.base_url}{route.value}"
         observer = self._observer
@@ -452,7 +458,7 @@ class ChatClient:
                         yield b""
                         chunks = paced(response.content.iter_any(), pacing or UNPACED)
                         async with contextlib.aclosing(chunks):
-                            async for chunk in self._relayed(chunks, body, route):
+                            async for chunk in self._relayed(chunks, body, route, rewrite):
                                 yield chunk
                     return
                 except aiohttp.ServerDisconnectedError:
@@ -502,28 +508,56 @@ class ChatClient:
         chunks: AsyncIterator[bytes],
         body: dict[str, Any],
         route: Route,
+        reasoning: ReasoningFormat | None,
     ) -> AsyncIterator[bytes]:
-        """The engine's answer as the local API passes it on: its bytes as they come, unless the request
-        has stop strings the engine does not apply; then cut before the first one (and a stream ended
-        there, which closes the connection and so stops the engine)."""
+        """The engine's answer as the local API passes it on: its bytes as they come, unless the engine
+        leaves something undone: stop strings it does not apply (the answer is cut before the first
+        one, and a stream ended there, which closes the connection and so stops the engine), reasoning
+        to be placed (``reasoning``), a "stop" it says for a reply its limit cut (by the answer's usage,
+        or, streamed, by the engine's own count of the tokens once the stream has ended)."""
         observer = self._observer
         stops = self._adapter.stops(body) if route in (Route.CHAT, Route.COMPLETIONS) else ()
-        if stops and not body.get("stream"):
-            yield cut_whole(await read_upto(chunks, MAX_ANSWER_BYTES), stops)
+        limit = body.get("max_tokens")  # an engine's "stop" at the limit its adapter corrects
+        corrects = type(limit) is int and self._adapter.finish_reason("stop", body, limit) != "stop"
+        if not body.get("stream") and (stops or reasoning or corrects):
+            yield self._whole_relayed(await read_upto(chunks, MAX_ANSWER_BYTES), body, stops, reasoning)
             return
         cutter = StreamStops(stops) if stops else None
+        placer = StreamReasoning(reasoning, split=self._adapter.reasoning_inline) if reasoning else None
+        # A stream cut at a stop string says "stop" rightly: only a stream without one is held at its end.
+        finisher = StreamFinish() if corrects and not stops and self._telemetry is not None else None
+        if finisher is not None and self._telemetry is not None:
+            self._telemetry.request_started()
         async for chunk in chunks:
             if observer:
                 observer.data_received()
-            if cutter is None:
+            if cutter is None and placer is None and finisher is None:
                 yield chunk
                 continue
-            if out := cutter.feed(chunk):
+            out = cutter.feed(chunk) if cutter is not None else chunk
+            out = placer.feed(out) if placer is not None else out
+            out = finisher.feed(out) if finisher is not None else out
+            if out:
                 yield out
-            if cutter.ended:
+            if cutter is not None and cutter.ended:
                 return
-        if cutter is not None and (tail := cutter.close()):
+        tail = cutter.close() if cutter is not None else b""
+        tail = placer.feed(tail) + placer.close() if placer is not None else tail
+        if finisher is not None and self._telemetry is not None:
+            tail = finisher.feed(tail) + finisher.close()
+            if finisher.holding:
+                counted = await self._telemetry.refine(Telemetry(0.0, 0, 0.0, 0, 0.0))
+                tail += finisher.release(self._adapter.finish_reason("stop", body, counted.completion_tokens))
+        if tail:
             yield tail
+
+    def _whole_relayed(
+        self, answer: bytes, body: dict[str, Any], stops: tuple[str, ...], reasoning: ReasoningFormat | None
+    ) -> bytes:
+        answer = cut_whole(answer, stops) if stops else answer
+        if reasoning:
+            answer = whole_reasoning(answer, reasoning, split=self._adapter.reasoning_inline)
+        return whole_finish(answer, lambda said, n: self._adapter.finish_reason(said, body, n))
 
     async def chat(self, messages: Messages, **params: Any) -> ChatReply:
         """One whole reply, without streaming, read up to ``MAX_ANSWER_BYTES``; gives up after

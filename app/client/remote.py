@@ -20,6 +20,7 @@ from app.client.adapters import DeltaSplitter, Route
 from app.client.capped import read_upto
 from app.client.chat import error_detail, loopback_ssl
 from app.core.errors import RequestError
+from app.core.reasoning import ReasoningFormat
 from app.core.remotes import (
     SERVER_LEMON_DESK,
     RemoteKind,
@@ -59,6 +60,7 @@ class RemoteAdapter:
     """Names the remote's model in every request body; the remote adapts the request to its engine."""
 
     stream_headers: Mapping[str, str] = {}
+    reasoning_inline = False
 
     def __init__(self, model_id: str) -> None:
         self.model_id = model_id
@@ -78,6 +80,10 @@ class RemoteAdapter:
 
     def finish_reason(self, said: str | None, body: dict[str, Any], completion_tokens: int) -> str | None:
         return said
+
+    def reasoning(self, body: dict[str, Any], fmt: ReasoningFormat) -> bool:
+        body["reasoning_format"] = fmt.value  # the remote's own API places it
+        return False
 
 
 def connection_pool(root: str) -> httpx.AsyncClient:

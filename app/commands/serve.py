@@ -1,5 +1,7 @@
 """``lemon-desk serve``: the local API without the window. Prints one line with the URL once it
 listens (``--json``: one JSON object); SIGINT or SIGTERM stops every engine and exits 0.
+``--ollama-port N`` answers on a second port too, Ollama's (11434) for clients that look there
+(0 or absent: off); a port taken stops serve before it answers, saying who holds it.
 ``--collection NAME`` then loads a collection's models with their options while the API answers; one
 that does not load stops serve (exit 1), saying which and why.
 
@@ -19,6 +21,7 @@ import sys
 
 from app.commands.output import add_rpc_argument, checked_rpc, load_settings_noting_problems
 from app.core.errors import ConfigError, LemonDeskError
+from app.core.net import OLLAMA_PORT
 from app.core.policy import parse_caps
 from app.supervisor.api import DEFAULT_HOST, DEFAULT_PORT, ApiServer, check_exposure
 from app.supervisor.router import Router
@@ -39,6 +42,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"default: {DEFAULT_PORT}")
     parser.add_argument("--api-key", metavar="KEY", help=f"require this key (default: ${KEY_VARIABLE})")
     parser.add_argument(
+        "--ollama-port",
+        type=int,
+        default=0,
+        metavar="N",
+        help=f"answer on this port too, for Ollama's clients (Ollama's own is {OLLAMA_PORT}; default 0: off)",
+    )
+    parser.add_argument(
         "--max-loaded-models", metavar="N|JSON", help='a total, or per-device caps: \'{"gpu": 1, "cpu": 2}\''
     )
     parser.add_argument(
@@ -58,8 +68,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 def cmd_serve(args: argparse.Namespace) -> int:
     key = args.api_key or os.environ.get(KEY_VARIABLE) or None
     check_exposure(args.host, key)
-    if not 0 <= args.port <= 65535:
-        raise ConfigError(f"--port {args.port} is not a port number (0-65535).")
+    for flag, port in (("--port", args.port), ("--ollama-port", args.ollama_port)):
+        if not 0 <= port <= 65535:
+            raise ConfigError(f"{flag} {port} is not a port number (0-65535).")
     settings = load_settings_noting_problems()
     if args.max_loaded_models is not None:
         caps = parse_caps(args.max_loaded_models)
@@ -68,24 +79,28 @@ def cmd_serve(args: argparse.Namespace) -> int:
         settings = dataclasses.replace(settings, rpc_workers=checked_rpc(args))
     router = Router(settings, raise_limit="start serve again with a higher --max-loaded-models")
     collection = router.collections.get(args.collection).name if args.collection else None
-    return asyncio.run(_serve(router, args.host, args.port, key, args.json, collection))
+    ports = (args.port, args.ollama_port)
+    return asyncio.run(_serve(router, args.host, ports, key, args.json, collection))
 
 
 def _listening_line(server: ApiServer, key_required: bool, as_json: bool) -> str:
     """What serve prints once it listens: the URLs, or with ``as_json`` one object (never the key)."""
     openai, lemonade = f"{server.url}/v1/", f"{server.url}/api/v1/"
+    ollama = server.ollama_url
     if not as_json:
-        return f"Lemon Desk API listening on {openai} (Lemonade: {lemonade})"
-    return json.dumps(
-        {
-            "url": server.url,
-            "openai_url": openai,
-            "lemonade_url": lemonade,
-            "host": server.host,
-            "port": server.port,
-            "key_required": key_required,
-        }
-    )
+        also = f", Ollama: {ollama}/api/" if ollama else ""
+        return f"Lemon Desk API listening on {openai} (Lemonade: {lemonade}{also})"
+    where: dict[str, object] = {
+        "url": server.url,
+        "openai_url": openai,
+        "lemonade_url": lemonade,
+        "host": server.host,
+        "port": server.port,
+        "key_required": key_required,
+    }
+    if ollama:
+        where.update(ollama_url=ollama, ollama_port=server.ollama_port)
+    return json.dumps(where)
 
 
 async def _load_collection(router: Router, name: str, stop: asyncio.Event, failed: list[str]) -> None:
@@ -102,7 +117,7 @@ async def _load_collection(router: Router, name: str, stop: asyncio.Event, faile
 
 
 async def _serve(
-    router: Router, host: str, port: int, key: str | None, as_json: bool, collection: str | None
+    router: Router, host: str, ports: tuple[int, int], key: str | None, as_json: bool, collection: str | None
 ) -> int:
     stop = asyncio.Event()
     failed: list[str] = []  # why the collection did not load
@@ -113,7 +128,7 @@ async def _serve(
     try:
         async with router:
             await router.start()  # engines an earlier run left go before the API takes requests
-            server = ApiServer(router, host, port, key)
+            server = ApiServer(router, host, ports[0], key, ollama_port=ports[1])
             await server.start()
             router.remotes.watch()  # their models are listed and served as @NAME/MODEL
             try:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import ipaddress
 
+OLLAMA_PORT = 11434  # Ollama's own, where its clients look by default
+
 
 def is_loopback(host: str) -> bool:
     if host == "localhost":

@@ -3,11 +3,14 @@
 lemon-mlx has no ``reasoning_content`` field: a reasoning model's thoughts arrive inside ``content``.
 The splitter works on deltas as they come, so a tag cut across two chunks (``"<th"`` + ``"ink>"``) is
 still found; the only text it holds back is a tail that could still become a tag.
+
+``ReasoningFormat`` is where a reply's reasoning goes in the local API's answers.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import Enum
 
 OPEN = "<think>"
 CLOSE = "</think>"
@@ -66,3 +69,26 @@ def split_think(text: str) -> Split:
     splitter = ThinkSplitter()
     first, last = splitter.feed(text), splitter.finish()
     return Split(first.content + last.content, first.reasoning + last.reasoning)
+
+
+class ReasoningFormat(Enum):
+    SEPARATE = "separate"  # in its own field, reasoning_content (as llama-server and DeepSeek send it)
+    INLINE = "inline"  # inside content, as <think>...</think> before the answer
+    HIDDEN = "hidden"  # left out of the answer
+
+
+# llama-server's own names for its request field of the same name (``reasoning_format``), for clients
+# written for it: "none" leaves the reasoning unparsed in the content, "auto" and "deepseek" split it out.
+LLAMA_SERVER_NAMES = {
+    "none": ReasoningFormat.INLINE,
+    "auto": ReasoningFormat.SEPARATE,
+    "deepseek": ReasoningFormat.SEPARATE,
+}
+
+
+def reasoning_format(name: str) -> ReasoningFormat | None:
+    """The format a request or a saved option names (ours, or llama-server's name for it); None: not one."""
+    try:
+        return ReasoningFormat(name)
+    except ValueError:
+        return LLAMA_SERVER_NAMES.get(name)

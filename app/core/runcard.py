@@ -41,6 +41,15 @@ def quant_of(checkpoint: str) -> str:
     return found[-1] if found else ""
 
 
+# The local API's dialects as people read them (the router's ``Dialect`` values).
+DIALECT_NAMES = {"openai": "OpenAI", "lemonade": "Lemonade", "anthropic": "Anthropic", "ollama": "Ollama"}
+
+
+def dialect_label(dialect: str) -> str:
+    """``ollama`` as people read it: "Ollama API"."""
+    return f"{DIALECT_NAMES.get(dialect, dialect)} API"
+
+
 @dataclass(frozen=True)
 class RunCard:
     model: str
@@ -59,6 +68,7 @@ class RunCard:
     completion_tokens: int = 0
     decode_tps: float = 0.0
     cached_tokens: int = 0
+    dialect: str = ""  # the local API's dialect the reply was asked in; "": this app's own chat
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -72,7 +82,15 @@ class RunCard:
             card = RunCard(**{k: v for k, v in data.items() if k in known})
         except TypeError as err:  # a field missing
             raise ValueError(f"a run card field is missing ({err})") from None
-        texts = (card.model, card.checkpoint, card.quant, card.recipe, card.backend, card.engine_version)
+        texts = (
+            card.model,
+            card.checkpoint,
+            card.quant,
+            card.recipe,
+            card.backend,
+            card.engine_version,
+            card.dialect,
+        )
         counts = (card.prompt_tokens, card.completion_tokens, card.cached_tokens, card.ctx_size or 0)
         if not (
             all(isinstance(text, str) for text in (*texts, card.extra_args, card.hardware))
@@ -88,8 +106,12 @@ class RunCard:
         sampling = ", ".join(
             f"{k} {v:g}" if isinstance(v, float) else f"{k} {v}" for k, v in self.sampling.items()
         )
+        asked = [("Asked through", dialect_label(self.dialect))] if self.dialect else []
+        if self.dialect and not sampling:
+            sampling = "as the request asked"  # the request's own, not recorded here
         return [
             ("Model", self.model),
+            *asked,
             ("Checkpoint", f"{self.checkpoint}" + (f" ({self.quant})" if self.quant else "")),
             ("Engine", f"{self.recipe}:{self.backend} {self.engine_version}".rstrip()),
             ("Context", f"{self.ctx_size:,} tokens" if self.ctx_size else "engine default"),

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from app.core.numbers import finite
+from app.core.reasoning import reasoning_format
 from app.store.paths import home
 from app.store.records import Loaded, load_records, save_records
 
@@ -30,6 +31,7 @@ class ModelOptions:
     max_tokens: int | None = None
     pinned: bool = False  # never evicted to make room, never unloaded when idle
     rpc: str = ""  # llama.cpp RPC workers "host:port,..."; "": the Settings' list; "local": none
+    reasoning_format: str = ""  # where the local API puts the reasoning (app.core.reasoning); "": separate
 
 
 def _count(value: Any) -> bool:
@@ -46,6 +48,7 @@ _CHECKS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "max_tokens": (lambda v: v is None or _count(v), "a number of tokens"),
     "pinned": (lambda v: isinstance(v, bool), "true or false"),
     "rpc": (lambda v: isinstance(v, str), "a list of workers as text"),
+    "reasoning_format": (lambda v: v == "" or reasoning_format(v) is not None, "a reasoning format"),
 }
 
 

@@ -37,6 +37,7 @@ class Settings:
     hang_grace_s: float = 90.0
     api_enabled: bool = True  # the window serves the local API (OpenAI- and Lemonade-compatible)
     api_port: int = 13305  # on 127.0.0.1; 0: any free port
+    ollama_port: int = 0  # the local API on this port too, for Ollama's clients (its own: 11434); 0: off
     rpc_workers: str = ""  # llama.cpp RPC workers every llama.cpp load uses ("host:port,..."; empty: none)
     worker_enabled: bool = False  # the window runs an RPC worker (``lemon-desk worker``) for other machines
     worker_host: str = "127.0.0.1"  # another address needs worker_allow_network: the protocol is open
@@ -91,6 +92,8 @@ def _from_json(data: Any) -> Settings:
                 value = float(value)
             if type(value) is not type(default):
                 raise ValueError(f"'{f.name}' has the wrong type")
+            if f.name == "ollama_port" and not 0 <= value <= 65535:
+                raise ValueError(f"'{f.name}' must be a port number, or 0 for none")
             if f.name == "kv_cache_budget_gb" and not 0 <= value < float("inf"):
                 raise ValueError(f"'{f.name}' must be a number of GB, 0 or more")
             if f.name in ("tool_rounds", "tool_timeout_s") and not 0 < value < float("inf"):

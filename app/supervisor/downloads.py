@@ -14,6 +14,7 @@ Subscribers get plain dataclass events (``DownloadProgress``, ``DownloadChanged`
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import shutil
 from collections.abc import Callable
@@ -22,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from app.core.downloads import INTERRUPTED, DownloadRecord, DownloadState
-from app.core.errors import ChecksumError, DownloadError, LemonDeskError, ModelError
+from app.core.errors import ChecksumError, DownloadError, LemonDeskError, ModelError, StorageError
 from app.core.fit import BandwidthCap
 from app.core.refs import FileSet, RepoFile
 from app.core.units import GB
@@ -34,6 +35,7 @@ from app.store.downloads import (
     save_downloads,
 )
 from app.store.hfcache import RepoCache
+from app.store.saving import saving
 from app.supervisor.fetch import Progress, fetch
 from app.supervisor.hub import HubClient, gated_error, missing_error
 from app.supervisor.listeners import Listeners
@@ -51,6 +53,7 @@ class DownloadProgress:
     speed_bps: float
     eta_s: float | None
     cap: BandwidthCap | None = None  # the download is throttled, and why
+    file_done: int = 0  # bytes of ``file`` on disk
 
 
 @dataclass(frozen=True)
@@ -215,9 +218,14 @@ class DownloadManager:
         return self._put(self.records[rid].with_state(state, message, done))
 
     def _put(self, record: DownloadRecord) -> DownloadRecord:
+        """Keep ``record`` and tell the listeners; a StorageError if it could not be saved (said all the
+        same: the record here is what this process does)."""
         self.records[record.id] = record
-        self._save(record.id)
-        self._emit(DownloadChanged(record.id, record.state, record.message, record))
+        try:
+            with saving("the download list"):
+                self._save(record.id)
+        finally:
+            self._emit(DownloadChanged(record.id, record.state, record.message, record))
         return record
 
     def _save(self, rid: str) -> None:
@@ -355,7 +363,9 @@ class DownloadManager:
             self._set(rid, intent, message, done=self._on_disk(files))
         except LemonDeskError as err:
             self._failures[rid] = err
-            self._set(rid, DownloadState.FAILED, str(err), done=self._on_disk(files))
+            # Failed here and said, even when the reason is that no record can be saved.
+            with contextlib.suppress(StorageError):
+                self._set(rid, DownloadState.FAILED, str(err), done=self._on_disk(files))
         finally:
             lock.release()
             self._tasks.pop(rid, None)
@@ -389,7 +399,7 @@ class DownloadManager:
             done = before + p.done
             self.progress[rid] = done
             eta = (total - done) / p.speed_bps if p.speed_bps > 0 else None
-            event = DownloadProgress(rid, file.path, done, total, p.speed_bps, eta, cap)
+            event = DownloadProgress(rid, file.path, done, total, p.speed_bps, eta, cap, p.done)
             self.latest[rid] = event
             self._emit(event)
 

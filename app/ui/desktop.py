@@ -149,7 +149,7 @@ class DesktopApp(QObject):
             self._explain_start_failure(err)
             return
         # Once the router has started (an earlier run's engines stopped), as `lemon-desk serve` does.
-        self.bridge.serve(self.settings.api_enabled, self.settings.api_port)
+        self.bridge.serve(self.settings.api_enabled, self.settings.api_port, self.settings.ollama_port)
         self.bridge.sync_worker()
 
     def _router_ready(self) -> None:
@@ -325,8 +325,12 @@ class DesktopApp(QObject):
             self._warn(problem)
 
     def _api_request(self, finished: RequestFinished) -> None:
-        """A reply the local API gave another app: on the charts like the window's own."""
-        if self._telemetry_loaded:
+        """A reply the local API gave another app: on the charts by its dialect, with its run card."""
+        if not self._telemetry_loaded:
+            return
+        if finished.card is not None:
+            self.window.telemetry.add_api_reply(time.time(), finished.card)
+        else:
             self.window.telemetry.add_request(time.time(), finished.telemetry.to_json())
 
     def _reply_for_telemetry(self, _conversation_id: str, message: ChatMessage) -> None:
@@ -416,7 +420,7 @@ class DesktopApp(QObject):
     def _settings_saved(self, settings: Settings) -> None:
         self.settings = settings
         self.bridge.apply_settings(settings)
-        self.bridge.serve(settings.api_enabled, settings.api_port)
+        self.bridge.serve(settings.api_enabled, settings.api_port, settings.ollama_port)
         self.bridge.sync_worker()
         self._apply_tray_setting()
 

@@ -3,6 +3,7 @@ they are typed), sampling defaults, "Save for this model" and Load/Reload. It on
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import TYPE_CHECKING
 
@@ -92,6 +93,7 @@ class OptionsPanel(QWidget):
         super().__init__(parent)
         muted = current_theme().muted
         self.model = ""
+        self._shown = ModelOptions()  # the model's saved options, as shown
         self.recipe = ""
         self.info: SystemInfo | None = None
         self.heading = QLabel("Select a model to see how it loads.", self)
@@ -197,6 +199,7 @@ class OptionsPanel(QWidget):
 
     def show_model(self, row: ModelView, options: ModelOptions) -> None:
         self.model, self.recipe = row.name, row.model.recipe
+        self._shown = options
         recipe = row.model.recipe or "recipe unknown until downloaded"
         self.heading.setText(f"<b>{row.name}</b><br>{recipe}")
         self.form.setEnabled(True)
@@ -224,7 +227,10 @@ class OptionsPanel(QWidget):
         self.load_button.setToolTip("" if row.on_disk else "Downloads the model first, then loads it")
 
     def current(self) -> ModelOptions:
-        return ModelOptions(
+        """The options as shown; those the panel does not show (the local API's ``reasoning_format``)
+        stay as they were saved."""
+        return dataclasses.replace(
+            self._shown,
             backend=self.backend.currentData() or None,
             ctx_size=None if self.ctx_auto.isChecked() else ctx_from_slider(self.ctx_slider.value()),
             args=self.args.text().strip(),

@@ -31,6 +31,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.core.errors import ConfigError
+from app.core.net import OLLAMA_PORT
 from app.core.policy import parse_caps
 from app.core.rpc import DEFAULT_WORKER_PORT, exposure_warning, parse_workers, worker_endpoint
 from app.store.settings import (
@@ -196,6 +197,18 @@ class SettingsDialog(QDialog):
         self.api_port.setValue(settings.api_port)
         self.api_enabled.toggled.connect(self.api_port.setEnabled)
         self.api_port.setEnabled(settings.api_enabled)
+        self.ollama_enabled = QCheckBox("Also answer on Ollama's port, for Ollama's clients", self)
+        self.ollama_enabled.setToolTip(
+            "Ollama's API (/api/tags, /api/chat, ...) and the rest, on the port Ollama's clients use by "
+            f"default ({OLLAMA_PORT}). Stop Ollama first if it runs here."
+        )
+        self.ollama_enabled.setChecked(settings.ollama_port != 0)
+        self.ollama_port = QSpinBox(self)
+        self.ollama_port.setRange(1, 65535)
+        self.ollama_port.setValue(settings.ollama_port or OLLAMA_PORT)
+        self.ollama_enabled.toggled.connect(lambda _on: self._enable_ollama())
+        self.api_enabled.toggled.connect(lambda _on: self._enable_ollama())
+        self._enable_ollama()
 
         self.rpc_workers = QLineEdit(settings.rpc_workers, self)
         self.rpc_workers.setPlaceholderText("192.168.1.20:50052, 192.168.1.21:50052")
@@ -241,12 +254,14 @@ class SettingsDialog(QDialog):
         api, form = _form("Local API", self)
         form.addRow(self.api_enabled)
         form.addRow("Port", self.api_port)
+        form.addRow(self.ollama_enabled)
+        form.addRow("Ollama's port", self.ollama_port)
         cluster, form = _form("Other machines (llama.cpp RPC)", self)
         form.addRow("Workers", self.rpc_workers)
         form.addRow(self.worker_enabled)
         form.addRow("Worker address", worker_row)
         form.addRow(self.worker_network)
-        boxes = (self.idle_unload, self.load_timeout, self.request_timeout, self.api_port)
+        boxes = (self.idle_unload, self.load_timeout, self.request_timeout, self.api_port, self.ollama_port)
         width = max(box.sizeHint().width() for box in boxes)
         for box in boxes:
             box.setMinimumWidth(width)  # one column of equal boxes
@@ -331,6 +346,10 @@ class SettingsDialog(QDialog):
         text = self.llama_server.text().strip()
         return str(Path(text).expanduser()) if text else ""
 
+    def _enable_ollama(self) -> None:
+        self.ollama_enabled.setEnabled(self.api_enabled.isChecked())
+        self.ollama_port.setEnabled(self.api_enabled.isChecked() and self.ollama_enabled.isChecked())
+
     def _validate(self) -> bool:
         mirror = self.mirror.text().strip()
         problem = (
@@ -365,6 +384,7 @@ class SettingsDialog(QDialog):
             keep_in_tray=self.keep_in_tray.isChecked(),
             api_enabled=self.api_enabled.isChecked(),
             api_port=self.api_port.value(),
+            ollama_port=self.ollama_port.value() if self.ollama_enabled.isChecked() else 0,
             rpc_workers=self.rpc_workers.text().strip(),
             worker_enabled=self.worker_enabled.isChecked(),
             worker_host=self.worker_host.text().strip(),

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import html
 import math
+import time
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -35,6 +36,7 @@ from PySide6.QtCore import QPoint, QRect, Qt, QTimer, Signal
 from PySide6.QtGui import QGuiApplication, QHideEvent, QPalette, QShowEvent
 from PySide6.QtWidgets import QGraphicsItem, QLabel, QScrollArea, QVBoxLayout, QWidget
 
+from app.core.runcard import RunCard, dialect_label
 from app.core.units import GB
 from app.ui import heap
 from app.ui.chat.markdown_view import current_theme
@@ -50,6 +52,8 @@ SYSTEM = "System"
 SLICE_MS = 40  # between two charts' updates
 WINDOW_STEP_S = 30  # the shared time window moves in steps of this (1.7% of the 30 minutes shown)
 PER_REPLY = ("decode", "prompt", "ttft")
+CHAT_REPLY = "Reply"  # the line of this app's own chat replies
+API_REPLIES_SHOWN = 4
 UNIFIED_TITLE = "Unified memory used by engines"
 COLOURS = ("#e67e22", "#2980b9", "#27ae60", "#8e44ad", "#c0392b", "#16a085", "#7f8c8d")
 
@@ -128,6 +132,10 @@ class TelemetryView(QWidget):
         self.note.setStyleSheet(f"color: {current_theme().muted}; font-size: 11px;")
         self.summary = QLabel("", self)
         self.summary.setWordWrap(True)
+        self.api_replies: deque[tuple[float, RunCard]] = deque(maxlen=API_REPLIES_SHOWN)
+        self.last_api = QLabel("", self)  # the last replies the local API gave, by dialect
+        self.last_api.setWordWrap(True)
+        self.last_api.hide()
         self.body = QWidget(self)
         self.charts_layout = QVBoxLayout(self.body)
         self.charts_layout.setContentsMargins(0, 0, 0, 0)
@@ -142,6 +150,7 @@ class TelemetryView(QWidget):
         layout.setContentsMargins(8, 6, 8, 8)
         layout.addWidget(self.note)
         layout.addWidget(self.summary)
+        layout.addWidget(self.last_api)
         layout.addWidget(scroll, 1)
 
     # --- on screen or not -------------------------------------------------------------------------
@@ -163,14 +172,31 @@ class TelemetryView(QWidget):
 
     # --- data in ----------------------------------------------------------------------------------
 
-    def add_request(self, when: float, telemetry: dict[str, Any]) -> None:
-        """A finished reply's figures."""
+    def add_request(self, when: float, telemetry: dict[str, Any], origin: str = CHAT_REPLY) -> None:
+        """A finished reply's figures, on the line of its ``origin``: this app's chat, or the local
+        API's dialect that asked for it ("Ollama API")."""
         for key, field_name in (("decode", "decode_tps"), ("prompt", "prompt_tps"), ("ttft", "ttft_s")):
             value = telemetry.get(field_name)
             if isinstance(value, int | float) and value > 0:
-                self.charts[key].add("Reply", when, float(value))
+                self.charts[key].add(origin, when, float(value))
                 self._changed({key})
         self.requests += 1
+
+    def add_api_reply(self, when: float, card: RunCard) -> None:
+        """A reply the local API gave another app: on the charts by its dialect, its run card in the
+        last replies' list."""
+        self.add_request(when, card.to_json(), dialect_label(card.dialect))
+        self.api_replies.appendleft((when, card))
+        rows = [
+            f"{time.strftime('%H:%M:%S', time.localtime(at))} · "
+            f"<b>{html.escape(dialect_label(c.dialect))}</b> · {html.escape(c.model)} · "
+            f"{c.completion_tokens:,} tokens at {c.decode_tps:,.1f} tok/s, first after {c.ttft_s:.3f} s"
+            for at, c in self.api_replies
+        ]
+        rows += ["&nbsp;"] * (API_REPLIES_SHOWN - len(rows))  # of one height: the charts below stay put
+        self.last_api.setText("<b>Last replies to other apps</b><br>" + "<br>".join(rows))
+        self.last_api.setToolTip("\n".join(f"{label}: {value}" for label, value in card.lines()))
+        self.last_api.show()
 
     def add_requests(self, rows: Iterable[tuple[float, dict[str, Any]]]) -> None:
         for when, telemetry in rows:
@@ -250,10 +276,9 @@ class TelemetryView(QWidget):
             plot.getPlotItem().vb.setLimits(yMin=0)
             for side in ("left", "bottom"):  # kept as pixmaps: drawn again only when their range moves
                 plot.getAxis(side).setCacheMode(QGraphicsItem.CacheMode.DeviceCoordinateCache)
-            # Of a fixed height (its lines as they will be): a label whose height followed its text would
-            # lay the charts out again, and pyqtgraph draws a resized chart from scratch.
-            lines = "" if key in PER_REPLY else "<br>&nbsp;"
-            title = QLabel(f"<b>{chart.title}</b> ({chart.unit}){lines}", self.body)
+            # Of a fixed height (its two lines, the title and the legend): a label whose height followed
+            # its text would lay the charts out again, and pyqtgraph draws a resized chart from scratch.
+            title = QLabel(f"<b>{chart.title}</b> ({chart.unit})<br>&nbsp;", self.body)
             title.setStyleSheet("font-size: 9pt;")
             title.setFixedHeight(title.sizeHint().height())
             missing = QLabel("", self.body)
@@ -317,7 +342,7 @@ class TelemetryView(QWidget):
             colour = COLOURS[index % len(COLOURS)]
             latest = f" {series.ys[-1]:,.{_digits(chart.unit)}f}" if series.ys else ""
             names.append(f"<span style='color: {colour};'>■ {html.escape(name)}{latest}</span>")
-        legend = "" if per_reply else "<br>" + " &nbsp; ".join(names)
+        legend = "<br>" + " &nbsp; ".join(names)  # per reply: a line for each origin (chat, each dialect)
         title = f"<b>{html.escape(chart.title)}</b> ({chart.unit}){legend}"
         if title_label.text() != title:
             title_label.setText(title)

@@ -16,8 +16,15 @@ memory, their threads) passes for the API's.
 
 Both paths are timed the same way on the client (raw httpx, lines split, JSON parsed).
 
+Then one line per dialect (``--dialect``; all four unless named): the same replies asked through serve
+in OpenAI's (``/v1/``), Lemonade's (``/api/v1/``), Anthropic's (``/v1/messages``: SSE events of its own)
+and Ollama's (``/api/chat``: NDJSON) words, against the same request sent straight to the engine in
+OpenAI's, paired as above: decode tok/s through / direct, and the TTFT difference over short replies.
+Anthropic's and Ollama's requests cannot say ``ignore_eos`` or ``cache_prompt``, so their pairs leave
+both out on both paths (the replies, greedy, are the same on both).
+
     .venv/bin/python tests/bench/serve_overhead.py [--ttft-rounds N] [--rounds N] [--tokens N]
-        [--concurrent-rounds N] [--threads N]
+        [--concurrent-rounds N] [--threads N] [--dialect openai|lemonade|anthropic|ollama ...]
 """
 
 from __future__ import annotations
@@ -61,13 +68,18 @@ PROMPTS = [
 ]
 
 
+DIALECTS = ("openai", "lemonade", "anthropic", "ollama")
+
+
 @dataclass(frozen=True)
 class Target:
-    """Where a request goes: a base URL, its headers, and the model name to send."""
+    """Where a request goes: a base URL, its headers, the model name to send, and how it is asked."""
 
     base: str
     headers: dict[str, str]
     model: str | None
+    dialect: str = "openai"  # one of DIALECTS
+    plain: bool = False  # only what every dialect can say (no ignore_eos, cache_prompt, seed)
 
 
 @dataclass(frozen=True)
@@ -76,6 +88,43 @@ class Timing:
     decode_tps: float
     tokens: int
     engine_tps: float | None = None  # the engine's own figure (its timings), when it sent them
+
+
+def request(path: Target, prompt: str, tokens: int) -> tuple[str, dict[str, Any]]:
+    """The URL and body of one streamed reply of ``tokens`` tokens, in ``path``'s dialect."""
+    messages = [{"role": "user", "content": prompt}]
+    if path.dialect == "anthropic":
+        body = {"model": path.model, "messages": messages, "max_tokens": tokens, "temperature": 0}
+        return f"{path.base}/v1/messages", {**body, "stream": True}
+    if path.dialect == "ollama":
+        options = {"num_predict": tokens, "temperature": 0}
+        return f"{path.base}/api/chat", {"model": path.model, "messages": messages, "options": options}
+    prefix = "/api/v1" if path.dialect == "lemonade" else "/v1"
+    body = payload(prompt, tokens, path.model)
+    if path.plain:
+        body = {k: v for k, v in body.items() if k not in ("ignore_eos", "cache_prompt", "seed")}
+    return f"{path.base}{prefix}/chat/completions", body
+
+
+def token_of(dialect: str, line: bytes) -> tuple[bool, float | None]:
+    """Whether a line of a stream in ``dialect`` brings text, and the engine's decode speed if it says."""
+    if dialect == "ollama":
+        if not line.startswith(b"{"):
+            return False, None
+        event = json.loads(line)
+        return bool((event.get("message") or {}).get("content")), None
+    if not line.startswith(b"data: {"):
+        return False, None
+    event = json.loads(line[6:])
+    if dialect == "anthropic":
+        delta = event.get("delta") or {}
+        return event.get("type") == "content_block_delta" and bool(delta.get("text")), None
+    choices = event.get("choices") or [{}]
+    timings = event.get("timings")
+    engine_tps = None
+    if isinstance(timings, dict) and timings.get("predicted_per_second"):
+        engine_tps = float(timings["predicted_per_second"])
+    return bool((choices[0].get("delta") or {}).get("content")), engine_tps
 
 
 def payload(prompt: str, tokens: int, model: str | None) -> dict[str, Any]:
@@ -108,8 +157,7 @@ async def _stream(client: httpx.AsyncClient, path: Target, prompt: str, tokens: 
     count = 0
     engine_tps: float | None = None
     sent = time.perf_counter()
-    body = payload(prompt, tokens, path.model)
-    url = f"{path.base}/v1/chat/completions"
+    url, body = request(path, prompt, tokens)
     async with client.stream("POST", url, json=body, headers=path.headers, timeout=None) as response:
         if response.status_code != 200:
             raise SystemExit(f"{url}: HTTP {response.status_code}: {(await response.aread()).decode()}")
@@ -117,17 +165,12 @@ async def _stream(client: httpx.AsyncClient, path: Target, prompt: str, tokens: 
         async for chunk in response.aiter_bytes():
             *lines, rest = (rest + chunk).split(b"\n")
             for line in lines:
-                if not line.startswith(b"data: {"):
-                    continue
-                event = json.loads(line[6:])
-                choices = event.get("choices") or [{}]
-                if (choices[0].get("delta") or {}).get("content"):
+                text, speed = token_of(path.dialect, line)
+                if text:
                     last = time.perf_counter()
                     first = first or last
                     count += 1
-                timings = event.get("timings")
-                if isinstance(timings, dict) and timings.get("predicted_per_second"):
-                    engine_tps = float(timings["predicted_per_second"])
+                engine_tps = speed or engine_tps
     assert first is not None and count > 1, "the reply had no tokens"
     return Timing(first - sent, (count - 1) / (last - first), count, engine_tps)
 
@@ -259,6 +302,34 @@ async def bench(args: argparse.Namespace, served: Served) -> None:
         f"CPU per token <= 60 us: {'met' if per_token <= 60e-6 else 'NOT met'}; "
         f"8 streams >= 0.95: {'met' if agg >= 0.95 else 'NOT met'}"
     )
+    async with httpx.AsyncClient(trust_env=False, limits=limits) as client:
+        for dialect in args.dialect or DIALECTS:
+            await by_dialect(client, served, dialect, args)
+
+
+async def by_dialect(
+    client: httpx.AsyncClient, served: Served, dialect: str, args: argparse.Namespace
+) -> None:
+    """One line: replies asked through serve in ``dialect`` against the same sent straight to the engine."""
+    plain = dialect in ("anthropic", "ollama")
+    through = Target(served.api_url, {}, MODEL, dialect, plain)
+    direct = Target(
+        served.engine_url, {"Authorization": f"Bearer {served.engine_key}"}, None, "openai", plain
+    )
+    for path in (through, direct):  # warm-up, not counted
+        await stream(client, path, PROMPTS[0], 8)
+    gaps = [s.ttft_s - d.ttft_s for s, d in await paired(client, through, direct, args.ttft_rounds, 2)]
+    pairs = await paired(client, through, direct, args.rounds, args.tokens)
+    ratios = [s.decode_tps / d.decode_tps for s, d in pairs]
+    low, high = median_interval(ratios)
+    gap_low, gap_high = median_interval(gaps)
+    print(
+        f"dialect {dialect:<9} decode through / direct {statistics.median(ratios):.4f}"
+        f" (95% interval {low:.4f} to {high:.4f}; {args.rounds} pairs, median"
+        f" {statistics.median(p.tokens for p, _ in pairs)} tokens)"
+        f"  TTFT difference {statistics.median(gaps) * 1000:+.2f} ms"
+        f" (95% interval {gap_low * 1000:+.2f} to {gap_high * 1000:+.2f}; {args.ttft_rounds} pairs)"
+    )
 
 
 @dataclass(frozen=True)
@@ -304,6 +375,12 @@ def main() -> None:
     parser.add_argument("--concurrent-rounds", type=int, default=4)
     parser.add_argument(
         "--threads", type=int, help="the engine's threads (default: llama-server's own, one per core)"
+    )
+    parser.add_argument(
+        "--dialect",
+        action="append",
+        choices=DIALECTS,
+        help="a dialect to compare line by line (again for more; default: all four)",
     )
     args = parser.parse_args()
     server_dir, model = build_llama_server(print), fetch_smollm_gguf(print)

@@ -4,6 +4,7 @@ written. Each time: a clear error (no traceback), nothing corrupt, and it works 
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import hashlib
 import os
@@ -14,16 +15,23 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
+from app.core.downloads import DownloadRecord, DownloadState
 from app.core.errors import StorageError
+from app.core.refs import parse_ref, select
+from app.store.hfcache import hub_cache_dir
 from app.store.history import History
 from app.store.installs import MANIFEST, install_dir
+from app.supervisor.downloads import DownloadChanged, DownloadEvent, DownloadManager
+from app.supervisor.hub import HubClient
 from tests.chaos.conftest import Row
 from tests.chaos.test_app_kill import ROOT, archive_files, complete_or_absent
 from tests.integration.conftest import Mirror
 from tests.support.hubserver import HubRepo, LoopbackHub
 from tests.support.modelfiles import gguf_files
+from tests.support.testrepos import TINY_MLX, loopback_hub
 
 REPO, FILE = "chaos-org/Full-GGUF", "Full-Q4_K_M.gguf"
 RATE_BPS = 8 << 20
@@ -116,6 +124,41 @@ def test_a_download_that_fills_the_disk_fails_clearly_and_resumes_with_space(
     assert hashlib.sha256(blob.read_bytes()).hexdigest() == repo.sha256(FILE)
     chaos_row.add("resumed once space was back")
     chaos_row.lost = "nothing: the partial file was kept and finished"
+
+
+@pytest.mark.chaos("disk full under the download list")
+def test_a_download_whose_record_cannot_be_saved_fails_clearly_and_resumes_with_space(
+    chaos_row: Row, small_disk: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The app's folder is full (the model's own cache is not): the download ends failed with the
+    reason, said to its listeners, rather than dying with an OSError nobody sees; then it resumes."""
+    monkeypatch.setenv("LEMON_DESK_HOME", str(small_disk / "home"))
+    events: list[DownloadEvent] = []
+
+    async def go() -> tuple[DownloadRecord, DownloadRecord]:
+        with loopback_hub(tmp_path / "hf-cache", monkeypatch):
+            async with httpx.AsyncClient() as client:
+                hub = HubClient(client)
+                files = select(await hub.listing(TINY_MLX), parse_ref(TINY_MLX))
+                manager = DownloadManager(hub_cache_dir(), hub, backoff_s=0.01)
+                manager.subscribe(events.append)
+                manager.submit("tiny", "tiny", files)  # queued, and saved: there is room yet
+                ballast = fill(small_disk, leave=0)
+                failed = await manager.wait("tiny")
+                ballast.unlink()
+                manager.resume("tiny")
+                done = await manager.wait("tiny")
+                await manager.close()
+                return failed, done
+
+    failed, done = asyncio.run(go())
+    said = [e.state for e in events if isinstance(e, DownloadChanged)]
+    clear = failed.state is DownloadState.FAILED and "Could not save the download list" in failed.message
+    chaos_row.add("failed clearly" if clear and DownloadState.FAILED in said else f"said: {failed}")
+    assert clear and "writable" in failed.message and DownloadState.FAILED in said, (failed, said)
+    assert done.state is DownloadState.DONE
+    chaos_row.add("finished once space was back")
+    chaos_row.lost = "nothing: the download resumed"
 
 
 @pytest.mark.chaos("disk full during an install")

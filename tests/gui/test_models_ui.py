@@ -198,3 +198,17 @@ def test_the_options_offer_what_the_recipe_s_engine_knows_and_sizes_read_whole(
     assert not options.rpc.isHidden()
     item = app.window.models.tree.currentItem()
     assert item.text(2).endswith(" MB") and not item.text(2).startswith("0"), item.text(2)
+
+
+def test_saving_in_the_panel_keeps_the_options_it_does_not_show(
+    qtbot: QtBot, desktop: Callable[[], DesktopApp]
+) -> None:
+    app = desktop()
+    app.bridge.router.save_options(MODEL, ModelOptions(reasoning_format="hidden"))  # set by the local API
+    select(app, "SmolLM2-135M-Instruct-GGUF")
+    select(app, MODEL)
+    options = app.window.options
+    options.args.setText("--threads 2")
+    qtbot.mouseClick(options.save_button, Qt.MouseButton.LeftButton)
+    saved = app.bridge.router.options(MODEL)
+    assert (saved.args, saved.reasoning_format) == ("--threads 2", "hidden")

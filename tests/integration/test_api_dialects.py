@@ -1,10 +1,14 @@
 """The local API's other dialects as other apps use them: the official `anthropic` and `ollama` clients,
 unchanged but for their base URL, against `lemon-desk serve` (a real child process) on the real
-llama-server and SmolLM2."""
+llama-server and SmolLM2; Ollama's pull from the loopback Hub, then copy and create, on the real
+engine."""
 
 from __future__ import annotations
 
 import contextlib
+import json
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,7 +21,9 @@ from app.store.library import Library
 from app.store.model_options import ModelOptions, load_model_options, save_model_options
 from app.store.settings import load_settings
 from tests.integration.conftest import engines_of
-from tests.integration.test_api_openai import KEY, MODEL, smol_home  # noqa: F401 -- a fixture
+from tests.integration.test_api_openai import GGUF_FILE, KEY, MODEL, REPO, hub, smol_home  # noqa: F401
+from tests.support.hubserver import LoopbackHub
+from tests.support.litellm_client import RESULT
 from tests.support.serve import Serving, serving
 
 pytestmark = pytest.mark.integration
@@ -152,3 +158,50 @@ def talk_ollama(api: ollama.Client) -> None:
     with pytest.raises(ollama.ResponseError) as missing:
         api.chat(model="no-such-model:7b", messages=QUESTION)
     assert missing.value.status_code == 404
+
+
+def test_ollama_pull_from_the_hub_with_progress_then_copy_and_create_on_the_real_engine(
+    smol_home: None,  # noqa: F811
+    hub: LoopbackHub,  # noqa: F811
+    lemon_home: Path,
+) -> None:
+    pulled = f"hf.co/{REPO}:Q4_1"
+    with serving() as served:
+        api = ollama.Client(host=served.url, timeout=120)
+        try:
+            parts = list(api.pull(pulled, stream=True))
+            listed = sorted(m.model or "" for m in api.list().models)
+            name = next(m for m in listed if m.startswith("user.SmolLM2")).removesuffix(":latest")
+            options = {"llamacpp_backend": "system", "ctx_size": 2048}
+            saved = httpx.post(f"{served.url}/api/v1/models/{name}/options", json=options, trust_env=False)
+            reply = api.chat(model=pulled, messages=QUESTION, options={"temperature": 0, "num_predict": 16})
+            api.copy(pulled, "smol-again")
+            api.create(model="smol-short", from_="smol-again", parameters={"num_predict": 2})
+            short = api.generate(model="smol-short", prompt="Count from one to ten in words.")
+            after = sorted(m.model or "" for m in api.list().models)
+        finally:
+            api.close()
+    statuses = [p.status or "" for p in parts]
+    assert statuses[0] == "pulling manifest" and statuses[-1] == "success"
+    layers = [p for p in parts if (p.status or "").startswith("pulling ") and p.digest]
+    size = len(hub.repos[REPO].files[GGUF_FILE])
+    assert layers and {p.digest for p in layers} == {f"sha256:{hub.repos[REPO].sha256(GGUF_FILE)}"}
+    assert layers[-1].completed == layers[-1].total == size
+    assert listed == sorted([f"{MODEL}:latest", f"{name}:latest"]) and saved.status_code == 200
+    assert "Paris" in reply.message.content and reply.model == pulled
+    assert after == sorted([*listed, "user.smol-again:latest", "user.smol-short:latest"])
+    assert short.done_reason == "length" and short.eval_count == 2  # create's num_predict, by default
+    assert engines_of(lemon_home) == []
+
+
+def test_litellm_reaches_the_model_in_each_dialect(served_with_key: Serving) -> None:
+    command = [sys.executable, "-m", "tests.support.litellm_client", served_with_key.url, KEY, MODEL]
+    ran = subprocess.run(command, capture_output=True, text=True, timeout=300, check=False)
+    assert ran.returncode == 0, ran.stderr
+    lines = [line.removeprefix(RESULT) for line in ran.stdout.splitlines() if line.startswith(RESULT)]
+    said = {got["provider"]: got for got in map(json.loads, lines)}
+    assert set(said) == {"openai", "anthropic", "ollama_chat"}
+    for provider, got in said.items():
+        assert "Paris" in got["text"] and min(got["usage"]) > 0, (provider, got)
+        assert len(got["pieces"]) > 1 and "Paris" in "".join(got["pieces"]), (provider, got)
+        assert got["wrong key"] == "AuthenticationError", (provider, got)

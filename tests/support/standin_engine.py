@@ -25,6 +25,9 @@ llama-server checks. How it behaves comes from an optional sidecar ``<model path
     tool_rounds    with tool_call: the reply calls the tool only while the conversation holds fewer
                    than this many ``tool`` messages; a reply to a conversation that ends in one says
                    ``tool said: `` and that message's first 200 characters (default: null, calls always)
+    reasoning      text a reasoning model thinks before its reply, sent a word at a time as
+                   ``reasoning_content``, or inside ``content`` as ``<think>...</think>`` when the request
+                   says ``reasoning_format: "none"`` (llama-server's two ways)
 
 Like llama-server, it keeps a connection open after a whole reply and closes it after a streamed one.
 Each request it answers is also logged as ``standin: METHOD PATH is request K on connection C``, so a
@@ -45,6 +48,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import re
 import signal
 import sys
 import threading
@@ -65,6 +69,7 @@ DEFAULTS: dict[str, Any] = {
     "http10": False,
     "tool_call": None,
     "tool_rounds": None,
+    "reasoning": None,
 }
 CONTROL = "/__standin__/"
 PUBLIC = {"/health", "/v1/health", "/models", "/v1/models"}  # llama-server answers these without a key
@@ -316,6 +321,7 @@ class Handler(BaseHTTPRequestHandler):
         rid = f"chatcmpl-standin{time.monotonic_ns()}"
         started = time.perf_counter()
         prompt_ms = 0.05 * (prompt_n - cache_n)
+        inline_thought = body.get("reasoning_format") == "none"
         if not body.get("stream"):
             for _ in pieces:
                 self._pause()
@@ -324,6 +330,11 @@ class Handler(BaseHTTPRequestHandler):
             choice: dict[str, Any] = {"index": 0, "finish_reason": finish}
             if chat:
                 choice["message"] = {"role": "assistant", "content": text}
+                if thought := s.behaviour["reasoning"]:
+                    if inline_thought:
+                        choice["message"]["content"] = f"<think>{thought}</think>{text}"
+                    else:
+                        choice["message"]["reasoning_content"] = thought
                 if call:
                     function = {"name": call["name"], "arguments": call["arguments"]}
                     choice["message"]["tool_calls"] = [
@@ -375,6 +386,11 @@ class Handler(BaseHTTPRequestHandler):
             time.sleep(s.prompt_delay_s)
             if chat:
                 self._sse(chunk({"role": "assistant", "content": None}, None))
+            if chat and (thought := s.behaviour["reasoning"]):
+                words = re.findall(r"\S+\s*", str(thought))  # a word at a time, its space kept
+                field = "content" if inline_thought else "reasoning_content"
+                for word in ["<think>", *words, "</think>"] if inline_thought else words:
+                    self._sse(chunk({field: word}, None))
             for piece in pieces:
                 self._pause()
                 self._sse(chunk({"content": piece} if chat else piece, None))

@@ -7,6 +7,7 @@ tests/integration/test_api_dialects.py."""
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -16,9 +17,12 @@ import httpx
 import ollama
 import pytest
 
+from app.store.model_options import ModelOptions
 from app.store.settings import Settings
 from app.supervisor.api.ollama import keep_alive_unloads
-from app.supervisor.router import RequestFinished, RequestSource, Router, RouterEvent
+from app.supervisor.router import Dialect, RequestFinished, RequestSource, Router, RouterEvent
+from tests.support.hubserver import LoopbackHub
+from tests.support.testrepos import BIG, big_files
 from tests.unit.test_api import models, run_api
 
 HI = [{"role": "user", "content": "hi"}]
@@ -138,7 +142,7 @@ def test_errors_have_ollamas_shape_and_nothing_collides(standin_settings: Settin
                 except ollama.ResponseError as err:
                     got[call] = (err.status_code, "not found" in err.error)
             for path, method in (
-                ("/api/pull", "POST"),
+                ("/api/push", "POST"),
                 ("/api/create", "POST"),
                 ("/api/blobs/sha256:00", "HEAD"),
                 ("/api/nothing", "GET"),
@@ -161,7 +165,7 @@ def test_errors_have_ollamas_shape_and_nothing_collides(standin_settings: Settin
 
     got = run_api(standin_settings, body)
     assert got["chat"] == got["generate"] == (404, True)
-    assert got["/api/pull"] == got["/api/create"] == got["/api/blobs/sha256:00"] == 501
+    assert got["/api/push"] == got["/api/create"] == got["/api/blobs/sha256:00"] == 501
     assert got["/api/nothing"] == 404 and got["/api/chat"] == 405
     assert got["raw"][0] == 501 and "raw" in got["raw"][1]
     assert got["v1 unknown"] == {"message", "type", "code"}
@@ -240,3 +244,131 @@ def test_tool_calls_come_whole_in_stream_and_reply(standin_settings: Settings, t
         ("weather", {"city": "Paris"})
     ]
     assert after.done  # the call and its result went back to the engine as OpenAI's messages
+
+
+# --- pull, copy and create ---------------------------------------------------------------------------
+
+
+def test_pull_from_the_hub_shows_ollamas_progress_and_the_model_is_listed(
+    standin_settings: Settings, hub: LoopbackHub, tmp_path: Path
+) -> None:
+    async def body(router: Router, client: httpx.AsyncClient) -> dict[str, Any]:
+        (local,) = models(router, tmp_path, "here")
+        async with ollama_client(client) as api:
+            here = [p.status async for p in await api.pull(f"{local}:latest", stream=True)]
+            parts = [p async for p in await api.pull(f"hf.co/{BIG}:Q8_0", stream=True)]
+            listed = [m.model for m in (await api.list()).models]
+            again = await api.pull(f"hf.co/{BIG}:Q8_0")  # all here: one answer, "success"
+            reply = await api.chat(model=f"hf.co/{BIG}:Q8_0", messages=HI)  # the name it was pulled by
+            got: dict[str, Any] = {"parts": parts, "listed": listed, "again": again.status, "here": here}
+            got["reply"] = (reply.done, reply.model)
+            for name in ("llama3.2:1b", f"{BIG}:Q8_0", "hf.co/../x:Q4"):
+                try:
+                    await api.pull(name)
+                except ollama.ResponseError as err:
+                    got[name] = (err.status_code, err.error)
+            raw = await client.post("/api/pull", json={"model": "hf.co/test-org/Nothing-GGUF:Q4_0"})
+            got["no repo"] = (raw.status_code, set(raw.json()))
+            return got
+
+    got = run_api(standin_settings, body)
+    statuses = [p.status for p in got["parts"]]
+    assert statuses[0] == "pulling manifest"
+    assert statuses[-3:] == ["verifying sha256 digest", "writing manifest", "success"]
+    layers = [p for p in got["parts"] if (p.status or "").startswith("pulling ") and p.digest]
+    by_digest: dict[str, list[Any]] = {}
+    for part in layers:
+        by_digest.setdefault(part.digest, []).append(part)
+    files = {f"sha256:{hashlib.sha256(data).hexdigest()}": data for data in big_files().values()}
+    q8 = f"sha256:{hashlib.sha256(big_files()['Big-Q8_0.gguf']).hexdigest()}"
+    assert q8 in by_digest and set(by_digest) <= set(files)  # the GGUF (and the projector beside it)
+    for digest, parts in by_digest.items():
+        assert all(p.status == f"pulling {digest[7:19]}" and p.total == len(files[digest]) for p in parts)
+        completed = [p.completed for p in parts]
+        assert completed == sorted(completed) and completed[-1] == len(files[digest])
+    assert len(by_digest[q8]) > 1  # progress as it came, not only the end
+    assert sorted(got["listed"]) == ["user.Big-GGUF-Q8_0:latest", "user.here:latest"]
+    assert got["again"] == "success"
+    assert got["here"] == ["success"]  # imported from a file here: nothing to pull
+    assert got["reply"] == (True, f"hf.co/{BIG}:Q8_0")
+    status, said = got["llama3.2:1b"]
+    assert status == 404 and "hf.co/ORG/REPO:QUANT" in said and "Ollama's library" in said
+    assert got[f"{BIG}:Q8_0"][0] == 404  # Ollama reads ORG/REPO as a name of its own library
+    assert got["hf.co/../x:Q4"][0] == 400
+    assert got["no repo"][1] == {"error"} and 400 <= got["no repo"][0] < 600
+
+
+def test_copy_and_create_make_user_models_and_refuse_what_they_cannot_keep(
+    standin_settings: Settings, tmp_path: Path
+) -> None:
+    async def body(router: Router, client: httpx.AsyncClient) -> dict[str, Any]:
+        (name,) = models(router, tmp_path, "alpha", tokens=8)
+        router.save_options(name, ModelOptions(backend="system", ctx_size=2048))
+        async with ollama_client(client) as api:
+            got: dict[str, Any] = {"copy": (await api.copy(name, "beta")).status}
+            created = await api.create(
+                model="gamma:latest", from_="beta", parameters={"num_ctx": 1024, "num_predict": 3}
+            )
+            got["create"] = created.status
+            got["listed"] = sorted(m.model or "" for m in (await api.list()).models)
+            got["options"] = {n: router.options(n) for n in ("user.beta", "user.gamma")}
+            got["checkpoints"] = {n: router.catalog.models()[n].checkpoint for n in (name, "user.gamma")}
+            reply = await api.chat(model="gamma", messages=HI)  # num_predict 3 is its default
+            got["reply"] = (reply.message.content, reply.done_reason)
+            for call, kwargs in (
+                ("copy", {"source": name, "destination": "beta"}),  # exists already
+                ("copy", {"source": "nope", "destination": "delta"}),
+                ("create", {"model": "delta", "from_": name, "system": "Be brief."}),
+                ("create", {"model": "delta", "from_": name, "parameters": {"top_k": 5}}),
+                ("create", {"model": "delta", "files": {"x.gguf": "sha256:00"}}),
+                ("create", {"model": "delta", "from_": name, "quantize": "q4_K_M"}),
+                ("create", {"model": "delta:7b", "from_": name}),
+            ):
+                try:
+                    await getattr(api, call)(**kwargs)
+                    got[repr(kwargs)] = "accepted"
+                except ollama.ResponseError as err:
+                    got[repr(kwargs)] = (err.status_code, err.error)
+            got["after"] = sorted(m.model or "" for m in (await api.list()).models)
+            return got
+
+    got = run_api(standin_settings, body)
+    assert got["copy"] == got["create"] == "success"
+    assert got["listed"] == ["user.alpha:latest", "user.beta:latest", "user.gamma:latest"]
+    assert got["options"]["user.beta"] == ModelOptions(backend="system", ctx_size=2048)
+    assert got["options"]["user.gamma"] == ModelOptions(backend="system", ctx_size=1024, max_tokens=3)
+    assert len(set(got["checkpoints"].values())) == 1  # the same file, not a copy of it
+    assert got["reply"] == ("tok0 tok1 tok2 ", "length")
+    refusals = [v for k, v in got.items() if k.startswith("{")]
+    assert [status for status, _ in refusals] == [400, 404, 501, 501, 501, 501, 400]
+    assert "system prompt" in refusals[2][1] and "'top_k'" in refusals[3][1]
+    assert "lemon-desk import" in refusals[4][1] and "quantiz" in refusals[5][1]
+    assert got["after"] == got["listed"]
+
+
+def test_each_dialects_requests_are_tagged_with_it_in_stats_and_events(
+    standin_settings: Settings, tmp_path: Path
+) -> None:
+    async def body(router: Router, client: httpx.AsyncClient) -> tuple[list[Any], list[Any]]:
+        (name,) = models(router, tmp_path, "alpha")
+        seen: list[RouterEvent] = []
+        router.subscribe(seen.append)
+        stats = []
+        for path, request in (
+            ("/v1/chat/completions", {"model": name, "messages": HI}),
+            ("/api/v0/chat/completions", {"model": name, "messages": HI, "stream": True}),
+            ("/api/v1/messages", {"model": name, "messages": HI, "max_tokens": 4}),
+            ("/api/generate", {"model": name, "prompt": "hi"}),
+            ("/api/embed", {"model": "nope", "input": "x"}),  # refused: no reply, no tag
+        ):
+            await client.post(path, json=request)
+            stats.append((await client.get("/api/v1/stats")).json()["dialect"])
+        finished = [
+            (e.dialect, e.card.dialect if e.card else None) for e in seen if isinstance(e, RequestFinished)
+        ]
+        return stats, finished
+
+    stats, finished = run_api(standin_settings, body)
+    assert stats == ["openai", "lemonade", "anthropic", "ollama", "ollama"]
+    dialects = [Dialect.OPENAI, Dialect.LEMONADE, Dialect.ANTHROPIC, Dialect.OLLAMA]
+    assert finished == [(d, d.value) for d in dialects]  # each with its run card, tagged the same

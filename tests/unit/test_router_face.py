@@ -9,6 +9,7 @@ import app.supervisor.router as face
 
 FACE = {
     "Catalog",
+    "Dialect",
     "EngineRecovery",
     "EngineSnapshot",
     "EngineUsage",

@@ -4,11 +4,14 @@ says in its own words, where the window would say others."""
 from __future__ import annotations
 
 import json
+import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import httpx
+import ollama
 import pytest
 
 from app.store.library import Library
@@ -70,3 +73,40 @@ def test_a_host_it_cannot_listen_on_is_blamed_not_the_port(host: str, said: str)
     refused = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
     assert refused.returncode == 1 and said in refused.stderr, refused.stderr
     assert "--host" in refused.stderr and "port" not in refused.stderr.replace(f"{host}:0", "")
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def test_ollama_port_serves_ollamas_clients_with_only_their_host_set(standin_models: list[str]) -> None:
+    port = free_port()
+    with serving("--ollama-port", str(port), "--json") as served:
+        listening = json.loads(served.line)
+        api = ollama.Client(host=f"127.0.0.1:{port}", timeout=30)  # as OLLAMA_HOST is written
+        try:
+            listed = sorted(m.model or "" for m in api.list().models)
+            reply = api.chat(model=standin_models[0], messages=[{"role": "user", "content": "hi"}])
+            root = httpx.get(f"http://127.0.0.1:{port}/", trust_env=False)
+        finally:
+            api.close()
+    assert listening["ollama_url"] == f"http://127.0.0.1:{port}" and listening["ollama_port"] == port
+    assert listed == sorted(f"{name}:latest" for name in standin_models)
+    assert reply.done and reply.message.content
+    assert root.text == "Ollama is running"
+
+
+def test_a_taken_ollama_port_is_refused_saying_who_holds_it(standin_models: list[str]) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        command = [sys.executable, "-m", "app", "serve", "--port", "0", "--ollama-port", str(port)]
+        refused = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
+    assert refused.returncode == 1 and "Traceback" not in refused.stderr, refused.stderr
+    said = refused.stderr
+    assert f"could not listen on Ollama's port 127.0.0.1:{port}: the port is taken" in said
+    assert f"(pid {os.getpid()})" in said and "--ollama-port" in said  # this test holds it
+    assert refused.stdout == ""  # nothing said it listened: it did not answer on either port

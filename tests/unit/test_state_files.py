@@ -122,6 +122,7 @@ def test_model_options_of_the_wrong_type_are_left_out_and_the_rest_kept(
         "max_tokens": 64,
         "pinned": True,
         "rpc": "local",
+        "reasoning_format": "hidden",
     }
     assert set(good) == {f.name for f in fields(ModelOptions)}  # every field is read back
     bad = {
@@ -133,6 +134,7 @@ def test_model_options_of_the_wrong_type_are_left_out_and_the_rest_kept(
         "max_tokens": {"a": [[1]]},
         "pinned": "yes",
         "rpc": ["x"],
+        "reasoning_format": "loud",
     }
     mixed = {**good, "ctx_size": True, "flash": "from a later version"}
     models = {"user.good": good, "user.bad": bad, "user.list": [good], "user.mixed": mixed}

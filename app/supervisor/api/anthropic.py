@@ -65,7 +65,8 @@ STOP_REASONS = {
 
 
 def is_anthropic_path(path: str) -> bool:
-    return path.endswith(PATHS)
+    """A route of Anthropic's, or one under it (unknown there, and answered in Anthropic's shape)."""
+    return path.endswith(PATHS) or "/messages/" in path
 
 
 def anthropic_status(status: int) -> int:

@@ -16,6 +16,7 @@ from aiohttp import web
 
 from app.client.adapters import Route
 from app.core.errors import LemonDeskError
+from app.core.reasoning import ReasoningFormat
 from app.supervisor.api.chat_events import ChatEvent, ChatReader, Finished
 from app.supervisor.api.errors import ApiError, bad_gateway, from_app_error, server_failed
 
@@ -79,6 +80,10 @@ async def reply(
     reply is streamed through ``codec`` and the response given; without, the events are fed to
     ``codec`` and the end given, for the dialect to build its whole reply from."""
     model = openai.router.catalog.models().get(chat["model"])
+    if model is not None:
+        # The dialect has a place of its own for the reasoning (a thinking block): the engine's comes
+        # apart from the text, whatever a model's option says for OpenAI's clients.
+        chat["reasoning_format"] = ReasoningFormat.SEPARATE.value
     if stops and model is not None and model.recipe == "llamacpp":
         # A reply cut at a stop sequence ends before the engine's usage: llama-server's figures come
         # with every token instead (see chat_events).

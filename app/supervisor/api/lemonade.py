@@ -27,17 +27,18 @@ from app.store.hfcache import hub_cache_dir
 from app.store.model_options import ModelOptions
 from app.supervisor.api.bodies import optional, parse_object, required_str
 from app.supervisor.api.errors import ApiError, bad_request, from_app_error, model_not_found
-from app.supervisor.api.openai import SSE_HEADERS, check_remote, find_model, model_json
+from app.supervisor.api.openai import SSE_HEADERS, check_remote, created_time, find_model, model_json
 from app.supervisor.api.options import (
     options_json,
     requested,
     resolved_ctx_size,
     saved_json,
 )
+from app.supervisor.api.pulling import followed
 from app.supervisor.api.system import model_storage, system_info_json
 
 if TYPE_CHECKING:
-    from app.supervisor.router import EngineSnapshot, Router, RouterEvent
+    from app.supervisor.router import EngineSnapshot, Router
 
 OPTIONS_FIELDS = frozenset({"model_name", "dry_run"})
 MODEL_TYPES = ("llm", "embedding", "reranking")
@@ -159,14 +160,13 @@ class LemonadeRoutes:
     async def _pull_streamed(
         self, request: web.Request, name: str, model: Model, files: FileSet
     ) -> web.StreamResponse:
-        from app.supervisor.downloads import DownloadProgress
-
-        queue: asyncio.Queue[bytes] = asyncio.Queue()
         total_files = len(files.files)
         names = [f.path for f in files.files]
-
-        def on_event(event: RouterEvent) -> None:
-            if isinstance(event, DownloadProgress) and event.id == model.checkpoint:
+        response = web.StreamResponse(headers=SSE_HEADERS)
+        await response.prepare(request)
+        progress = followed(self.router, model, files)
+        try:
+            async for event in progress:
                 index = names.index(event.file) + 1 if event.file in names else 0
                 percent = int(100 * event.done / event.total) if event.total else 0
                 data = {
@@ -177,34 +177,14 @@ class LemonadeRoutes:
                     "bytes_total": event.total,
                     "percent": percent,
                 }
-                queue.put_nowait(_sse("progress", data))
-
-        response = web.StreamResponse(headers=SSE_HEADERS)
-        await response.prepare(request)
-        unsubscribe = self.router.subscribe(on_event)
-        download = asyncio.ensure_future(self.router.download(model, files))
-        try:
-            while not download.done() or not queue.empty():
-                getter = asyncio.ensure_future(queue.get())
-                await asyncio.wait({getter, download}, return_when=asyncio.FIRST_COMPLETED)
-                if getter.done():
-                    await response.write(getter.result())
-                else:
-                    getter.cancel()
-                    await asyncio.gather(getter, return_exceptions=True)
-            try:
-                download.result()
-            except LemonDeskError as err:
-                await response.write(_sse("error", {"error": from_app_error(err).message}))
-            else:
-                done = {"file_index": total_files, "total_files": total_files, "percent": 100}
-                await response.write(_sse("complete", {**done, "model_name": name}))
+                await response.write(_sse("progress", data))
+        except LemonDeskError as err:
+            await response.write(_sse("error", {"error": from_app_error(err).message}))
+        else:
+            done = {"file_index": total_files, "total_files": total_files, "percent": 100}
+            await response.write(_sse("complete", {**done, "model_name": name}))
         finally:
-            unsubscribe()
-            if not download.done():
-                # The client went away: the download goes on (pause or cancel it from the app).
-                download.cancel()
-            await asyncio.gather(download, return_exceptions=True)
+            await progress.aclose()  # the client went away: the download goes on (pause or cancel it)
         await response.write_eof()
         return response
 
@@ -218,7 +198,7 @@ class LemonadeRoutes:
                 "status": "success",
                 "model_name": model.name,
                 "canonical_model_name": model.name,
-                "model": model_json(self.router, view),
+                "model": model_json(self.router, view, await asyncio.to_thread(created_time, view)),
             }
         )
 
@@ -287,6 +267,7 @@ class LemonadeRoutes:
             "prompt_tokens_per_second": None,
             "model_name": None,
             "source": None,
+            "dialect": None,
         }
         last = self.router.last_request
         if last is not None:
@@ -301,6 +282,7 @@ class LemonadeRoutes:
                 prompt_tokens_per_second=t.prompt_tps,
                 model_name=last.model,
                 source=last.source.value,
+                dialect=last.dialect.value if last.dialect else None,
             )
         data.update(
             request_count_total=totals.requests,

@@ -7,12 +7,18 @@ replies are translated in ``ollama_chat``), streamed as NDJSON unless ``"stream"
 and ``embeddings`` go through ``/v1/embeddings`` the same way. ``tags``, ``show``, ``ps`` and ``delete``
 are router calls, ``version`` a constant.
 
-Names: Ollama's ``model:tag`` resolves to one of our models by ``resolve``: the name as given, else
-without a ``:latest`` tag, else the one model whose name matches it ignoring case. ``tags`` lists each
-model as ``NAME:latest``. Nothing else is guessed: another tag is a 404 that says to list the models.
+Names: Ollama's ``model:tag`` resolves to one of our models by ``resolve``: ``hf.co/ORG/REPO:QUANT``
+to the model of that Hub checkpoint (Ollama's own name for a Hub GGUF; ``ollama_models`` pulls it);
+else the name as given, else without a ``:latest`` tag, else in Lemonade's ``user.`` namespace, else
+the one model whose name matches it ignoring case. ``tags`` lists each model as ``NAME:latest``.
+Nothing else is guessed: another tag is a 404 that says to list the models.
 
-Errors take Ollama's shape, ``{"error": "..."}``, with our statuses; ``pull``, ``push``, ``create``,
-``copy`` and ``blobs`` are a 501 that says what to use instead.
+A model's saved sampling options (``temperature``, ``top_p``, ``max_tokens``: what ``create`` keeps
+from a Modelfile's parameters) are the defaults of a ``chat`` or ``generate`` that does not set them,
+as a Modelfile's are in Ollama.
+
+``pull``, ``copy`` and ``create`` are ``ollama_models``'s, with ``push`` and ``blobs`` (a 501 that
+says what to use instead). Errors take Ollama's shape, ``{"error": "..."}``, with our statuses.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from aiohttp import web
 
 from app.client.adapters import Route
 from app.core.models import Model
+from app.core.names import in_user_namespace
 from app.supervisor.api.bodies import optional, parse_object
 from app.supervisor.api.codec import reply
 from app.supervisor.api.errors import (
@@ -35,7 +42,8 @@ from app.supervisor.api.errors import (
     bad_gateway,
     bad_request,
 )
-from app.supervisor.api.ollama_chat import Reply, chat_messages, iso, now, sampling, user_content
+from app.supervisor.api.ollama_chat import NDJSON, Reply, chat_messages, iso, now, sampling, user_content
+from app.supervisor.api.ollama_models import OllamaModels, hub_checkpoint
 from app.supervisor.api.openai import CREATED, context_length
 
 if TYPE_CHECKING:
@@ -45,14 +53,6 @@ if TYPE_CHECKING:
 # The Ollama API level served: clients gate features on /api/version (tools, thinking, /api/embed
 # arrived by 0.5), so it is the version whose API this module follows, not this app's own.
 OLLAMA_VERSION = "0.12.0"
-NDJSON = "application/x-ndjson"
-NOT_SERVED = {
-    "pull": "Download models with POST /api/v1/pull (Lemonade's route) or `lemon-desk pull`.",
-    "push": "This app publishes no models.",
-    "create": "Register a model with POST /api/v1/models/register or `lemon-desk import`.",
-    "copy": "Register the same checkpoint under another name with POST /api/v1/models/register.",
-    "blobs": "Register a model with POST /api/v1/models/register or `lemon-desk import`.",
-}
 FAR_FUTURE = "2318-11-24T00:00:00Z"  # Ollama's expires_at for a model kept loaded for good
 
 
@@ -121,17 +121,21 @@ class OllamaRoutes:
         app.router.add_post("/api/embed", self.embed)
         app.router.add_post("/api/embeddings", self.embeddings)
         app.router.add_delete("/api/delete", self.delete)
-        for name in ("pull", "push", "create", "copy"):
-            app.router.add_post(f"/api/{name}", self.not_served)
-        app.router.add_route("*", "/api/blobs/{digest}", self.not_served)
+        OllamaModels(self.router, self.resolve).add_to(app)
 
     def resolve(self, given: Any) -> Model:
         """Our model for an Ollama name (the rule is the module's docstring's)."""
         if not isinstance(given, str) or not given:
             raise bad_request("'model' must name a model.")
         models = self.router.catalog.models()
+        checkpoint = hub_checkpoint(given)
+        if checkpoint is not None:
+            found = [m for m in models.values() if m.checkpoint.lower() == checkpoint.lower()]
+            if found:
+                return found[0]
+            raise _not_found(given)
         base = given.removesuffix(":latest")
-        for name in (given, base):
+        for name in (given, base, in_user_namespace(base)):
             if name in models:
                 return models[name]
         same = [m for n, m in models.items() if n.lower() == base.lower()]
@@ -209,10 +213,6 @@ class OllamaRoutes:
         await self.router.delete(model.name)
         return web.Response()
 
-    async def not_served(self, request: web.Request) -> web.Response:
-        what = request.path.split("/")[2]
-        raise ApiError(501, f"/api/{what} is not served here. {NOT_SERVED[what]}", "not_implemented")
-
     # --- generation -----------------------------------------------------------------------------------
 
     async def chat(self, request: web.Request) -> web.StreamResponse:
@@ -260,6 +260,10 @@ class OllamaRoutes:
     ) -> web.StreamResponse:
         chat["model"] = model.name
         stops = sampling(body, chat)
+        saved = self.router.options(model.name)
+        for field in ("temperature", "top_p", "max_tokens"):  # the model's defaults (``create``'s)
+            if chat.get(field) is None and getattr(saved, field) is not None:
+                chat[field] = getattr(saved, field)
         chat.update(stream=True, stream_options={"include_usage": True})
         built = Reply(str(body["model"]), as_chat, time.perf_counter())
         headers = {"Content-Type": NDJSON} if optional(body, "stream", "bool") is not False else None

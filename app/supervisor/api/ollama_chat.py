@@ -35,6 +35,7 @@ OPTIONS = {
     "presence_penalty": "presence_penalty",
     "frequency_penalty": "frequency_penalty",
 }
+NDJSON = "application/x-ndjson"
 IMAGE_MAGIC = {"iVBOR": "image/png", "/9j/": "image/jpeg", "R0lG": "image/gif", "UklGR": "image/webp"}
 
 
@@ -46,7 +47,7 @@ def iso(unix: float) -> str:
     return datetime.fromtimestamp(unix, UTC).isoformat().replace("+00:00", "Z")
 
 
-def _line(data: dict[str, Any]) -> bytes:
+def ndjson_line(data: dict[str, Any]) -> bytes:
     return json.dumps(data).encode() + b"\n"
 
 
@@ -156,10 +157,10 @@ class Reply:
         self.first = self.first or time.perf_counter()
         if isinstance(event, Text):
             self.text.append(event.text)
-            return _line(self._piece(content=event.text))
+            return ndjson_line(self._piece(content=event.text))
         if isinstance(event, Reasoning):
             self.thinking.append(event.text)
-            return _line(self._piece(thinking=event.text))
+            return ndjson_line(self._piece(thinking=event.text))
         if isinstance(event, ToolCallStart):
             self.calls.append((event.name, []))
         elif isinstance(event, ToolCallArguments) and self.calls:
@@ -207,12 +208,12 @@ class Reply:
         return b""
 
     def error(self, error: ApiError) -> bytes:
-        return _line({"error": error.message})
+        return ndjson_line({"error": error.message})
 
     def finish(self, end: Finished) -> bytes:
         calls = self._tool_calls()
-        lines = _line(self._piece(tool_calls=calls)) if calls else b""
-        return lines + _line(self._piece(**self._figures(end)))
+        lines = ndjson_line(self._piece(tool_calls=calls)) if calls else b""
+        return lines + ndjson_line(self._piece(**self._figures(end)))
 
     def whole(self, end: Finished) -> dict[str, Any]:
         figures = self._figures(end)

@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import os
 import time
 from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass
@@ -21,12 +22,13 @@ from typing import TYPE_CHECKING, Any, cast
 import aiohttp
 from aiohttp import web
 
-from app.client.adapters import Route
+from app.client.adapters import IMAGE_PARTS, Route
 from app.client.capped import read_upto
 from app.client.pacing import has_text_delta
 from app.core.engine_state import EngineState
 from app.core.errors import LemonDeskError, RequestError
 from app.core.models import Model
+from app.core.reasoning import ReasoningFormat, reasoning_format
 from app.core.remotes import is_remote_model, parse_remote_model
 from app.core.telemetry import ClientTimes, Telemetry, telemetry_from
 from app.core.units import GB
@@ -50,7 +52,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-CREATED = 1_700_000_000  # OpenAI's "created": models here have no creation date worth telling
+CREATED = 1_700_000_000  # OpenAI's "created" of a model with no files here (a remote's, one not downloaded)
 SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 PENDING_LIMIT = 1 << 20  # an event longer than this is not one we read figures from
 # A whole (not streamed) reply is held here before it is passed on. Embeddings of many long inputs run to
@@ -78,13 +80,23 @@ def context_length(router: Router, model: Model) -> int | None:
     return resolved_ctx_size(model.recipe, router.options(model.name))
 
 
-def model_json(router: Router, view: ModelView) -> dict[str, Any]:
+def created_time(view: ModelView) -> int:
+    """When a model came to this machine, for OpenAI's ``created``: the time its main file was made in
+    the models' folder (a download's link to its blob, an imported file's own). Reads the disk."""
+    local = view.files.local
+    try:
+        return int(os.lstat(local.main).st_mtime) if local is not None else CREATED
+    except OSError:
+        return CREATED
+
+
+def model_json(router: Router, view: ModelView, created: int) -> dict[str, Any]:
     """A model as OpenAI lists it, with Lemonade's fields; a figure not known here is left out."""
     model = view.model
     data: dict[str, Any] = {
         "id": model.name,
         "object": "model",
-        "created": CREATED,
+        "created": created,
         "owned_by": "lemonade",  # what Lemonade Server's clients read here
         "checkpoint": model.checkpoint,
         "recipe": model.recipe,
@@ -237,8 +249,9 @@ class OpenAIRoutes:
 
     async def list_models(self, request: web.Request) -> web.Response:
         show_all = request.query.get("show_all", "").lower() in ("1", "true", "yes")
-        views = await self._views()
-        data = [model_json(self.router, v) for v in views if show_all or v.on_disk]
+        views = [v for v in await self._views() if show_all or v.on_disk]
+        times = await asyncio.to_thread(lambda: [created_time(v) for v in views])
+        data = [model_json(self.router, v, t) for v, t in zip(views, times, strict=True)]
         data += [remote_model_json(v) for v in self.router.remotes.views()]
         return web.json_response({"object": "list", "data": data})
 
@@ -251,7 +264,7 @@ class OpenAIRoutes:
             return web.json_response(remote_model_json(remote))
         model = find_model(self.router, name)
         view = await asyncio.to_thread(self.router.status, name)
-        data = model_json(self.router, view)
+        data = model_json(self.router, view, await asyncio.to_thread(created_time, view))
         data["recipe_options"] = saved_json(model.recipe, self.router.options(name))
         return web.json_response(data)
 
@@ -288,10 +301,15 @@ class OpenAIRoutes:
         (loaded on demand under the router's policy; ``@NAME/MODEL`` to its remote), the body checked
         and sent, and the reply's figures fed to the router's telemetry when it ends."""
         name = required_str(body, "model")
+        reasoning = None  # a remote's request goes as it came: the remote places the reasoning
         if is_remote_model(name):
             check_remote(self.router, name)  # the remote checks the model's kind itself
         else:
-            self._check_labels(find_model(self.router, name), kind)
+            model = find_model(self.router, name)
+            self._check_labels(model, kind)
+            if kind == "chat":
+                reasoning = self._reasoning(body, name)
+                await self._check_abilities(model, body)
         check_generation(body, kind)
         # The engine serves one model; mlx-lm would take a "model" as one to go and load. A remote's
         # client names the remote's own model id.
@@ -303,7 +321,8 @@ class OpenAIRoutes:
                 # Not paced (``app.client.pacing``) for now: paced, one of 8 concurrent streams through
                 # the relay was left waiting for good on the real llama-server, twice (its engine
                 # connection closed and unread), and once the cause is found it is one argument here.
-                stream = cast(AsyncGenerator[bytes, None], client.forward_stream(route, body, self.relay()))
+                forward = client.forward_stream(route, body, self.relay(), reasoning=reasoning)
+                stream = cast(AsyncGenerator[bytes, None], forward)
                 async with contextlib.aclosing(stream):
                     yield EngineCall(name, bool(body.get("stream")), stream, watch)
                     if body.get("stream") and not is_remote_model(name):
@@ -344,6 +363,36 @@ class OpenAIRoutes:
     async def _reconnect_to(self, client: ChatClient) -> None:
         if not await client.reconnect(self.relay()):
             self._closes_connections.add(client.base_url)
+
+    def _reasoning(self, body: dict[str, Any], name: str) -> ReasoningFormat:
+        """Where the reply's reasoning goes: the request's ``reasoning_format``, else the model's saved
+        option, else its own field (``reasoning_content``)."""
+        given = body.pop("reasoning_format", None)
+        if given is None:
+            return reasoning_format(self.router.options(name).reasoning_format) or ReasoningFormat.SEPARATE
+        fmt = reasoning_format(given) if isinstance(given, str) else None
+        if fmt is None:
+            names = ", ".join(f.value for f in ReasoningFormat)
+            raise bad_request(f"'reasoning_format' must be one of {names}.", "invalid_reasoning_format")
+        return fmt
+
+    async def _check_abilities(self, model: Model, body: dict[str, Any]) -> None:
+        """Refuse, before the engine is touched, what the model's engine cannot do: structured output
+        on MLX (neither lemon-mlx nor mlx-lm reads ``response_format``), images without a projector."""
+        response_format = body.get("response_format")
+        kind = response_format.get("type") if isinstance(response_format, dict) else None
+        if model.recipe != "llamacpp" and kind not in (None, "text"):
+            raise bad_request(
+                f"{model.name} runs on {model.recipe}, which cannot hold a reply to a schema: "
+                f"'response_format' {kind!r} is served for llama.cpp models only.",
+                "unsupported_response_format",
+            )
+        if _has_image(body) and await asyncio.to_thread(self.router.projector, model) is None:
+            raise bad_request(
+                f"{model.name} cannot read images: it has no vision projector here. Send text only, or "
+                "use a vision model (a llama.cpp model with its mmproj file).",
+                "image_not_supported",
+            )
 
     def _check_labels(self, model: Model, kind: str) -> None:
         special = {"embeddings", "reranking"} & set(model.labels)
@@ -414,7 +463,19 @@ class OpenAIRoutes:
         return await self.router.engines.explain(name, error)
 
     def _finished(self, name: str, watch: _Watch) -> None:
+        from app.supervisor.api.dialects import asked_in
         from app.supervisor.router import RequestSource
 
         if watch.first is not None or watch.usage is not None:
-            self.router.request_finished(name, watch.telemetry(), RequestSource.API)
+            self.router.request_finished(name, watch.telemetry(), RequestSource.API, asked_in.get())
+
+
+def _has_image(body: dict[str, Any]) -> bool:
+    """A chat body with an image part in any message."""
+    messages = body.get("messages")
+    return isinstance(messages, list) and any(
+        isinstance(part, dict) and part.get("type") in IMAGE_PARTS
+        for message in messages
+        if isinstance(message, dict) and isinstance(message.get("content"), list)
+        for part in message["content"]
+    )

@@ -5,6 +5,9 @@ to ``ModelOptions``. A ``ctx_size`` of -1 is Lemonade's "automatic" (our None); 
 A request names an option with a value (use it), with null (its default: for a load, this load only,
 the saved value stays; for ``POST models/{id}/options``, the saved value goes), or not at all (the saved
 value). An option of the other recipe is refused, naming the one that applies.
+
+``reasoning_format`` is an option of every model, the local API's own: where its answers put the
+reasoning (``app.core.reasoning``), unless a request names it.
 """
 
 from __future__ import annotations
@@ -15,11 +18,13 @@ from typing import Any
 
 from app.core.backends import OPTION_PREFIX
 from app.core.launch import AUTO_CTX_SIZE, DEFAULT_CTX_SIZE, check_user_args, ctx_size_problem, split_args
+from app.core.reasoning import ReasoningFormat, reasoning_format
 from app.store.model_options import ModelOptions
 from app.supervisor.api.bodies import optional
 from app.supervisor.api.errors import bad_request
 
 MAX_ARGS_CHARS = 4096
+API_OPTIONS = {"reasoning_format": "reasoning_format"}  # every recipe's: name -> ModelOptions field
 
 
 def option_keys(recipe: str) -> dict[str, str]:
@@ -51,7 +56,10 @@ def options_json(recipe: str, options: ModelOptions) -> dict[str, Any]:
 def saved_json(recipe: str, options: ModelOptions) -> dict[str, Any]:
     """Only the options that differ from their defaults (what the user saved)."""
     defaults = options_json(recipe, ModelOptions())
-    return {k: v for k, v in options_json(recipe, options).items() if v != defaults[k]}
+    saved = {k: v for k, v in options_json(recipe, options).items() if v != defaults[k]}
+    if options.reasoning_format:
+        saved["reasoning_format"] = options.reasoning_format
+    return saved
 
 
 def resolved_ctx_size(recipe: str, options: ModelOptions) -> int | None:
@@ -69,6 +77,11 @@ def _value(body: dict[str, Any], key: str, field: str) -> Any:
             raise bad_request(f"'{key}' {why}.")
         return None if size == AUTO_CTX_SIZE else size
     value = optional(body, key, "str")
+    if field == "reasoning_format":
+        fmt = reasoning_format(value)
+        if fmt is None:
+            raise bad_request(f"'{key}' must be one of {', '.join(f.value for f in ReasoningFormat)}.")
+        return "" if fmt is ReasoningFormat.SEPARATE else fmt.value
     if field == "backend":
         return value or None
     if len(value) > MAX_ARGS_CHARS:
@@ -99,7 +112,7 @@ def requested(
     """The recipe options ``body`` names, checked (extra engine arguments against the backend they
     would run with). ``allowed``: the other keys the route takes; when given, any other key is refused
     (a load passes None: it ignores the options of recipes Lemon Desk does not run)."""
-    keys = option_keys(recipe)
+    keys = option_keys(recipe) | API_OPTIONS
     foreign = {key: other for key, other in _other_recipes(recipe).items() if key in body}
     if foreign:
         key, other = next(iter(foreign.items()))

@@ -19,6 +19,7 @@ from app.supervisor.router.catalog import Catalog
 from app.supervisor.router.discover import Suggestion
 from app.supervisor.router.engines import EngineSnapshot, device_of
 from app.supervisor.router.events import (
+    Dialect,
     EngineRecovery,
     EngineUsage,
     Listener,
@@ -33,6 +34,7 @@ from app.supervisor.router.views import ModelView
 
 __all__ = [
     "Catalog",
+    "Dialect",
     "EngineRecovery",
     "EngineSnapshot",
     "EngineUsage",

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
 
+from app.core.runcard import RunCard, dialect_label
 from app.core.status import LoadState
 from app.core.telemetry import Telemetry
 from app.supervisor.downloads import DownloadEvent
@@ -59,6 +60,20 @@ class RequestSource(Enum):
     API = "api"  # a request through the local API
 
 
+class Dialect(Enum):
+    """The local API's dialect a request was asked in."""
+
+    OPENAI = "openai"  # /v1/, /v0/
+    LEMONADE = "lemonade"  # /api/v1/, /api/v0/
+    ANTHROPIC = "anthropic"  # messages under any prefix
+    OLLAMA = "ollama"  # /api/NAME, /
+
+    @property
+    def label(self) -> str:
+        """The dialect as people read it: "Ollama API"."""
+        return dialect_label(self.value)
+
+
 @dataclass(frozen=True)
 class RequestFinished:
     """A reply ended: its figures, for the telemetry charts and the API's ``GET stats``."""
@@ -66,6 +81,8 @@ class RequestFinished:
     model: str
     source: RequestSource
     telemetry: Telemetry
+    dialect: Dialect | None = None  # an API request's; None for the window's chat and the CLI
+    card: RunCard | None = None  # an API request's run card (the window's chat keeps its own)
 
 
 RouterEvent = (

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import shlex
 import time
@@ -28,7 +29,7 @@ from app.store.settings import Settings
 from app.supervisor.engine import Engine
 from app.supervisor.remotes import Remotes
 from app.supervisor.resume import Resume
-from app.supervisor.router.events import RequestFinished, RequestSource
+from app.supervisor.router.events import Dialect, RequestFinished, RequestSource
 from app.supervisor.router.loading import Loading
 from app.supervisor.router.runtime import Runtime
 from app.supervisor.supervisor import Supervisor
@@ -90,9 +91,15 @@ class Requests:
         finally:
             record.streaming -= 1
 
-    def request_finished(self, name: str, telemetry: Telemetry, source: RequestSource) -> None:
-        """Note a finished reply's figures (the last one is kept) and tell the front ends."""
-        self.last_request = RequestFinished(name, source, telemetry)
+    def request_finished(
+        self, name: str, telemetry: Telemetry, source: RequestSource, dialect: Dialect | None = None
+    ) -> None:
+        """Note a finished reply's figures (the last one is kept) and tell the front ends; an API
+        request's (``dialect``) comes with its run card, tagged with the dialect."""
+        card = None
+        if dialect is not None:
+            card = dataclasses.replace(self.run_card(name, {}, telemetry), dialect=dialect.value)
+        self.last_request = RequestFinished(name, source, telemetry, dialect, card)
         self.totals = self.totals.add(telemetry)
         self._runtime.emit(self.last_request)
 

@@ -9,6 +9,7 @@ import contextlib
 import functools
 import time
 from collections.abc import AsyncIterator, Callable, Collection, Iterator
+from pathlib import Path
 from typing import Any
 
 from app.client.chat import ChatClient, Messages
@@ -42,7 +43,7 @@ from app.supervisor.router.backends import Backends
 from app.supervisor.router.catalog import Catalog
 from app.supervisor.router.discover import Discover, Suggestion
 from app.supervisor.router.engines import Engines
-from app.supervisor.router.events import Listener, RequestFinished, RequestSource, RouterEvent
+from app.supervisor.router.events import Dialect, Listener, RequestFinished, RequestSource, RouterEvent
 from app.supervisor.router.loading import Loading
 from app.supervisor.router.pulls import Pulls
 from app.supervisor.router.recovery import Recovery
@@ -255,6 +256,10 @@ class Router:
         """A model's labels less what its quirks strip; reads a header."""
         return self._discover.labels(model)
 
+    def projector(self, model: Model) -> Path | None:
+        """The vision projector a model loads with (``--mmproj``), None without; reads the disk."""
+        return self._discover.projector(model)
+
     def local_parameter_count(self, model: Model) -> int | None:
         """A model's parameters from its files on disk (None: unknown); reads files (call it in a thread)."""
         return self._discover.local_parameter_count(model)
@@ -361,9 +366,12 @@ class Router:
         async with self._requests.client(name) as client:
             yield client
 
-    def request_finished(self, name: str, telemetry: Telemetry, source: RequestSource) -> None:
-        """Note a finished reply's figures (the last one is kept) and tell the front ends."""
-        self._requests.request_finished(name, telemetry, source)
+    def request_finished(
+        self, name: str, telemetry: Telemetry, source: RequestSource, dialect: Dialect | None = None
+    ) -> None:
+        """Note a finished reply's figures (the last one is kept) and tell the front ends; an API
+        request's ``dialect`` tags it and its run card."""
+        self._requests.request_finished(name, telemetry, source, dialect)
 
     def stream_chat(
         self, name: str, messages: Messages, *, conversation: str | None = None, **params: Any

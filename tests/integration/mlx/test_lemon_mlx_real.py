@@ -439,8 +439,9 @@ def test_the_local_api_with_the_openai_client_and_recovery_after_kill_9_of_the_e
     save_model_options({CATALOG_NAME: ModelOptions(backend="cpu")})
     with serving() as served:
         api = openai.OpenAI(base_url=f"{served.url}/v1", api_key="unused", max_retries=0, timeout=120)
+        inline = {"reasoning_format": "inline"}  # the engine's own way: its reasoning inside the content
         reply = api.chat.completions.create(
-            model=CATALOG_NAME, messages=HELLO, max_completion_tokens=64, stop=" lemon"
+            model=CATALOG_NAME, messages=HELLO, max_completion_tokens=64, stop=" lemon", extra_body=inline
         )
         # The API passes the engine's content on as it is (reasoning inside), cut at the stop string the
         # engine ignored.
@@ -453,7 +454,9 @@ def test_the_local_api_with_the_openai_client_and_recovery_after_kill_9_of_the_e
         deadline = time.monotonic() + 120
         while True:
             try:
-                again = api.chat.completions.create(model=CATALOG_NAME, messages=HELLO, max_tokens=64)
+                again = api.chat.completions.create(
+                    model=CATALOG_NAME, messages=HELLO, max_tokens=64, extra_body=inline
+                )
                 break
             except openai.APIError:
                 if time.monotonic() > deadline:
@@ -473,3 +476,49 @@ def test_the_local_api_with_the_openai_client_and_recovery_after_kill_9_of_the_e
         served.proc.wait(timeout=30)
         gone, alive = psutil.wait_procs([restarted], timeout=30)
         assert gone and not alive
+
+
+def test_the_local_api_splits_out_the_reasoning_corrects_the_finish_and_refuses_a_schema(
+    server: Path, lemon_home: Path, qwen3: Qwen3
+) -> None:
+    import openai
+
+    thought, said = qwen3.text.removeprefix("<think>").split("</think>")
+    limit = qwen3.tokens.index("Ã") + 1  # the engine says "stop" for a reply cut here (see above)
+    save_model_options({CATALOG_NAME: ModelOptions(backend="cpu")})
+    with (
+        serving() as served,
+        openai.OpenAI(base_url=f"{served.url}/v1", api_key="unused", max_retries=0, timeout=120) as api,
+    ):
+        reply = api.chat.completions.create(model=CATALOG_NAME, messages=HELLO, max_tokens=64)
+        message = reply.choices[0].message
+        assert (message.content, (message.model_extra or {}).get("reasoning_content")) == (said, thought)
+
+        chunks = list(
+            api.chat.completions.create(model=CATALOG_NAME, messages=HELLO, max_tokens=64, stream=True)
+        )
+        deltas = [c.choices[0].delta for c in chunks if c.choices]
+        content = "".join(d.content or "" for d in deltas)
+        reasoning = "".join((d.model_extra or {}).get("reasoning_content") or "" for d in deltas)
+        assert (content, reasoning) == (said, thought)
+
+        hidden = api.chat.completions.create(
+            model=CATALOG_NAME, messages=HELLO, max_tokens=64, extra_body={"reasoning_format": "hidden"}
+        )
+        assert hidden.choices[0].message.content == said
+        assert "reasoning_content" not in (hidden.choices[0].message.model_extra or {})
+
+        cut = api.chat.completions.create(model=CATALOG_NAME, messages=HELLO, max_tokens=limit)
+        assert cut.choices[0].finish_reason == "length"
+        assert cut.usage is not None and cut.usage.completion_tokens == limit
+        cut_stream = api.chat.completions.create(
+            model=CATALOG_NAME, messages=HELLO, max_tokens=limit, stream=True
+        )
+        assert [
+            c.choices[0].finish_reason for c in cut_stream if c.choices and c.choices[0].finish_reason
+        ] == ["length"]
+
+        with pytest.raises(openai.BadRequestError, match="lemon-mlx"):
+            api.chat.completions.create(
+                model=CATALOG_NAME, messages=HELLO, response_format={"type": "json_object"}
+            )
