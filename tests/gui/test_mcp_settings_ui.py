@@ -51,7 +51,7 @@ def test_mcp_servers_are_shown_added_disabled_and_imported_in_light_and_dark(
     dialog.resize(760, 560)
     dialog.pages.setCurrentIndex(2)
     editor = dialog.mcp
-    qtbot.waitUntil(lambda: rows(app).get("files", ("",))[0] == "ready · 6 tools")
+    qtbot.waitUntil(lambda: rows(app).get("files", ("",))[0] == "ready · 7 tools")
     state, tip = rows(app)["broken"]
     assert (state, "fatal: bad config" in tip) in (("restarting…", True), ("failed", True))
     editor.list.setCurrentItem(editor.list.findItems("broken", Qt.MatchFlag.MatchExactly)[0])
@@ -64,7 +64,7 @@ def test_mcp_servers_are_shown_added_disabled_and_imported_in_light_and_dark(
     editor.pairs.setText("MODE=test")
     assert editor.save_button.text() == "Add" and editor.save_button.isEnabled()
     editor.save_button.click()
-    qtbot.waitUntil(lambda: rows(app).get("more", ("",))[0] == "ready · 6 tools", timeout=WAIT_MS)
+    qtbot.waitUntil(lambda: rows(app).get("more", ("",))[0] == "ready · 7 tools", timeout=WAIT_MS)
     assert load_mcp_servers().items["more"].env == {"MODE": "test"}
 
     # A bad line is refused before anything is sent.
@@ -91,7 +91,7 @@ def test_mcp_servers_are_shown_added_disabled_and_imported_in_light_and_dark(
     with qtbot.waitSignal(app.bridge.mcp_failed, timeout=WAIT_MS):
         editor.import_requested.emit(str(mcp_json))
     assert "'bad'" in editor.problem.text() and "neither a command nor a url" in editor.problem.text()
-    qtbot.waitUntil(lambda: rows(app).get("imported", ("",))[0] == "ready · 6 tools", timeout=WAIT_MS)
+    qtbot.waitUntil(lambda: rows(app).get("imported", ("",))[0] == "ready · 7 tools", timeout=WAIT_MS)
 
     dialog.tool_rounds.setValue(3)
     dialog.tool_timeout.setValue(20)

@@ -10,6 +10,8 @@ Its tools:
     crash()        says ``fatal: crashing on purpose`` on stderr and exits with code 3 mid-call
     huge(chars)    answers ``chars`` characters of text
     fail()         answers an error result (``is_error``)
+    get_weather(city)  answers ``Sunny, 20 degrees Celsius.``; ``city`` can only be ``Paris`` (its schema
+                   has one value: the real engine's tool-call grammar then writes the arguments whole)
 
 ``--calls PATH``: each call is appended to PATH as a JSON line ``{"tool", "arguments"}`` as it starts, so a
 test can tell which calls reached the server. ``--crash-at-start``: says ``fatal: bad config`` on stderr
@@ -23,7 +25,7 @@ import asyncio
 import json
 import os
 import sys
-from typing import Any
+from typing import Any, Literal
 
 from mcp.server.mcpserver import MCPServer
 
@@ -78,6 +80,12 @@ def huge(chars: int) -> str:
 def fail() -> str:
     note("fail", {})
     raise ValueError("the tool failed on purpose")
+
+
+@server.tool(description="The weather in a city.")
+def get_weather(city: Literal["Paris"]) -> str:
+    note("get_weather", {"city": city})
+    return "Sunny, 20 degrees Celsius."
 
 
 def serve_http(port: int, token: str) -> None:

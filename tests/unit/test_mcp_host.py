@@ -48,8 +48,8 @@ def test_a_stdio_server_is_ready_with_its_tools_answers_calls_and_is_stopped_whe
         await host.put(stdio_spec("test"))
         host.start()
         [view] = await host.wait_ready(["test"], 60)
-        assert view.state is McpState.READY and view.message == "6 tools"
-        assert {t.name for t in view.tools} == {"echo", "add", "hang", "crash", "huge", "fail"}
+        assert view.state is McpState.READY and view.message == "7 tools"
+        assert {t.name for t in view.tools} == {"echo", "add", "hang", "crash", "huge", "fail", "get_weather"}
         server = host.server("test")
         pid = server.child.pid if server.child else None
         answer = (await server.call("echo", {"text": "hello"})).text
@@ -78,7 +78,9 @@ def test_offered_tools_are_named_server__tool_with_their_schema() -> None:
             await host.shutdown()
 
     offered = {t["function"]["name"]: t["function"] for t in go_run(go)}  # type: ignore[index]
-    assert set(offered) == {f"files__{n}" for n in ("echo", "add", "hang", "crash", "huge", "fail")}
+    assert set(offered) == {
+        f"files__{n}" for n in ("echo", "add", "hang", "crash", "huge", "fail", "get_weather")
+    }
     assert offered["files__add"]["parameters"]["required"] == ["a", "b"]  # type: ignore[index]
 
 

@@ -51,6 +51,18 @@ def _arguments(call: ToolCall) -> dict[str, Any]:
     return value
 
 
+def _named(call: ToolCall, offered: dict[str, OfferedTool]) -> ToolRequest:
+    """A call as the user is told of it when it is not run: its server and tool when they are known."""
+    tool = offered.get(call.name)
+    try:
+        arguments = _arguments(call)
+    except ValueError:
+        arguments = {}
+    if tool is None:
+        return ToolRequest(call.id, "", call.name, arguments)
+    return ToolRequest(call.id, tool.server, tool.tool.name, arguments)
+
+
 class ToolLoop:
     def __init__(
         self, *, stream: Stream, host: Callable[[], McpHost], settings: Callable[[], Settings]
@@ -99,7 +111,7 @@ class ToolLoop:
             for call in done.tool_calls:
                 if rounds >= limit:
                     why = f"Not run: this reply reached its limit of {limit} tool rounds (Settings)."
-                    yield ToolCallFinished(ToolRequest(call.id, "", call.name, {}), ToolOutcome.NOT_RUN, why)
+                    yield ToolCallFinished(_named(call, offered), ToolOutcome.NOT_RUN, why)
                     continue
                 async for step in self._run(call, offered, ask):
                     yield step
