@@ -503,16 +503,18 @@ class Bridge(QObject):
         messages: list[dict[str, str]],
         params: dict[str, Any],
         conversation: str | None = None,
+        servers: list[str] | None = None,
     ) -> None:
         """Ask for a reply meant for ``model`` (the router says which model gets it: that one, or the
         one used last) in the chat ``conversation`` (its turns keep their prompt cache); the reply comes
-        as ``reply_started``, ``reply_delta``... or ``reply_failed``."""
+        as ``reply_started``, ``reply_delta``... or ``reply_failed``. ``servers``: the MCP servers whose
+        tools the model may call (None: every ready one; empty: none)."""
         self.stop_reply()
         target = self.chat_target(model)
         if not target:
             self.reply_failed.emit("No model is loaded. Load one from the Models list, then send again.")
             return
-        self._chat = self.spawn(self._stream(target, messages, params, conversation))
+        self._chat = self.spawn(self._stream(target, messages, params, conversation, servers))
 
     def stop_reply(self) -> None:
         """Cancel the reply in flight; its stream is closed as the task unwinds."""
@@ -521,12 +523,17 @@ class Bridge(QObject):
         self._chat = None
 
     async def _stream(
-        self, target: str, messages: list[dict[str, str]], params: dict[str, Any], conversation: str | None
+        self,
+        target: str,
+        messages: list[dict[str, str]],
+        params: dict[str, Any],
+        conversation: str | None,
+        servers: list[str] | None,
     ) -> None:
         self.reply_started.emit()  # before a load on demand, which may take a while
         try:
             async for event in self.router.chat_with_tools(
-                target, messages, ask=self._ask_tool, conversation=conversation, **params
+                target, messages, ask=self._ask_tool, servers=servers, conversation=conversation, **params
             ):
                 if isinstance(event, ChatDelta):
                     self.reply_delta.emit(event)

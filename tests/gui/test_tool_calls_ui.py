@@ -107,3 +107,32 @@ def test_stop_while_a_call_asks_drops_the_question_and_runs_nothing(
     assert block.state.text() == "stopped" and not block.question.isVisible()
     qtbot.waitUntil(lambda: not bridge._asking)  # the question went with the reply's task
     assert not (tmp_path / "calls.jsonl").exists()
+
+
+def test_a_chat_can_leave_a_servers_tools_out(
+    qtbot: QtBot, desktop: Callable[[], DesktopApp], standin_settings: Settings, tmp_path: Path
+) -> None:
+    save_settings(standin_settings)
+    save_mcp_servers({"files": stdio_spec("files", calls=tmp_path / "calls.jsonl")})
+    call = {"name": "files__echo", "arguments": json.dumps({"text": "x"})}
+    model = make_standin_model(tmp_path, "helper", tokens=2, tool_call=call, tool_rounds=1)
+    app = desktop()
+    bridge, window = app.bridge, app.window
+    chat = window.chat
+    qtbot.waitUntil(lambda: chat.tools_button.text() == "Tools: 1 of 1", timeout=WAIT_MS)
+    with qtbot.waitSignal(bridge.model_added, timeout=WAIT_MS):
+        window.models.add(str(model))
+    window.options.backend.setCurrentIndex(window.options.backend.findData("system"))
+    window.options.save_button.click()
+    [files] = chat.tools_menu.actions()
+    files.setChecked(False)  # this chat only
+    assert chat.tools_button.text() == "Tools: 0 of 1" and chat.chosen_servers() == []
+    asked: list[object] = []
+    bridge.tool_permission.connect(asked.append)
+    chat.composer.setPlainText("go")
+    with qtbot.waitSignal(chat.reply_finished, timeout=WAIT_MS):
+        chat.submit()
+    reply = chat.transcript.views()[-1]
+    assert asked == [] and reply.tools == {} and not (tmp_path / "calls.jsonl").exists()
+    chat.new_conversation()  # another chat offers them again
+    assert chat.chosen_servers() == ["files"] and chat.tools_menu.actions()[0].isChecked()

@@ -26,6 +26,7 @@ from PySide6.QtWidgets import (
     QFormLayout,
     QHBoxLayout,
     QLabel,
+    QMenu,
     QPlainTextEdit,
     QPushButton,
     QSpinBox,
@@ -169,7 +170,17 @@ class ChatPane(QWidget):
         self.max_tokens.setSingleStep(256)
         self.max_tokens.setSpecialValueText("no limit")
         self.max_tokens.setValue(0)
+        # The MCP servers whose tools this chat offers the model: every ready one unless unticked here.
+        self.tools_button = QToolButton(self)
+        self.tools_button.setPopupMode(QToolButton.ToolButtonPopupMode.InstantPopup)
+        self.tools_button.setToolTip("The MCP servers whose tools the model may call in this chat")
+        self.tools_menu = QMenu(self.tools_button)
+        self.tools_button.setMenu(self.tools_menu)
+        self.tools_button.hide()
+        self._tool_servers: list[str] = []  # the ready servers, as the bridge last said
+        self._tools_off: dict[str, set[str]] = {}  # by conversation: the servers unticked in it
         options = QHBoxLayout()
+        options.addWidget(self.tools_button)
         options.addStretch(1)
         for label, box, tip in (
             ("Temperature", self.temperature, "Higher is more varied, lower more focused"),
@@ -228,6 +239,33 @@ class ChatPane(QWidget):
             params["max_tokens"] = self.max_tokens.value()
         return params
 
+    def chosen_servers(self) -> list[str]:
+        """The MCP servers whose tools this chat offers (none ticked: no tools)."""
+        off = self._tools_off.get(self.conversation_id, set())
+        return [name for name in self._tool_servers if name not in off]
+
+    def set_tool_servers(self, names: list[str]) -> None:
+        """The MCP servers that are ready now (the bridge's word)."""
+        self._tool_servers = list(names)
+        self._show_tools()
+
+    def _show_tools(self) -> None:
+        self.tools_menu.clear()
+        chosen = self.chosen_servers()
+        for name in self._tool_servers:
+            action = self.tools_menu.addAction(name)
+            action.setCheckable(True)
+            action.setChecked(name in chosen)
+            action.toggled.connect(lambda on, n=name: self._tick(n, on))
+        self.tools_button.setText(f"Tools: {len(chosen)} of {len(self._tool_servers)}")
+        self.tools_button.setVisible(bool(self._tool_servers))
+
+    def _tick(self, name: str, on: bool) -> None:
+        off = self._tools_off.setdefault(self.conversation_id, set())
+        (off.discard if on else off.add)(name)
+        chosen = self.chosen_servers()
+        self.tools_button.setText(f"Tools: {len(chosen)} of {len(self._tool_servers)}")
+
     def reply_snapshot(self) -> tuple[str, str] | None:
         """The reply in flight (text, reasoning), or None."""
         return self._reply.snapshot() if self._reply is not None else None
@@ -254,6 +292,7 @@ class ChatPane(QWidget):
         self.transcript.clear()
         for message in messages:
             self._add(message)
+        self._show_tools()  # this chat's choice of servers
         self._update_actions()
         self.conversation_changed.emit(conversation_id)
 
