@@ -28,11 +28,15 @@ from app.core.backends import BackendKey
 from app.core.bench import BenchSpec
 from app.core.engine_state import EngineState
 from app.core.errors import FitError, LemonDeskError
+from app.core.mcp import McpServerSpec
 from app.core.remotes import RemoteModelStatus, is_remote_model
+from app.core.tools import Permission, ToolCallFinished, ToolCallStarted, ToolRequest
+from app.store.mcp_servers import read_mcp_json
 from app.store.model_options import ModelOptions
 from app.store.settings import Settings
 from app.supervisor.bench import bench
 from app.supervisor.downloads import DownloadChanged, DownloadProgress
+from app.supervisor.mcp import McpServerChanged, McpServerView
 from app.supervisor.remote_views import RemoteChanged, RemoteSnapshot
 from app.supervisor.router import (
     EngineRecovery,
@@ -86,6 +90,10 @@ class Bridge(QObject):
     reply_card = Signal(object)  # RunCard: what produced the reply, just before reply_finished
     reply_finished = Signal(object)  # ChatDone: how the reply ended, with its telemetry
     reply_failed = Signal(str)  # the error, with the engine's last words when it does not quote them
+    reply_tool = Signal(object)  # ToolCallStarted | ToolCallFinished: a tool call of the reply in flight
+    tool_permission = Signal(object)  # ToolRequest: ask the user; answer with answer_tool(call_id, ...)
+    mcp_changed = Signal(list)  # [McpServerView]: every MCP server as it is now, after a change
+    mcp_failed = Signal(str)  # why an MCP server could not be added, changed or removed
     notify = Signal(str, str, bool)  # title, message, is an error
     error = Signal(str)  # something the user must be told
     api_changed = Signal(str, str)  # the local API's URL ("" when off), why it is off when it should be on
@@ -107,6 +115,7 @@ class Bridge(QObject):
         # Unloads are never cancelled: an engine stop cut short would leave its process unreaped.
         self._stopping: set[asyncio.Task[Any]] = set()
         self._chat: asyncio.Task[None] | None = None
+        self._asking: dict[str, asyncio.Future[Permission]] = {}  # tool calls waiting on the user, by id
         self._bench: asyncio.Task[None] | None = None
         self._views: dict[str, ModelView] = {}  # the last statuses read, for the widgets' lookups
         self.info: SystemInfo | None = None
@@ -142,6 +151,8 @@ class Bridge(QObject):
         await router.start()
         router.remotes.watch()
         self.remotes_changed.emit(router.remotes.snapshots())
+        router.mcp.start()  # the enabled MCP servers, whose tools the chat offers models
+        self.mcp_changed.emit(router.mcp.servers())
         await self._refresh_backends()
         await router.open_downloads()
         self.downloads_changed.emit(router.download_records())
@@ -227,6 +238,8 @@ class Bridge(QObject):
         elif isinstance(event, RemoteChanged):
             self.remotes_changed.emit(self.router.remotes.snapshots())
             self.remote_changed.emit(event)
+        elif isinstance(event, McpServerChanged):
+            self.mcp_changed.emit(self.router.mcp.servers())
 
     def _engine_changed(self, event: EngineStateChanged) -> None:
         if event.state is EngineState.STARTING:
@@ -490,16 +503,18 @@ class Bridge(QObject):
         messages: list[dict[str, str]],
         params: dict[str, Any],
         conversation: str | None = None,
+        servers: list[str] | None = None,
     ) -> None:
         """Ask for a reply meant for ``model`` (the router says which model gets it: that one, or the
         one used last) in the chat ``conversation`` (its turns keep their prompt cache); the reply comes
-        as ``reply_started``, ``reply_delta``... or ``reply_failed``."""
+        as ``reply_started``, ``reply_delta``... or ``reply_failed``. ``servers``: the MCP servers whose
+        tools the model may call (None: every ready one; empty: none)."""
         self.stop_reply()
         target = self.chat_target(model)
         if not target:
             self.reply_failed.emit("No model is loaded. Load one from the Models list, then send again.")
             return
-        self._chat = self.spawn(self._stream(target, messages, params, conversation))
+        self._chat = self.spawn(self._stream(target, messages, params, conversation, servers))
 
     def stop_reply(self) -> None:
         """Cancel the reply in flight; its stream is closed as the task unwinds."""
@@ -508,18 +523,78 @@ class Bridge(QObject):
         self._chat = None
 
     async def _stream(
-        self, target: str, messages: list[dict[str, str]], params: dict[str, Any], conversation: str | None
+        self,
+        target: str,
+        messages: list[dict[str, str]],
+        params: dict[str, Any],
+        conversation: str | None,
+        servers: list[str] | None,
     ) -> None:
         self.reply_started.emit()  # before a load on demand, which may take a while
         try:
-            async for event in self.router.stream_chat(target, messages, conversation=conversation, **params):
+            async for event in self.router.chat_with_tools(
+                target, messages, ask=self._ask_tool, servers=servers, conversation=conversation, **params
+            ):
                 if isinstance(event, ChatDelta):
                     self.reply_delta.emit(event)
+                elif isinstance(event, ToolCallStarted | ToolCallFinished):
+                    self.reply_tool.emit(event)
                 else:
                     self.reply_card.emit(self.router.run_card(target, params, event.telemetry))
                     self.reply_finished.emit(event)
         except LemonDeskError as err:
             self.reply_failed.emit(self.router.failure_message(target, err))
+
+    async def _ask_tool(self, request: ToolRequest) -> Permission:
+        """The router asks before a tool call: the window shows ``tool_permission`` and answers with
+        ``answer_tool``. Stop (the reply's task cancelled) drops the question."""
+        answer: asyncio.Future[Permission] = asyncio.get_running_loop().create_future()
+        self._asking[request.call_id] = answer
+        self.tool_permission.emit(request)
+        try:
+            return await answer
+        finally:
+            self._asking.pop(request.call_id, None)
+
+    def answer_tool(self, call_id: str, permission: Permission) -> None:
+        """The user's answer to ``tool_permission`` (a question no longer asked is ignored)."""
+        answer = self._asking.get(call_id)
+        if answer is not None and not answer.done():
+            answer.set_result(permission)
+
+    # --- MCP servers ----------------------------------------------------------------------------------
+
+    def mcp_servers(self) -> list[McpServerView]:
+        return self.router.mcp.servers()
+
+    def put_mcp_server(self, spec: McpServerSpec, token: str | None = None) -> None:
+        """Add or replace a server (``token``: an HTTP server's bearer token, into the keychain)."""
+        self.spawn(self._mcp_job(self.router.mcp.put(spec, token)))
+
+    def remove_mcp_server(self, name: str) -> None:
+        self.spawn(self._mcp_job(self.router.mcp.remove(name)))
+
+    def enable_mcp_server(self, name: str, enabled: bool) -> None:
+        self.spawn(self._mcp_job(self.router.mcp.set_enabled(name, enabled)))
+
+    def import_mcp_json(self, path: str) -> None:
+        """Add the servers of the mcp.json at ``path`` (read in a worker thread); what it refused is
+        said through ``mcp_failed``."""
+
+        async def job() -> None:
+            found = await asyncio.to_thread(read_mcp_json, Path(path))
+            refused = await self.router.mcp.import_json(found)
+            if refused:
+                self.mcp_failed.emit("Some servers were not imported:\n" + "\n".join(refused))
+
+        self.spawn(self._mcp_job(job()))
+
+    async def _mcp_job(self, job: Coroutine[Any, Any, Any]) -> None:
+        try:
+            await job
+        except LemonDeskError as err:
+            self.mcp_failed.emit(str(err))
+        self.mcp_changed.emit(self.router.mcp.servers())
 
     # --- telemetry and bench ----------------------------------------------------------------------------
 

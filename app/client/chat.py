@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from app.client.adapters import DeltaSplitter, EngineAdapter, LlamaCppAdapter, Route, sse_error
 from app.client.capped import read_upto
-from app.client.events import ChatDelta, ChatDone, ChatEvent, ChatReply
+from app.client.events import ChatDelta, ChatDone, ChatEvent, ChatReply, ToolCall
 from app.client.pacing import OPENAI_SSE_SHOWN, UNPACED, Pacing, paced, paced_network
 from app.client.reasoning_relay import StreamReasoning, whole_reasoning
 from app.client.sse import EventTooLarge, SSEEvent, SSEParser
@@ -44,6 +44,44 @@ REFUSAL_BYTES = 1 << 20
 MAX_ANSWER_BYTES = 64 << 20
 
 Messages = Sequence[dict[str, Any]]  # OpenAI chat messages: {"role", "content"}
+MAX_TOOL_CALLS = 64  # in one reply; more are not kept
+MAX_TOOL_ARGUMENTS = 1 << 20  # characters of one call's arguments kept
+
+
+class _ToolCalls:
+    """The tool calls of one reply as they arrive: streamed as pieces keyed by ``index`` (the id and name
+    first, then the arguments in fragments), or whole in a non-streamed message."""
+
+    def __init__(self) -> None:
+        self._parts: dict[int, tuple[str, str, list[str]]] = {}
+
+    def feed(self, parts: Any) -> None:
+        for part in parts if isinstance(parts, list) else ():
+            if not isinstance(part, dict):
+                continue
+            index = part.get("index", len(self._parts))
+            if not isinstance(index, int) or (
+                index not in self._parts and len(self._parts) >= MAX_TOOL_CALLS
+            ):
+                continue
+            call_id, name, arguments = self._parts.get(index, ("", "", []))
+            function = part.get("function")
+            function = function if isinstance(function, dict) else {}
+            fragment = _text(function.get("arguments"))
+            if sum(map(len, arguments)) + len(fragment) <= MAX_TOOL_ARGUMENTS:
+                arguments.append(fragment)
+            self._parts[index] = (
+                _text(part.get("id")) or call_id,
+                name + _text(function.get("name")),
+                arguments,
+            )
+
+    def calls(self) -> tuple[ToolCall, ...]:
+        return tuple(
+            ToolCall(call_id or f"call_{index}", name, "".join(arguments))
+            for index, (call_id, name, arguments) in sorted(self._parts.items())
+            if name
+        )
 
 
 class RequestObserver(Protocol):
@@ -129,6 +167,7 @@ class _Stream:
         self.finish: str | None = None
         self.timings: dict[str, Any] | None = None
         self.usage: dict[str, Any] | None = None
+        self.tool_calls = _ToolCalls()
         self.done = False  # [DONE] or an error arrived: the rest of the body is read and ignored
         self.failure: RequestError | None = None
 
@@ -157,6 +196,7 @@ class _Stream:
                 delta = choice.get("delta")
                 delta = delta if isinstance(delta, dict) else {}
                 content, reasoning = _text(delta.get("content")), _text(delta.get("reasoning_content"))
+                self.tool_calls.feed(delta.get("tool_calls"))
                 if content or reasoning:
                     if self.first is None:
                         self.first = time.perf_counter()
@@ -190,7 +230,7 @@ class _Stream:
 
     def result(self, end: float) -> ChatDone:
         times = ClientTimes(self.sent, self.first, end, self.deltas)
-        return ChatDone(self.finish, telemetry_from(times, self.timings, self.usage))
+        return ChatDone(self.finish, telemetry_from(times, self.timings, self.usage), self.tool_calls.calls())
 
 
 @functools.cache
@@ -339,7 +379,7 @@ class ChatClient:
         done = stream.result(time.perf_counter())
         telemetry = await self._telemetry.refine(done.telemetry) if self._telemetry else done.telemetry
         finish = self._adapter.finish_reason(done.finish_reason, body, telemetry.completion_tokens)
-        yield ChatDone(finish, telemetry)
+        yield ChatDone(finish, telemetry, done.tool_calls)
 
     async def reconnect(self, relay: aiohttp.ClientSession) -> bool:
         """Leave an open connection to the engine in ``relay``'s pool for the next request. llama-server
@@ -556,6 +596,8 @@ class ChatClient:
             choice = payload["choices"][0]
             message = choice.get("message") or {}
             content, reasoning = _text(message.get("content")), _text(message.get("reasoning_content"))
+            calls = _ToolCalls()
+            calls.feed(message.get("tool_calls"))
         except (ValueError, KeyError, IndexError, TypeError, AttributeError, RecursionError):
             text = answer[:200].decode("utf-8", "replace")
             raise RequestError(f"The engine sent an unreadable reply: {text!r}") from None
@@ -572,4 +614,4 @@ class ChatClient:
         if self._telemetry:
             telemetry = await self._telemetry.refine(telemetry)
         finish = self._adapter.finish_reason(said, body, telemetry.completion_tokens)
-        return ChatReply(content, reasoning, finish, telemetry)
+        return ChatReply(content, reasoning, finish, telemetry, calls.calls())

@@ -16,11 +16,14 @@ from typing import Any
 
 from app.client.events import ChatDelta
 from app.commands.output import telemetry_line
+from app.commands.tools import TerminalAsk, ToolUse, show_tool_event
 from app.core.engine_state import EngineState
 from app.core.errors import EngineError, LemonDeskError
+from app.core.tools import ToolCallFinished, ToolCallStarted
 from app.supervisor.router import Router
 
 PROMPT = "> "
+TerminalTools = tuple[ToolUse, TerminalAsk]
 
 
 def _read_lines(loop: asyncio.AbstractEventLoop, lines: asyncio.Queue[str | None]) -> None:
@@ -30,9 +33,18 @@ def _read_lines(loop: asyncio.AbstractEventLoop, lines: asyncio.Queue[str | None
         loop.call_soon_threadsafe(lines.put_nowait, None)
 
 
-async def _reply(router: Router, name: str, history: list[dict[str, Any]], text: list[str]) -> None:
-    async for event in router.stream_chat(name, history):
-        if isinstance(event, ChatDelta):
+async def _reply(
+    router: Router, name: str, history: list[dict[str, Any]], text: list[str], tools: TerminalTools | None
+) -> None:
+    stream = (
+        router.chat_with_tools(name, history, ask=tools[1], servers=tools[0].servers)
+        if tools is not None
+        else router.stream_chat(name, history)
+    )
+    async for event in stream:
+        if isinstance(event, ToolCallStarted | ToolCallFinished):
+            show_tool_event(event)
+        elif isinstance(event, ChatDelta):
             text.append(event.content)
             sys.stderr.write(event.reasoning)
             sys.stdout.write(event.content)
@@ -42,13 +54,17 @@ async def _reply(router: Router, name: str, history: list[dict[str, Any]], text:
             print(telemetry_line(event.telemetry), file=sys.stderr)
 
 
-async def chat_in_terminal(router: Router, name: str, *, local: bool = False) -> None:
+async def chat_in_terminal(
+    router: Router, name: str, *, local: bool = False, tools: ToolUse | None = None
+) -> None:
     """Chat with ``name`` until end of input: a model loaded here (``local``), or a remote model. The
     local engine's death ends the chat with its error; a reply that fails otherwise (a remote that went
-    away) is said, and the question can be asked again."""
+    away) is said, and the question can be asked again. ``tools``: MCP servers it may call, each call
+    asked about on the terminal (the answer is the next line typed)."""
     loop = asyncio.get_running_loop()
     lines: asyncio.Queue[str | None] = asyncio.Queue()
     threading.Thread(target=_read_lines, args=(loop, lines), daemon=True, name="stdin").start()
+    asking = (tools, TerminalAsk(lines.get, tools.allow_all)) if tools is not None else None
     replying: asyncio.Task[None] | None = None
 
     def interrupt() -> None:
@@ -82,7 +98,7 @@ async def chat_in_terminal(router: Router, name: str, *, local: bool = False) ->
                 continue
             history.append({"role": "user", "content": line})
             text: list[str] = []
-            replying = asyncio.create_task(_reply(router, name, history, text))
+            replying = asyncio.create_task(_reply(router, name, history, text, asking))
             try:
                 await replying
             except asyncio.CancelledError:

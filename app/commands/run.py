@@ -20,11 +20,13 @@ from app.commands.output import (
     telemetry_line,
 )
 from app.commands.repl import chat_in_terminal
+from app.commands.tools import TerminalAsk, ToolUse, read_stdin_line, show_tool_event, start_servers
 from app.core.backends import BackendKey
 from app.core.errors import ConfigError
 from app.core.launch import AUTO_CTX_SIZE, ctx_size_problem
 from app.core.models import Model
 from app.core.remotes import is_remote_model
+from app.core.tools import ToolCallFinished, ToolCallStarted
 from app.store.model_options import ModelOptions
 from app.supervisor.router import Router
 
@@ -48,6 +50,17 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser.add_argument("--json", action="store_true", help="print one JSON object (with --prompt)")
     parser.add_argument("--dry-run", action="store_true", help="print the engine command; start nothing")
     parser.add_argument("--force", action="store_true", help="load even if it needs more memory than is free")
+    parser.add_argument(
+        "--mcp",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="let the model call the tools of this configured MCP server (again for more); each call asks "
+        "on the terminal first",
+    )
+    parser.add_argument(
+        "--allow-tools", action="store_true", help="with --mcp: run every call without asking"
+    )
     add_rpc_argument(parser)
     parser.set_defaults(handler=cmd_run)
 
@@ -73,6 +86,8 @@ def _options(model: Model, args: argparse.Namespace) -> ModelOptions:
 def cmd_run(args: argparse.Namespace) -> int:
     if args.json and args.prompt is None and not args.dry_run:
         raise ConfigError("--json needs --prompt or --dry-run; the terminal chat is for people.")
+    if args.allow_tools and not args.mcp:
+        raise ConfigError("--allow-tools goes with --mcp NAME: without a server there are no tools.")
     router = Router(load_settings_noting_problems())
     if is_remote_model(args.model):
         return asyncio.run(_run_remote(router, args))
@@ -102,10 +117,11 @@ async def _run(router: Router, model: Model, options: ModelOptions, args: argpar
         engine = router.engines.get(name)
         assert engine is not None  # loaded just now
         backend = str(engine.backend)
+        tools = await _tools(router, args)
         if args.prompt is None:
-            await chat_in_terminal(router, name, local=True)
+            await chat_in_terminal(router, name, local=True, tools=tools)
             return 0
-        reply, reasoning, done = await _answer(router, name, args.prompt, echo=not args.json)
+        reply, reasoning, done = await _answer(router, name, args.prompt, echo=not args.json, tools=tools)
     if args.json:
         result: dict[str, Any] = {"model": model.name, "backend": backend, "reply": reply}
         if reasoning:
@@ -130,10 +146,13 @@ async def _run_remote(router: Router, args: argparse.Namespace) -> int:
     async with router:
         print(f"{args.model}: loading on its remote", file=sys.stderr, flush=True)
         await router.remotes.load(args.model)
+        tools = await _tools(router, args)
         if args.prompt is None:
-            await chat_in_terminal(router, args.model)
+            await chat_in_terminal(router, args.model, tools=tools)
             return 0
-        reply, reasoning, done = await _answer(router, args.model, args.prompt, echo=not args.json)
+        reply, reasoning, done = await _answer(
+            router, args.model, args.prompt, echo=not args.json, tools=tools
+        )
         stats = await router.remotes.stats(args.model)
     if args.json:
         result: dict[str, Any] = {"model": args.model, "backend": "remote", "reply": reply}
@@ -147,12 +166,34 @@ async def _run_remote(router: Router, args: argparse.Namespace) -> int:
     return 0
 
 
-async def _answer(router: Router, engine_id: str, prompt: str, echo: bool) -> tuple[str, str, ChatDone]:
+async def _tools(router: Router, args: argparse.Namespace) -> ToolUse | None:
+    """The MCP servers the run's model may use (``--mcp``), started and ready; None without any."""
+    if not args.mcp:
+        return None
+    use = ToolUse(tuple(dict.fromkeys(args.mcp)), args.allow_tools)
+    await start_servers(router, use)
+    return use
+
+
+async def _answer(
+    router: Router, engine_id: str, prompt: str, echo: bool, tools: ToolUse | None = None
+) -> tuple[str, str, ChatDone]:
     reply: list[str] = []
     reasoning: list[str] = []
     done: ChatDone | None = None
-    async for event in router.stream_chat(engine_id, [{"role": "user", "content": prompt}]):
-        if isinstance(event, ChatDelta):
+    messages = [{"role": "user", "content": prompt}]
+    stream = (
+        router.chat_with_tools(
+            engine_id, messages, ask=TerminalAsk(read_stdin_line, tools.allow_all), servers=tools.servers
+        )
+        if tools is not None
+        else router.stream_chat(engine_id, messages)
+    )
+    async for event in stream:
+        if isinstance(event, ToolCallStarted | ToolCallFinished):
+            if echo:
+                show_tool_event(event)
+        elif isinstance(event, ChatDelta):
             reply.append(event.content)
             reasoning.append(event.reasoning)
             if echo:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from app.core.numbers import finite
@@ -25,6 +25,7 @@ class ChatMessage:
     telemetry: dict[str, Any] | None = None  # the Telemetry fields of the reply, by name
     error: str = ""  # why a FAILED reply failed, in words for the user
     run_card: dict[str, Any] | None = None  # the RunCard fields of the reply (app.core.runcard), by name
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)  # ToolCallFinished.to_json() of each
 
 
 def format_telemetry(telemetry: dict[str, Any]) -> str:

@@ -35,7 +35,7 @@ from app.store.paths import home
 P = ParamSpec("P")
 R = TypeVar("R")
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 DEFAULT_TITLE = "New chat"
 ROLES = ("user", "assistant")  # what the chat pane keeps; the system prompt is the conversation's
 log = logging.getLogger(__name__)
@@ -60,6 +60,9 @@ class StoredMessage:
     error: str = ""  # why a FAILED reply failed
     created_at: float = 0.0
     run_card: dict[str, Any] | None = None  # a reply's RunCard fields (app.core.runcard), by name
+    tool_calls: tuple[
+        dict[str, Any], ...
+    ] = ()  # a reply's tool calls, as ToolCallFinished.to_json() has them
 
 
 @dataclass(frozen=True)
@@ -102,8 +105,11 @@ _SCHEMA_V1 = """
 # v2: a reply's run card (model, engine, options, sampling, hardware, figures) as JSON.
 _RUN_CARD_V2 = "ALTER TABLE messages ADD COLUMN run_card TEXT"
 
+# v3: a reply's tool calls (MCP tools run in its turn: name, arguments, outcome, result, time) as JSON.
+_TOOL_CALLS_V3 = "ALTER TABLE messages ADD COLUMN tool_calls TEXT"
+
 # MIGRATIONS[n] is the SQL that takes a database at schema version n to n + 1.
-MIGRATIONS: list[str] = [_SCHEMA_V1, _RUN_CARD_V2]
+MIGRATIONS: list[str] = [_SCHEMA_V1, _RUN_CARD_V2, _TOOL_CALLS_V3]
 
 _FTS_SCHEMA = """
 CREATE VIRTUAL TABLE messages_fts USING fts5(content, reasoning, content='messages', content_rowid='id');
@@ -201,6 +207,15 @@ def _run_card(value: Any, message_id: int) -> dict[str, Any] | None:
     return data
 
 
+def _tool_calls(value: Any, message_id: int) -> tuple[dict[str, Any], ...]:
+    data = _object(value, "tool calls", message_id)
+    calls = data.get("calls") if data is not None else []
+    if not isinstance(calls, list) or not all(isinstance(c, dict) for c in calls):
+        log.warning("Ignored the tool calls of message %s in the chat history: not a list.", message_id)
+        return ()
+    return tuple(calls)
+
+
 def _summary(row: sqlite3.Row) -> ConversationSummary:
     return ConversationSummary(
         row["id"], _text(row["title"]), _time(row["created_at"]), _time(row["updated_at"])
@@ -233,6 +248,7 @@ def _message(m: sqlite3.Row) -> StoredMessage | None:
         _text(m["error"]),
         _time(m["created_at"]),
         _run_card(m["run_card"], m["id"]),
+        _tool_calls(m["tool_calls"], m["id"]),
     )
 
 
@@ -464,9 +480,10 @@ class History:
         telemetry: dict[str, Any] | None = None,
         error: str | None = None,
         run_card: dict[str, Any] | None = None,
+        tool_calls: Sequence[dict[str, Any]] | None = None,
     ) -> None:
-        """Replace a message's text (a streaming reply as it grows); optionally its state, telemetry and
-        run card."""
+        """Replace a message's text (a streaming reply as it grows); optionally its state, telemetry, run
+        card and tool calls."""
         sets, params = ["content = ?", "reasoning = ?"], [content, reasoning]
         if state is not None:
             sets.append("state = ?")
@@ -480,6 +497,9 @@ class History:
         if run_card is not None:
             sets.append("run_card = ?")
             params.append(json.dumps(run_card, sort_keys=True))
+        if tool_calls is not None:
+            sets.append("tool_calls = ?")
+            params.append(json.dumps({"calls": list(tool_calls)}, sort_keys=True))
         self._db.execute(f"UPDATE messages SET {', '.join(sets)} WHERE id = ?", (*params, message_id))
 
     @_writes
@@ -544,12 +564,20 @@ def to_markdown(conversation: Conversation) -> str:
         if message.reasoning:
             quoted = "\n".join(f"> {line}" if line else ">" for line in message.reasoning.splitlines())
             parts.append(f"> **Reasoning**\n>\n{quoted}\n")
+        parts.extend(_tool_call_markdown(call) for call in message.tool_calls)
         parts.append(f"{message.content}\n")
         if message.state is not MessageState.COMPLETE:
             parts.append(f"*({message.state.value}{': ' + message.error if message.error else ''})*\n")
         if message.run_card:
             parts.append(f"> **Run card**\n>\n{RunCard.from_json(message.run_card).markdown()}")
     return "\n".join(parts)
+
+
+def _tool_call_markdown(call: dict[str, Any]) -> str:
+    arguments = json.dumps(call.get("arguments", {}), ensure_ascii=False)
+    result = "\n".join(f"> {line}" if line else ">" for line in str(call.get("result", "")).splitlines())
+    head = f"> **Tool** `{call.get('server', '')}` / `{call.get('tool', '')}` ({call.get('outcome', '')})"
+    return f"{head}\n>\n> `{arguments}`\n>\n{result}\n"
 
 
 def to_json(conversation: Conversation) -> dict[str, Any]:
@@ -570,6 +598,7 @@ def to_json(conversation: Conversation) -> dict[str, Any]:
                 "error": m.error,
                 "created_at": m.created_at,
                 "run_card": m.run_card,
+                "tool_calls": list(m.tool_calls),
             }
             for m in conversation.messages
         ],

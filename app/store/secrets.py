@@ -1,6 +1,7 @@
 """Secrets live only in the OS keychain (keyring): never in settings, logs or a command line.
 
-The Hugging Face token, and each remote server's API key (account ``remote:NAME``).
+The Hugging Face token, each remote server's API key (account ``remote:NAME``), and each MCP server's
+bearer token (account ``mcp:NAME``).
 
 keyring is imported when a secret is first read or written: finding its backends costs start-up time
 that the window's first paint does not need.
@@ -25,6 +26,7 @@ log = logging.getLogger(__name__)
 SERVICE = "lemon-desk"
 HF_TOKEN_KEY = "huggingface-token"
 REMOTE_KEY_PREFIX = "remote:"
+MCP_TOKEN_PREFIX = "mcp:"
 NO_KEYCHAIN_HINT = "No usable OS keychain was found; set HF_TOKEN in the environment instead."
 NO_KEYCHAIN_FOR_REMOTE = (
     "No usable OS keychain was found (on Linux: a Secret Service such as gnome-keyring or KWallet); "
@@ -131,3 +133,16 @@ def set_remote_key(name: str, key: str) -> None:
 
 def delete_remote_key(name: str) -> None:
     _delete(REMOTE_KEY_PREFIX + name, f"key of the remote {name}", NO_KEYCHAIN_FOR_REMOTE)
+
+
+def get_mcp_token(name: str) -> str | None:
+    """The bearer token of the MCP server ``name``, or None (none stored, or no keychain to ask)."""
+    return _get(MCP_TOKEN_PREFIX + name)
+
+
+def set_mcp_token(name: str, token: str) -> None:
+    _set(MCP_TOKEN_PREFIX + name, token, f"token of the MCP server {name}", NO_KEYCHAIN_FOR_REMOTE)
+
+
+def delete_mcp_token(name: str) -> None:
+    _delete(MCP_TOKEN_PREFIX + name, f"token of the MCP server {name}", NO_KEYCHAIN_FOR_REMOTE)

@@ -21,6 +21,7 @@ SCHEMA = 1
 # What the Settings dialog accepts, in seconds: below the minimum a model or a reply could never finish.
 LOAD_TIMEOUT_RANGE_S = (10, 7200)
 REQUEST_TIMEOUT_RANGE_S = (10, 3600)
+TOOL_TIMEOUT_RANGE_S = (1, 3600)
 
 
 @dataclass
@@ -43,6 +44,10 @@ class Settings:
     worker_port: int = 50052
     worker_allow_network: bool = False
     kv_cache_budget_gb: float = DEFAULT_BUDGET_GB  # disk for conversations' saved KV caches (0: none kept)
+    tool_rounds: int = 8  # MCP tool rounds one reply may take before it must answer
+    tool_timeout_s: float = (
+        60.0  # per MCP tool call; one that takes longer goes back to the model as an error
+    )
 
 
 @dataclass(frozen=True)
@@ -91,6 +96,8 @@ def _from_json(data: Any) -> Settings:
                 raise ValueError(f"'{f.name}' must be a port number, or 0 for none")
             if f.name == "kv_cache_budget_gb" and not 0 <= value < float("inf"):
                 raise ValueError(f"'{f.name}' must be a number of GB, 0 or more")
+            if f.name in ("tool_rounds", "tool_timeout_s") and not 0 < value < float("inf"):
+                raise ValueError(f"'{f.name}' must be more than 0")
             values[f.name] = value
     return Settings(**values)
 

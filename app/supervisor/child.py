@@ -1,9 +1,11 @@
-"""One child program of the app (an engine, an RPC worker): started, watched, stopped, never orphaned.
+"""One child program of the app (an engine, an RPC worker, an MCP server): started, watched, stopped,
+never orphaned.
 
 A child leads its own session (a Ctrl-C in a terminal reaches the app, which stops it), gets SIGKILL when
 the app dies (PDEATHSIG on Linux, a reaper process elsewhere: ``reaper.py``), and is named in a run record
 while it runs, so that the next start stops it if both failed (``orphans.py``). Its output (stdout and
-stderr together) is kept: the last lines in memory, all of it in a rotating log, each line to listeners.
+stderr together; stderr alone for a child that speaks a protocol on its stdin and stdout) is kept: the
+last lines in memory, all of it in a rotating log, each line to listeners.
 Stopping is SIGTERM to its process group, a grace period, SIGKILL; every path reaps it.
 """
 
@@ -43,6 +45,8 @@ class ChildProcess:
         self.exited: asyncio.Task[int] | None = None  # its exit code, once it has been reaped
         self._listeners: Listeners[str] = Listeners(f"{child_id}'s output")
         self._proc: asyncio.subprocess.Process | None = None
+        self.stdin: asyncio.StreamWriter | None = None  # a protocol child's (``spawn(protocol=True)``)
+        self.stdout: asyncio.StreamReader | None = None
         self._reaper: asyncio.subprocess.Process | None = None
         self._reader: asyncio.Task[None] | None = None
         self._log: RotatingLog | None = None
@@ -59,12 +63,19 @@ class ChildProcess:
         return self.exited is not None and not self.exited.done()
 
     async def spawn(
-        self, argv: Sequence[str], env: Mapping[str, str], *, ignore_sigpipe: bool = False
+        self,
+        argv: Sequence[str],
+        env: Mapping[str, str],
+        *,
+        ignore_sigpipe: bool = False,
+        protocol: bool = False,
     ) -> None:
         """Start ``argv`` with exactly ``env``. Raises OSError when it cannot be run.
 
         ``ignore_sigpipe``: the child inherits Python's ignored SIGPIPE, for a server that writes to
         sockets without guarding against a peer that left (llama.cpp's RPC worker dies of it otherwise).
+        ``protocol``: the child speaks on its stdin and stdout (an MCP server), which are left to the
+        caller as ``stdin`` and ``stdout``; its stderr is the output kept.
         """
         self.output.clear()
         self._log = RotatingLog(self.log_path)
@@ -72,17 +83,20 @@ class ChildProcess:
         die_with_app = die_with_parent()
         self._proc = await asyncio.create_subprocess_exec(
             *argv,
-            stdin=asyncio.subprocess.DEVNULL,
+            stdin=asyncio.subprocess.PIPE if protocol else asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.STDOUT,
+            stderr=asyncio.subprocess.PIPE if protocol else asyncio.subprocess.STDOUT,
             env=dict(env),
             start_new_session=True,
             preexec_fn=die_with_app,
             restore_signals=not ignore_sigpipe,
         )
         self.pid = self._proc.pid
-        assert self._proc.stdout is not None
-        self._reader = asyncio.create_task(self._read_output(self._proc.stdout))
+        output = self._proc.stderr if protocol else self._proc.stdout
+        assert output is not None
+        if protocol:
+            self.stdin, self.stdout = self._proc.stdin, self._proc.stdout
+        self._reader = asyncio.create_task(self._read_output(output))
         self.exited = asyncio.create_task(self._wait_exit(self._proc))
         await self._guard(argv[0], die_with_app is not None)
 

@@ -25,6 +25,7 @@ from PySide6.QtWidgets import QApplication, QMessageBox
 from app.core.chat import ChatMessage
 from app.core.downloads import DownloadRecord
 from app.core.errors import LemonDeskError
+from app.core.mcp import McpState
 from app.core.remotes import RemoteModelStatus, RemoteState
 from app.core.status import Status
 from app.desktop_entry import ICON_NAME, PNG_SIZES, packaging_dir
@@ -193,12 +194,20 @@ class DesktopApp(QObject):
         bridge.reply_card.connect(lambda card: chat.set_reply_card(card.to_json()))
         bridge.reply_finished.connect(lambda done: chat.finish_reply(done.telemetry.to_json()))
         bridge.reply_failed.connect(chat.fail_reply)
+        bridge.reply_tool.connect(chat.show_tool)
+        bridge.tool_permission.connect(chat.ask_tool)
+        chat.tool_answered.connect(bridge.answer_tool)
         bridge.notify.connect(self.tray.notify)
         bridge.error.connect(self._warn)
         bridge.model_added.connect(models.select)
         # The message is meant for the model the window shows; the router says which one answers.
         chat.send_requested.connect(
-            lambda chat_id, messages, params: bridge.send(bridge.selected, messages, params, chat_id)
+            lambda chat_id, messages, params: bridge.send(
+                bridge.selected, messages, params, chat_id, chat.chosen_servers()
+            )
+        )
+        bridge.mcp_changed.connect(
+            lambda views: chat.set_tool_servers([v.spec.name for v in views if v.state is McpState.READY])
         )
         chat.stop_requested.connect(bridge.stop_reply)
         models.model_selected.connect(self._model_selected)

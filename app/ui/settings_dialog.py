@@ -37,12 +37,15 @@ from app.core.rpc import DEFAULT_WORKER_PORT, exposure_warning, parse_workers, w
 from app.store.settings import (
     LOAD_TIMEOUT_RANGE_S,
     REQUEST_TIMEOUT_RANGE_S,
+    TOOL_TIMEOUT_RANGE_S,
     Settings,
     llama_server_problem,
 )
+from app.ui.mcp_editor import McpEditor
 from app.ui.remotes_editor import RemotesEditor
 
 MAX_IDLE_MINUTES = 24 * 60
+MAX_TOOL_ROUNDS = 64
 
 
 class TokenAction(enum.Enum):
@@ -270,6 +273,18 @@ class SettingsDialog(QDialog):
         remotes, form = _form("Remotes", self)
         self.remotes = RemotesEditor(self)  # applies at once, not on Save
         form.addRow(self.remotes)
+        mcp, form = _form("MCP servers", self)
+        self.mcp = McpEditor(self)  # applies at once, not on Save
+        form.addRow(self.mcp)
+        self.tool_rounds = QSpinBox(self)
+        self.tool_rounds.setRange(1, MAX_TOOL_ROUNDS)
+        self.tool_rounds.setValue(settings.tool_rounds)
+        self.tool_rounds.setToolTip("Tool rounds one reply may take; past them the calls are not run")
+        self.tool_timeout = _seconds(settings.tool_timeout_s, TOOL_TIMEOUT_RANGE_S, self)
+        self.tool_timeout.setToolTip("A call that takes longer goes back to the model as an error")
+        calls, form = _form("Tool calls", self)
+        form.addRow("Rounds per reply", self.tool_rounds)
+        form.addRow("Time limit per call", self.tool_timeout)
         self.problem = QLabel(self)
         self.problem.setStyleSheet("color: #c0392b;")
         self.problem.setWordWrap(True)
@@ -284,6 +299,7 @@ class SettingsDialog(QDialog):
         self.pages = QTabWidget(self)
         self.pages.addTab(_page(self, downloads, engines, self.keep_in_tray), "&General")
         self.pages.addTab(_page(self, api, cluster, remotes), "&Connections")
+        self.pages.addTab(_page(self, mcp, calls), "&Tools")
         layout = QVBoxLayout(self)
         layout.addWidget(self.pages, 1)
         layout.addWidget(self.problem)
@@ -374,6 +390,8 @@ class SettingsDialog(QDialog):
             worker_host=self.worker_host.text().strip(),
             worker_port=self.worker_port.value(),
             worker_allow_network=self.worker_network.isChecked(),
+            tool_rounds=self.tool_rounds.value(),
+            tool_timeout_s=float(self.tool_timeout.value()),
         )
         typed = self.token.text().strip()
         if typed:

@@ -49,6 +49,14 @@ class SettingsFlow:
             editor.remove_requested.connect(bridge.remove_remote)
             bridge.remote_added.connect(editor.added)
             bridge.remote_failed.connect(editor.failed)
+            mcp = dialog.mcp
+            mcp.set_servers(bridge.mcp_servers())
+            mcp.put_requested.connect(bridge.put_mcp_server)
+            mcp.remove_requested.connect(bridge.remove_mcp_server)
+            mcp.enabled_changed.connect(bridge.enable_mcp_server)
+            mcp.import_requested.connect(bridge.import_mcp_json)
+            bridge.mcp_changed.connect(mcp.set_servers)
+            bridge.mcp_failed.connect(mcp.failed)
             if self.has_token is None:
                 bridge.spawn(self._read_has_token(dialog))
         dialog.open()

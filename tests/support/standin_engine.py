@@ -22,6 +22,9 @@ llama-server checks. How it behaves comes from an optional sidecar ``<model path
     tool_call      {"name": ..., "arguments": "JSON text"}: after its text, the reply calls that tool,
                    streamed as llama-server streams one (an id and the name, then the arguments in
                    pieces of 5 characters; finish_reason "tool_calls")
+    tool_rounds    with tool_call: the reply calls the tool only while the conversation holds fewer
+                   than this many ``tool`` messages; a reply to a conversation that ends in one says
+                   ``tool said: `` and that message's first 200 characters (default: null, calls always)
     reasoning      text a reasoning model thinks before its reply, sent a word at a time as
                    ``reasoning_content``, or inside ``content`` as ``<think>...</think>`` when the request
                    says ``reasoning_format: "none"`` (llama-server's two ways)
@@ -65,6 +68,7 @@ DEFAULTS: dict[str, Any] = {
     "reply": None,
     "http10": False,
     "tool_call": None,
+    "tool_rounds": None,
     "reasoning": None,
 }
 CONTROL = "/__standin__/"
@@ -134,8 +138,19 @@ class Standin:
         self.last_prompt = words
         return same
 
-    def pieces(self, max_tokens: int | None) -> tuple[list[str], str]:
+    def tool_call(self, body: dict[str, Any]) -> dict[str, Any] | None:
+        """The call this reply makes, if any (``tool_call``, bounded by ``tool_rounds``)."""
+        call, rounds = self.behaviour["tool_call"], self.behaviour["tool_rounds"]
+        if not call or (rounds is not None and len(_tool_results(body)) >= rounds):
+            return None
+        return dict(call)
+
+    def pieces(self, max_tokens: int | None, body: dict[str, Any] | None = None) -> tuple[list[str], str]:
         reply = self.behaviour["reply"]
+        messages = (body or {}).get("messages") or [{}]
+        last = messages[-1] if isinstance(messages[-1], dict) else {}
+        if self.behaviour["tool_rounds"] is not None and last.get("role") == "tool":
+            reply = "tool said: " + str(last.get("content", ""))[:200]
         if reply is not None:
             words = str(reply).split(" ")
             pieces = [w + " " for w in words[:-1]] + [words[-1]]
@@ -166,9 +181,14 @@ def _timings(
     }
 
 
+def _tool_results(body: dict[str, Any]) -> list[str]:
+    messages = body.get("messages") or []
+    return [str(m.get("content", "")) for m in messages if isinstance(m, dict) and m.get("role") == "tool"]
+
+
 def _prompt_words(body: dict[str, Any]) -> list[str]:
     if "messages" in body:
-        text = " ".join(str(m.get("content", "")) for m in body["messages"] if isinstance(m, dict))
+        text = " ".join(str(m.get("content") or "") for m in body["messages"] if isinstance(m, dict))
     else:
         text = str(body.get("prompt", ""))
     return text.split() or [""]
@@ -290,7 +310,10 @@ class Handler(BaseHTTPRequestHandler):
     def _complete(self, body: dict[str, Any], *, chat: bool) -> None:
         s = self.standin
         max_tokens = body.get("max_tokens", body.get("n_predict"))
-        pieces, finish = s.pieces(max_tokens if isinstance(max_tokens, int) and max_tokens >= 0 else None)
+        pieces, finish = s.pieces(
+            max_tokens if isinstance(max_tokens, int) and max_tokens >= 0 else None, body if chat else None
+        )
+        call = s.tool_call(body) if chat else None
         words = _prompt_words(body)
         prompt_n = len(words)  # the whole prompt, as ``usage`` counts it
         cache_n = s.cached(words)
@@ -312,7 +335,7 @@ class Handler(BaseHTTPRequestHandler):
                         choice["message"]["content"] = f"<think>{thought}</think>{text}"
                     else:
                         choice["message"]["reasoning_content"] = thought
-                if call := s.behaviour["tool_call"]:
+                if call:
                     function = {"name": call["name"], "arguments": call["arguments"]}
                     choice["message"]["tool_calls"] = [
                         {"id": "call_standin", "type": "function", "function": function}
@@ -371,7 +394,7 @@ class Handler(BaseHTTPRequestHandler):
             for piece in pieces:
                 self._pause()
                 self._sse(chunk({"content": piece} if chat else piece, None))
-            if chat and (call := s.behaviour["tool_call"]):
+            if call:
                 start = {"index": 0, "id": "call_standin", "type": "function"}
                 self._sse(
                     chunk(

@@ -222,7 +222,7 @@ def test_a_version_1_database_gains_run_cards(tmp_path: Path) -> None:
         history.update_message(old.id, "kept", run_card=card)
         (new,) = history.conversation("c").messages  # type: ignore[union-attr]
         assert new.run_card == card
-        assert history._db.execute("PRAGMA user_version").fetchone()[0] == 2
+        assert history._db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
     finally:
         history.close()
 
@@ -301,3 +301,58 @@ def test_a_database_with_damaged_pages_is_set_aside(lemon_home: Path) -> None:
     finally:
         store.close()
     assert [p.read_bytes() for p in lemon_home.glob("history.sqlite3.corrupt-*")] == [bytes(data)]
+
+
+CALL = {
+    "call_id": "call_1",
+    "server": "files",
+    "tool": "read_file",
+    "arguments": {"path": "/tmp/notes.txt"},
+    "outcome": "ok",
+    "result": "line one\nline two",
+    "elapsed_s": 0.25,
+}
+
+
+def test_a_version_2_database_gains_tool_calls_kept_and_exported(tmp_path: Path) -> None:
+    path = tmp_path / "v2.sqlite3"
+    db = sqlite3.connect(path)
+    db.executescript(f"{_SCHEMA_V1}; {_RUN_CARD_V2}; PRAGMA user_version = 2;")
+    db.execute("INSERT INTO conversations (id, title, created_at, updated_at) VALUES ('c', 'Old', 1, 1)")
+    db.execute(
+        "INSERT INTO messages (conversation_id, position, role, content, state, created_at)"
+        " VALUES ('c', 0, 'assistant', 'kept', 'complete', 1)"
+    )
+    db.commit()
+    db.close()
+    history = History(path)
+    try:
+        (old,) = history.conversation("c").messages  # type: ignore[union-attr]
+        assert old.tool_calls == ()
+        history.update_message(old.id, "It says two lines.", tool_calls=[CALL])
+        conversation = history.conversation("c")
+        assert conversation is not None
+        assert conversation.messages[0].tool_calls == (CALL,)
+        assert history._db.execute("PRAGMA user_version").fetchone()[0] == 3
+    finally:
+        history.close()
+    assert to_json(conversation)["messages"][0]["tool_calls"] == [CALL]
+    markdown = to_markdown(conversation)
+    assert (
+        '> **Tool** `files` / `read_file` (ok)\n>\n> `{"path": "/tmp/notes.txt"}`\n>\n> line one\n> line two'
+        in markdown
+    )
+    assert markdown.index("read_file") < markdown.index("It says two lines.")
+
+
+@pytest.mark.parametrize("stored", ["[1, 2]", '{"calls": 5}', '{"calls": [1]}', "not json"])
+def test_tool_calls_a_hand_edit_damaged_are_read_as_none(
+    history: History, stored: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    history.create_conversation("c")
+    message = history.append_message("c", "assistant", "reply")
+    history._db.execute("UPDATE messages SET tool_calls = ? WHERE id = ?", (stored, message))
+    with caplog.at_level(logging.WARNING):
+        (read,) = history.conversation("c").messages  # type: ignore[union-attr]
+    assert (read.content, read.tool_calls) == ("reply", ())
+    assert "tool calls of message" in caplog.text

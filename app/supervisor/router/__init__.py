@@ -10,6 +10,7 @@ commands, the local API) import from here only; the modules behind it are its pa
 - ``loading``: one-click load, fit check, eviction, caps and idle unload (``app.core.policy``).
 - ``recovery``: restart a crashed engine with backoff, or give up with its last words.
 - ``requests``: chat, replay, run cards, request accounting; the one place deciding local or remote.
+- ``tools``: the tool loop, a reply's calls of MCP tools run (with permission) and fed back.
 - ``usage``: engine and machine samples; ``worker``: this machine's RPC worker.
 - ``router``: the composition, ``Router``, and its staged shutdown.
 """

@@ -1,6 +1,6 @@
 """What the router tells its subscribers: its own event dataclasses, and the ``RouterEvent`` union of
-those with the supervisor's, the download manager's, the remotes' and the RPC worker's, which it passes
-on. Every event reaches subscribers on the loop thread."""
+those with the supervisor's, the download manager's, the remotes', the RPC worker's and the MCP
+servers', which it passes on. Every event reaches subscribers on the loop thread."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from app.core.runcard import RunCard, dialect_label
 from app.core.status import LoadState
 from app.core.telemetry import Telemetry
 from app.supervisor.downloads import DownloadEvent
+from app.supervisor.mcp import McpServerChanged
 from app.supervisor.remote_views import RemoteChanged
 from app.supervisor.rpc import WorkerChanged
 from app.supervisor.sampler import SystemSample
@@ -95,6 +96,7 @@ RouterEvent = (
     | RequestFinished
     | WorkerChanged
     | RemoteChanged
+    | McpServerChanged
 )
 
 Listener = Callable[[RouterEvent], None]

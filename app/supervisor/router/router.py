@@ -1,6 +1,6 @@
 """The router's composition: one object for front ends to hold, made of the parts beside it (each
-owning its own state) and the verbs they share. It owns the supervisor (engines and backend installs)
-and the remotes, passes their events on, and shuts everything down in stages."""
+owning its own state) and the verbs they share. It owns the supervisor (engines and backend installs),
+the remotes and the MCP servers, passes their events on, and shuts everything down in stages."""
 
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ from app.core.rpc import Endpoint
 from app.core.run_record import RunRecord
 from app.core.runcard import RunCard
 from app.core.telemetry import Telemetry, TelemetryTotals
+from app.core.tools import Ask, ToolEvent
 from app.store.library import Library
 from app.store.model_options import ModelOptions
 from app.store.settings import Settings
@@ -34,6 +35,7 @@ from app.supervisor.engine import Engine
 from app.supervisor.hub import HubClient
 from app.supervisor.hubsearch import HubResult
 from app.supervisor.listeners import Listeners
+from app.supervisor.mcp import McpHost
 from app.supervisor.orphans import stop_orphans
 from app.supervisor.remotes import Remotes
 from app.supervisor.resume import Resume
@@ -47,6 +49,7 @@ from app.supervisor.router.pulls import Pulls
 from app.supervisor.router.recovery import Recovery
 from app.supervisor.router.requests import Requests
 from app.supervisor.router.runtime import Runtime
+from app.supervisor.router.tools import ToolLoop
 from app.supervisor.router.usage import Usage
 from app.supervisor.router.views import ModelView, Views
 from app.supervisor.router.worker import Workers
@@ -98,6 +101,9 @@ class Router:
             self._emit, timeouts=lambda: (self.settings.load_timeout_s, self.settings.request_timeout_s)
         )
         self.warnings += self.remotes.warnings
+        # MCP servers whose tools chats may call (app.supervisor.mcp); none runs until mcp.start().
+        self.mcp = McpHost(self._emit)
+        self.warnings += self.mcp.warnings
         self._pulls = Pulls(library_now, self._runtime, lambda: self.supervisor.hardware, self.warnings)
         self._discover = Discover(library_now, self.supervisor, self._pulls, self._runtime)
         self._loading = Loading(
@@ -120,6 +126,9 @@ class Router:
             remotes=self.remotes,
             resume=Resume(lambda: self.settings.kv_cache_budget_gb),
             clock=clock,
+        )
+        self._tools = ToolLoop(
+            stream=self._requests.stream_chat, host=lambda: self.mcp, settings=settings_now
         )
         self._views = Views(
             library_now, self.supervisor, self._runtime, self._pulls, self._discover, self.pinned
@@ -378,6 +387,22 @@ class Router:
         """A whole reply. One broken by an engine crash is sent once more after the restart."""
         return await self._requests.chat(name, messages, conversation=conversation, **params)
 
+    def chat_with_tools(
+        self,
+        name: str,
+        messages: Messages,
+        *,
+        ask: Ask,
+        servers: Collection[str] | None = None,
+        conversation: str | None = None,
+        **params: Any,
+    ) -> AsyncIterator[ChatEvent | ToolEvent]:
+        """A streamed reply that may call the tools of the ready MCP servers (those in ``servers``, when
+        given): each call asks first through ``ask`` unless allowed always, runs, and its result goes back
+        to the model, which continues (``app.supervisor.router.tools``). For the window and ``run``; the
+        local API uses ``stream_chat``."""
+        return self._tools.chat(name, messages, ask=ask, servers=servers, conversation=conversation, **params)
+
     def run_card(self, name: str, params: dict[str, Any], telemetry: Telemetry) -> RunCard:
         """What produced a reply of ``name``'s engine, for the reply's run card."""
         return self._requests.run_card(name, params, telemetry)
@@ -454,6 +479,7 @@ class Router:
             job.cancel()
         await asyncio.gather(*jobs, return_exceptions=True)
         await self._workers.stop()
+        await self.mcp.shutdown()
         await self.supervisor.shutdown()
         await self.remotes.close()
         await self._pulls.close(resume_later=resume_downloads)

@@ -75,7 +75,9 @@ class HistoryKeeper(QObject):
             self.refresh()
             return
         messages = [
-            ChatMessage(m.role, m.content, m.reasoning, m.state, m.telemetry, m.error, m.run_card)
+            ChatMessage(
+                m.role, m.content, m.reasoning, m.state, m.telemetry, m.error, m.run_card, list(m.tool_calls)
+            )
             for m in conversation.messages
         ]
         self.pane.show_conversation(conversation.id, conversation.title, conversation.system_prompt, messages)
@@ -123,6 +125,7 @@ class HistoryKeeper(QObject):
             message.telemetry,
             message.error,
             message.run_card,
+            message.tool_calls or None,
         )
         self._reply_id = None
         self.refresh()

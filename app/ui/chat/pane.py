@@ -26,6 +26,7 @@ from PySide6.QtWidgets import (
     QFormLayout,
     QHBoxLayout,
     QLabel,
+    QMenu,
     QPlainTextEdit,
     QPushButton,
     QSpinBox,
@@ -35,6 +36,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.core.chat import ChatMessage, MessageState
+from app.core.tools import ToolCallFinished, ToolCallStarted, ToolRequest
 from app.ui.chat.markdown_view import current_theme
 from app.ui.chat.transcript import MessageView, TranscriptView
 from app.ui.look import ElidedLabel
@@ -103,6 +105,7 @@ class ChatPane(QWidget):
     send_requested = Signal(str, list, dict)  # conversation id, OpenAI messages, sampling params
     stop_requested = Signal()
     reply_finished = Signal(str, object)  # conversation id, the ChatMessage as it ended
+    tool_answered = Signal(str, object)  # call id, Permission: the user's answer to ``ask_tool``
     conversation_changed = Signal(str)  # a new or another conversation is shown
 
     def __init__(self, parent: QWidget | None = None) -> None:
@@ -110,6 +113,8 @@ class ChatPane(QWidget):
         self.conversation_id = uuid.uuid4().hex
         self.state = PaneState.IDLE
         self._reply: MessageView | None = None
+        self._after_tools = False  # a tool call of the reply ended since its last text
+        self._text_seen = False  # the reply has text
         self._editing: int | None = None  # index of the user message being edited
         self._frame = QTimer(self)
         self._frame.setSingleShot(True)
@@ -165,7 +170,17 @@ class ChatPane(QWidget):
         self.max_tokens.setSingleStep(256)
         self.max_tokens.setSpecialValueText("no limit")
         self.max_tokens.setValue(0)
+        # The MCP servers whose tools this chat offers the model: every ready one unless unticked here.
+        self.tools_button = QToolButton(self)
+        self.tools_button.setPopupMode(QToolButton.ToolButtonPopupMode.InstantPopup)
+        self.tools_button.setToolTip("The MCP servers whose tools the model may call in this chat")
+        self.tools_menu = QMenu(self.tools_button)
+        self.tools_button.setMenu(self.tools_menu)
+        self.tools_button.hide()
+        self._tool_servers: list[str] = []  # the ready servers, as the bridge last said
+        self._tools_off: dict[str, set[str]] = {}  # by conversation: the servers unticked in it
         options = QHBoxLayout()
+        options.addWidget(self.tools_button)
         options.addStretch(1)
         for label, box, tip in (
             ("Temperature", self.temperature, "Higher is more varied, lower more focused"),
@@ -224,6 +239,33 @@ class ChatPane(QWidget):
             params["max_tokens"] = self.max_tokens.value()
         return params
 
+    def chosen_servers(self) -> list[str]:
+        """The MCP servers whose tools this chat offers (none ticked: no tools)."""
+        off = self._tools_off.get(self.conversation_id, set())
+        return [name for name in self._tool_servers if name not in off]
+
+    def set_tool_servers(self, names: list[str]) -> None:
+        """The MCP servers that are ready now (the bridge's word)."""
+        self._tool_servers = list(names)
+        self._show_tools()
+
+    def _show_tools(self) -> None:
+        self.tools_menu.clear()
+        chosen = self.chosen_servers()
+        for name in self._tool_servers:
+            action = self.tools_menu.addAction(name)
+            action.setCheckable(True)
+            action.setChecked(name in chosen)
+            action.toggled.connect(lambda on, n=name: self._tick(n, on))
+        self.tools_button.setText(f"Tools: {len(chosen)} of {len(self._tool_servers)}")
+        self.tools_button.setVisible(bool(self._tool_servers))
+
+    def _tick(self, name: str, on: bool) -> None:
+        off = self._tools_off.setdefault(self.conversation_id, set())
+        (off.discard if on else off.add)(name)
+        chosen = self.chosen_servers()
+        self.tools_button.setText(f"Tools: {len(chosen)} of {len(self._tool_servers)}")
+
     def reply_snapshot(self) -> tuple[str, str] | None:
         """The reply in flight (text, reasoning), or None."""
         return self._reply.snapshot() if self._reply is not None else None
@@ -250,6 +292,7 @@ class ChatPane(QWidget):
         self.transcript.clear()
         for message in messages:
             self._add(message)
+        self._show_tools()  # this chat's choice of servers
         self._update_actions()
         self.conversation_changed.emit(conversation_id)
 
@@ -315,6 +358,10 @@ class ChatPane(QWidget):
         if self.state is PaneState.WAITING:
             self.state = PaneState.STREAMING
             self._reply.clear_status()
+        if content:
+            if self._after_tools and self._text_seen:  # going on after its tools: a paragraph of its own
+                content = "\n\n" + content
+            self._after_tools, self._text_seen = False, True
         self._reply.append(content, reasoning)
         if not self._frame.isActive():
             self._frame.start(FRAME_MS)
@@ -323,6 +370,26 @@ class ChatPane(QWidget):
         """The run card of the reply in flight (its model, engine, options and figures)."""
         if self._reply is not None:
             self._reply.message.run_card = card
+
+    def ask_tool(self, request: ToolRequest) -> None:
+        """A tool call of the reply in flight waits for the user's permission (``tool_answered``)."""
+        if self._reply is None:
+            return
+        view = self._reply.tool_view(request.call_id, request.server, request.tool, request.arguments)
+        view.ask()
+
+    def show_tool(self, event: ToolCallStarted | ToolCallFinished) -> None:
+        """A tool call of the reply in flight started or ended; an ended one is kept with the reply."""
+        if self._reply is None:
+            return
+        r = event.request
+        view = self._reply.tool_view(r.call_id, r.server, r.tool, r.arguments)
+        if isinstance(event, ToolCallStarted):
+            view.running()
+        else:
+            view.finished(event.outcome, event.result, event.elapsed_s)
+            self._reply.message.tool_calls.append(event.to_json())
+            self._after_tools = True
 
     def finish_reply(self, telemetry: dict[str, Any] | None = None) -> None:
         if self._reply is not None:
@@ -340,6 +407,7 @@ class ChatPane(QWidget):
             view.edit_clicked.connect(self._edit_view)
         else:
             view.regenerate_clicked.connect(self.regenerate)
+            view.tool_answered.connect(self.tool_answered)
         return view
 
     def _edit_view(self, view: QObject) -> None:
@@ -348,6 +416,7 @@ class ChatPane(QWidget):
             self.edit(views.index(view))
 
     def _request_reply(self) -> None:
+        self._after_tools = self._text_seen = False
         self._reply = self._add(ChatMessage("assistant", "", state=MessageState.STREAMING))
         self._reply.show_waiting()
         self.state = PaneState.WAITING

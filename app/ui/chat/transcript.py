@@ -46,7 +46,9 @@ from PySide6.QtWidgets import (
 
 from app.core.chat import ChatMessage, MessageState, format_telemetry
 from app.core.runcard import RunCard
+from app.core.tools import ToolOutcome
 from app.ui.chat.markdown_view import MarkdownView, current_theme
+from app.ui.chat.tool_call import ToolCallView
 
 _ROLE_NAMES = {"user": "You", "assistant": "Assistant"}
 _STATE_NOTES = {
@@ -65,10 +67,12 @@ def _action_button(text: str, tip: str, parent: QWidget) -> QToolButton:
 
 
 class MessageView(QFrame):
-    """One message: who said it, its reasoning (collapsible), its text, and what can be done with it."""
+    """One message: who said it, its reasoning (collapsible), the tools it called (each collapsible), its
+    text, and what can be done with it."""
 
     edit_clicked = Signal(QObject)  # this view
     regenerate_clicked = Signal()
+    tool_answered = Signal(str, object)  # call id, Permission: the user's answer to a tool call's question
 
     def __init__(self, message: ChatMessage, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -117,6 +121,10 @@ class MessageView(QFrame):
         layout.addWidget(self.reasoning)
         self.reasoning_toggle.hide()
         self.reasoning.hide()
+        self.tools: dict[str, ToolCallView] = {}  # by call id
+        self._tools_layout = QVBoxLayout()
+        self._tools_layout.setSpacing(4)
+        layout.addLayout(self._tools_layout)
 
         if message.role == "user":
             self.body: MarkdownView | QLabel = QLabel(message.content, self)
@@ -148,6 +156,8 @@ class MessageView(QFrame):
         layout.addWidget(self.card)
 
         if message.role != "user":
+            for call in message.tool_calls:
+                self._show_stored_call(call)
             if message.reasoning:
                 self.append(message.content, message.reasoning)
                 self.reasoning.finish()
@@ -157,6 +167,33 @@ class MessageView(QFrame):
             assert isinstance(self.body, MarkdownView)
             self.body.finish()
             self._show_state()
+
+    def tool_view(self, call_id: str, server: str, tool: str, arguments: dict[str, Any]) -> ToolCallView:
+        """The block of a tool call, made when first asked for."""
+        view = self.tools.get(call_id)
+        if view is None:
+            view = ToolCallView(call_id, server, tool, arguments, self)
+            view.answered.connect(self.tool_answered)
+            self._tools_layout.addWidget(view)
+            self.tools[call_id] = view
+        return view
+
+    def _show_stored_call(self, call: dict[str, Any]) -> None:
+        try:
+            outcome = ToolOutcome(call.get("outcome"))
+        except ValueError:
+            outcome = ToolOutcome.ERROR
+        arguments = call.get("arguments")
+        view = self.tool_view(
+            str(call.get("call_id", len(self.tools))),
+            str(call.get("server", "")),
+            str(call.get("tool", "")),
+            arguments if isinstance(arguments, dict) else {},
+        )
+        elapsed = call.get("elapsed_s")
+        view.finished(
+            outcome, str(call.get("result", "")), elapsed if isinstance(elapsed, int | float) else 0.0
+        )
 
     def append(self, content: str, reasoning: str) -> None:
         """Queue text for the next ``show_pending``."""
@@ -193,6 +230,9 @@ class MessageView(QFrame):
         self.reasoning.finish()
         if isinstance(self.body, MarkdownView):
             self.body.finish()
+        if state is not MessageState.COMPLETE:
+            for view in self.tools.values():
+                view.stopped()
         self._show_state()
 
     def show_waiting(self) -> None:

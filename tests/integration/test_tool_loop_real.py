@@ -1,0 +1,70 @@
+"""The tool loop on the real engine: SmolLM2 on the real llama-server makes a real tool call
+(tests/support/tool_calls.py: the tool-call template, a forced call, the bias that starts it), the
+router runs it on a real MCP server over stdio (tests/support/mcp_server.py's get_weather, whose one
+possible argument the engine's grammar writes whole), and the result goes back to the engine in a
+``tool`` message, which it takes. Bounded by max_tokens and one tool round, not by time.
+
+The stand-in engine's tests (tests/unit/test_tool_loop.py) cover the rest: permissions, timeouts,
+crashes, huge answers, Stop, and a reply that goes on in text after its tools (SmolLM2 under the bias
+that makes it call keeps calling)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from app.client.events import ChatDone
+from app.core.tools import Permission, ToolCallFinished, ToolOutcome, ToolRequest
+from app.store.library import Library
+from app.store.model_options import ModelOptions, save_model_options
+from app.store.settings import Settings
+from app.supervisor.router import Router
+from tests.conftest import profile_path
+from tests.integration.conftest import engines_of
+from tests.support.mcp_servers import stdio_spec
+from tests.support.tool_calls import QUESTION, TEMPLATE_ARGS, forced_call
+
+pytestmark = pytest.mark.integration
+MODEL = "user.smol"
+
+
+def test_a_real_call_runs_on_a_real_mcp_server_and_its_result_goes_back_to_the_engine(
+    llama_dir: Path, smol_gguf: Path, lemon_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("LEMON_DESK_MOCK_HARDWARE", str(profile_path("cpu_only_x86")))
+    monkeypatch.setenv("LD_LIBRARY_PATH", str(llama_dir))
+    settings = Settings(llama_server_path=str(llama_dir / "llama-server"), tool_rounds=1)
+    Library(settings).import_path(smol_gguf, name=MODEL)
+    save_model_options({MODEL: ModelOptions(backend="system", ctx_size=4096, args=TEMPLATE_ARGS)})
+    asked: list[ToolRequest] = []
+
+    async def ask(request: ToolRequest) -> Permission:
+        asked.append(request)
+        return Permission.ALLOW_ONCE
+
+    async def go() -> list[Any]:
+        async with Router(settings) as router:
+            await router.mcp.put(stdio_spec("weather", calls=tmp_path / "calls.jsonl"))
+            router.mcp.start()
+            assert await router.mcp.wait_ready(["weather"], 120)
+            params = {k: v for k, v in forced_call().items() if k != "tools"}  # the MCP server's tools go
+            return [e async for e in router.chat_with_tools(MODEL, QUESTION, ask=ask, **params)]
+
+    events = asyncio.run(go())
+    assert [(r.server, r.tool, r.arguments) for r in asked] == [("weather", "get_weather", {"city": "Paris"})]
+    finished = [e for e in events if isinstance(e, ToolCallFinished)]
+    assert [(f.outcome, f.result) for f in finished][:1] == [(ToolOutcome.OK, "Sunny, 20 degrees Celsius.")]
+    calls = [json.loads(line) for line in (tmp_path / "calls.jsonl").read_text().splitlines()]
+    assert calls == [{"tool": "get_weather", "arguments": {"city": "Paris"}}]
+    # The engine took the call and its result back: a second request, its prompt the first's (cached)
+    # and the new messages. The call is still forced (tool_choice and the bias go with every round), so
+    # it calls again; past the limit of one round, that call is named, not run.
+    assert [(f.outcome, f.request.tool) for f in finished[1:]] == [(ToolOutcome.NOT_RUN, "get_weather")]
+    done = events[-1]
+    assert isinstance(done, ChatDone) and done.finish_reason == "tool_calls"
+    assert done.telemetry.cached_tokens and done.telemetry.prompt_tokens > done.telemetry.cached_tokens
+    assert engines_of(lemon_home) == []
