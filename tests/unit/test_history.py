@@ -222,7 +222,7 @@ def test_a_version_1_database_gains_run_cards(tmp_path: Path) -> None:
         history.update_message(old.id, "kept", run_card=card)
         (new,) = history.conversation("c").messages  # type: ignore[union-attr]
         assert new.run_card == card
-        assert history._db.execute("PRAGMA user_version").fetchone()[0] == 2
+        assert history._db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
     finally:
         history.close()
 
