@@ -17,18 +17,28 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
 from app.client.events import ChatDelta
+from app.core.attachments import (
+    IMAGE_TOKENS_ESTIMATE,
+    AttachmentKind,
+    AttachmentRef,
+    TokenCount,
+    estimate_tokens,
+    vision_refusal,
+)
 from app.core.backends import BackendKey
 from app.core.bench import BenchSpec
 from app.core.engine_state import EngineState
-from app.core.errors import FitError, LemonDeskError
+from app.core.errors import AttachmentError, FitError, LemonDeskError
 from app.core.remotes import RemoteModelStatus, is_remote_model
+from app.store.attachments import AttachmentStore, Ingested, expand_messages, ingest, ingest_data, still_there
+from app.store.history import attachment_store
 from app.store.model_options import ModelOptions
 from app.store.settings import Settings
 from app.supervisor.bench import bench
@@ -96,10 +106,17 @@ class Bridge(QObject):
     remote_added = Signal(str)  # a remote's name, once kept (its key in the keychain)
     remote_failed = Signal(str)  # why a remote could not be added or removed
     router_ready = Signal()  # start() made the router: intents reach it from now on
+    attachment_ready = Signal(object, object)  # Ingested, TokenCount: a file read (and counted) for a message
+    attachment_refused = Signal(str)  # why a file was not attached, or why the composer's message did not go
+    attachments_kept = Signal()  # the composer's attachments are kept in the app's folder: its message may go
+    attachment_read = Signal(str, object)  # a kept attachment's sha256, its bytes or Unreadable
 
-    def __init__(self, settings: Settings, parent: QObject | None = None) -> None:
+    def __init__(
+        self, settings: Settings, parent: QObject | None = None, attachments: AttachmentStore | None = None
+    ) -> None:
         super().__init__(parent)
         self._settings = settings
+        self._attachments = attachments or attachment_store()
         self._router: Router | None = None  # made by start()
         self._unsubscribe = lambda: None
         self.warnings: list[str] = []  # the router's, once started
@@ -496,9 +513,11 @@ class Bridge(QObject):
         self._chat = None
 
     async def _stream(
-        self, target: str, messages: list[dict[str, str]], params: dict[str, Any], conversation: str | None
+        self, target: str, messages: list[dict[str, Any]], params: dict[str, Any], conversation: str | None
     ) -> None:
         self.reply_started.emit()  # before a load on demand, which may take a while
+        if any("attachments" in m for m in messages):  # the kept files are read in a worker thread
+            messages = await asyncio.to_thread(expand_messages, self._attachments, messages)
         try:
             async for event in self.router.stream_chat(target, messages, conversation=conversation, **params):
                 if isinstance(event, ChatDelta):
@@ -508,6 +527,76 @@ class Bridge(QObject):
                     self.reply_finished.emit(event)
         except LemonDeskError as err:
             self.reply_failed.emit(self.router.failure_message(target, err))
+
+    # --- attachments ----------------------------------------------------------------------------------
+
+    def vision_refusal(self, model: str | None = None) -> str:
+        """ "" when the model a message meant for ``model`` (else the selected one) goes to takes images;
+        else why not, naming one that does: the library's first, then the catalog's."""
+        target = self.chat_target(model) if self.started else ""
+        view = self._views.get(target)
+        ranked = sorted(self._views.values(), key=lambda v: (not v.sees_images, not v.on_disk, v.name))
+        seeing = [v.name for v in ranked if v.sees_images or "vision" in v.model.labels]
+        return vision_refusal(target, view is not None and view.sees_images, seeing)
+
+    def attach(self, path: str, model: str) -> asyncio.Task[None]:
+        """Read a file for the composer (in a worker thread) and count its tokens as the model meant
+        (``model``, else the selected one) counts them; ``attachment_ready`` or ``attachment_refused``."""
+        return self.spawn(self._attach(lambda: ingest(Path(path)), model))
+
+    def attach_data(self, name: str, data: bytes, model: str) -> asyncio.Task[None]:
+        """``attach`` for bytes with no file (a pasted image)."""
+        return self.spawn(self._attach(lambda: ingest_data(name, data), model))
+
+    async def _attach(self, read: Callable[[], Ingested], model: str) -> None:
+        try:
+            taken = await asyncio.to_thread(read)
+        except AttachmentError as err:
+            self.attachment_refused.emit(str(err))
+            return
+        if taken.ref.kind is AttachmentKind.IMAGE:
+            count = TokenCount(IMAGE_TOKENS_ESTIMATE, exact=False)
+        else:
+            target = self.chat_target(model) if self.started else ""
+            count = (
+                await self.router.count_tokens(target, taken.text) if target else estimate_tokens(taken.text)
+            )
+        self.attachment_ready.emit(taken, count)
+
+    def keep_attachments(self, taken: list[Ingested]) -> asyncio.Task[None]:
+        """Before the composer's message goes: each file must still be where it was attached from; then
+        its content is kept (once, by hash). ``attachments_kept`` or ``attachment_refused``."""
+        return self.spawn(self._keep(taken))
+
+    async def _keep(self, taken: list[Ingested]) -> None:
+        def keep() -> str:
+            gone = next((why for item in taken if (why := still_there(item))), "")
+            if not gone:
+                for item in taken:
+                    self._attachments.put(item.data)
+            return gone
+
+        try:
+            why = await asyncio.to_thread(keep)
+        except OSError as err:
+            why = (
+                f"The attachments could not be kept in {self._attachments.root} ({err.strerror}). "
+                "Free some disk space there, then send again."
+            )
+        if why:
+            self.attachment_refused.emit(why)
+        else:
+            self.attachments_kept.emit()
+
+    def read_attachments(self, refs: list[AttachmentRef]) -> asyncio.Task[None]:
+        """Read kept attachments for the transcript (thumbnails; damaged or missing ones are said):
+        ``attachment_read`` for each."""
+        return self.spawn(self._read_attachments({ref.sha256 for ref in refs}))
+
+    async def _read_attachments(self, hashes: set[str]) -> None:
+        found = await asyncio.to_thread(lambda: {sha: self._attachments.read(sha) for sha in hashes})
+        for sha, data in found.items():
+            self.attachment_read.emit(sha, data)
 
     # --- telemetry and bench ----------------------------------------------------------------------------
 

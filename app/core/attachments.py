@@ -22,6 +22,7 @@ from typing import Any
 SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 CHARS_PER_TOKEN = 4  # the estimate when no engine can count: English text and code average near 4
 IMAGE_TOKENS_ESTIMATE = 256  # what a small projector makes of an image, for the estimate of a message
+REPLY_RESERVE = 512  # tokens of context kept for the reply when no reply length is set
 MAX_IMAGE_SIDE = 896  # px: larger images are scaled down (SmolVLM, Qwen2.5-VL and Gemma 3 take 384-896)
 
 _TEXT_NAMES = """
@@ -183,3 +184,19 @@ def message_content(
     if not images:
         return body
     return [{"type": "text", "text": body}, *images] if body else images
+
+
+def vision_refusal(model: str, sees: bool, seeing: Sequence[str]) -> str:
+    """ "" when ``model`` takes images; else why not, naming a model that can (``seeing``: the library's
+    and the catalog's vision models, those on disk first)."""
+    if sees:
+        return ""
+    who = model or "No model is chosen, so the message"
+    why = (
+        f"{who} cannot take images: it has no vision projector (mmproj)."
+        if model
+        else f"{who} cannot take images."
+    )
+    if seeing:
+        return f"{why} {seeing[0]} can: choose it in the Models list to send pictures."
+    return f"{why} Add a model with a vision projector (labelled vision) to send pictures."

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from app.core.attachments import AttachmentRef
 from app.core.numbers import finite
 
 
@@ -25,6 +26,7 @@ class ChatMessage:
     telemetry: dict[str, Any] | None = None  # the Telemetry fields of the reply, by name
     error: str = ""  # why a FAILED reply failed, in words for the user
     run_card: dict[str, Any] | None = None  # the RunCard fields of the reply (app.core.runcard), by name
+    attachments: list[AttachmentRef] = field(default_factory=list)  # a user message's files and images
 
 
 def format_telemetry(telemetry: dict[str, Any]) -> str:

@@ -16,8 +16,10 @@ import hashlib
 import io
 import logging
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from app.core.attachments import (
     MAX_IMAGE_SIDE,
@@ -29,6 +31,7 @@ from app.core.attachments import (
     Unreadable,
     kind_of,
     looks_binary,
+    message_content,
 )
 from app.core.errors import AttachmentError, UnsafePathError
 from app.store.files import atomic_write_bytes
@@ -88,7 +91,7 @@ class Ingested:
 
     ref: AttachmentRef
     data: bytes
-    source: Path
+    source: Path | None  # None: pasted
 
     @property
     def text(self) -> str:
@@ -101,8 +104,7 @@ _TAKEN = "text, Markdown, code, CSV, JSON, PDF, and images (PNG, JPEG, WebP, GIF
 def ingest(path: Path) -> Ingested:
     """Read a file the user attached; AttachmentError says why it cannot be (in words for the user)."""
     name = path.name
-    kind = kind_of(name)
-    if kind is None:
+    if kind_of(name) is None:
         raise AttachmentError(f"{name} was not attached: the chat takes {_TAKEN}.")
     try:
         size = path.stat().st_size
@@ -116,12 +118,31 @@ def ingest(path: Path) -> Ingested:
         raise AttachmentError(f"{name} was not attached: it is no longer at {path.parent}.") from None
     except OSError as err:
         raise AttachmentError(f"{name} was not attached: it could not be read ({err.strerror}).") from None
+    return ingest_data(name, raw, path)
+
+
+def ingest_data(name: str, raw: bytes, source: Path | None = None) -> Ingested:
+    """What ``ingest`` makes of a file's bytes (a pasted image's too, with no ``source``)."""
+    kind = kind_of(name)
+    if kind is None:
+        raise AttachmentError(f"{name} was not attached: the chat takes {_TAKEN}.")
     if kind is AttachmentKind.IMAGE:
         mime, data = _image(name, raw)
     else:
         pdf = name.lower().endswith(PDF_SUFFIX)
         mime, data = TEXT_MIME, _pdf_text(name, raw) if pdf else _text(name, raw)
-    return Ingested(AttachmentRef(sha256_of(data), name, kind, mime, len(data)), data, path)
+    return Ingested(AttachmentRef(sha256_of(data), name, kind, mime, len(data)), data, source)
+
+
+def still_there(taken: Ingested) -> str:
+    """ "" when the file ``taken`` was read from is still there (or it came from no file), else what to
+    tell the user: a file that vanished after it was attached is said when the message is sent."""
+    if taken.source is None or taken.source.is_file():
+        return ""
+    return (
+        f"{taken.ref.name} is gone from {taken.source.parent} since it was attached. "
+        "Remove it from the message, or attach it again from where it is now."
+    )
 
 
 def _text(name: str, raw: bytes) -> bytes:
@@ -171,6 +192,20 @@ def _image(name: str, raw: bytes) -> tuple[str, bytes]:
         raise AttachmentError(
             f"{name} was not attached: it is not an image the app can read ({err})."
         ) from None
+
+
+def expand_messages(store: AttachmentStore, messages: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """OpenAI messages whose ``attachments`` (AttachmentRefs) are read from ``store`` into their content
+    (``app.core.attachments.message_content``); one that cannot be read is said in its place."""
+    sent = []
+    for message in messages:
+        refs = message.get("attachments")
+        if not refs:
+            sent.append(message)
+            continue
+        content = message_content(message["content"], [(ref, store.read(ref.sha256)) for ref in refs])
+        sent.append({k: v for k, v in message.items() if k != "attachments"} | {"content": content})
+    return sent
 
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")

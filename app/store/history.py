@@ -155,6 +155,11 @@ def history_path() -> Path:
     return home() / "history.sqlite3"
 
 
+def attachment_store(history: Path | None = None) -> AttachmentStore:
+    """Where the attachments of the history at ``history`` (default: the app's) are kept."""
+    return AttachmentStore((history or history_path()).parent / "attachments")
+
+
 def _fts5_available(db: sqlite3.Connection) -> bool:
     try:
         db.execute("CREATE VIRTUAL TABLE temp.fts5_probe USING fts5(x)")
@@ -276,7 +281,7 @@ class History:
     def __init__(self, path: Path | None = None) -> None:
         self.path = path or history_path()
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.attachments = AttachmentStore(self.path.parent / "attachments")
+        self.attachments = attachment_store(self.path)
         self.warning = ""  # what went wrong opening the file, for the user
         try:
             self._db = self._open()

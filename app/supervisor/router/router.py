@@ -13,6 +13,7 @@ from typing import Any
 
 from app.client.chat import ChatClient, Messages
 from app.client.events import ChatEvent, ChatReply
+from app.core.attachments import TokenCount
 from app.core.downloads import DownloadRecord
 from app.core.engine_state import EngineState
 from app.core.errors import LemonDeskError
@@ -369,6 +370,11 @@ class Router:
     ) -> ChatReply:
         """A whole reply. One broken by an engine crash is sent once more after the restart."""
         return await self._requests.chat(name, messages, conversation=conversation, **params)
+
+    async def count_tokens(self, name: str, text: str) -> TokenCount:
+        """``text``'s tokens by ``name``'s running engine (llama-server's ``/tokenize``) and the context
+        it runs with; an estimate (``exact`` False) when it cannot count. Never loads the model."""
+        return await self._requests.count_tokens(name, text)
 
     def run_card(self, name: str, params: dict[str, Any], telemetry: Telemetry) -> RunCard:
         """What produced a reply of ``name``'s engine, for the reply's run card."""

@@ -17,12 +17,25 @@ from __future__ import annotations
 import enum
 import time
 import uuid
+from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import QCoreApplication, QEvent, QObject, Qt, QTimer, Signal
-from PySide6.QtGui import QAction, QKeyEvent, QKeySequence, QShortcut
+from PySide6.QtCore import (
+    QBuffer,
+    QByteArray,
+    QCoreApplication,
+    QEvent,
+    QIODevice,
+    QMimeData,
+    QObject,
+    Qt,
+    QTimer,
+    Signal,
+)
+from PySide6.QtGui import QAction, QDragEnterEvent, QDropEvent, QImage, QKeyEvent, QKeySequence, QShortcut
 from PySide6.QtWidgets import (
     QDoubleSpinBox,
+    QFileDialog,
     QFormLayout,
     QHBoxLayout,
     QLabel,
@@ -34,7 +47,18 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.core.attachments import (
+    REPLY_RESERVE,
+    AttachmentKind,
+    AttachmentRef,
+    TokenCount,
+    Unreadable,
+    estimate_tokens,
+    kind_of,
+)
 from app.core.chat import ChatMessage, MessageState
+from app.store.attachments import Ingested
+from app.ui.chat.attachments import AttachmentTray
 from app.ui.chat.markdown_view import current_theme
 from app.ui.chat.transcript import MessageView, TranscriptView
 from app.ui.look import ElidedLabel
@@ -66,14 +90,33 @@ class AfterPaint(QObject):
 
 class PaneState(enum.Enum):
     IDLE = "idle"  # ready to send
+    KEEPING = "keeping"  # the message's attachments are being checked and kept; then it goes
     WAITING = "waiting"  # a reply was asked for; no text yet
     STREAMING = "streaming"  # a reply is arriving
 
 
+def _local_files(source: QMimeData) -> list[str]:
+    return [url.toLocalFile() for url in source.urls() if url.isLocalFile()] if source.hasUrls() else []
+
+
 class Composer(QPlainTextEdit):
-    """The message box: Enter sends, Shift+Enter starts a new line; grows up to a few lines."""
+    """The message box: Enter sends, Shift+Enter starts a new line; grows up to a few lines. Files
+    dropped or pasted on it, and pasted images, are attachments, not text."""
 
     submitted = Signal()
+    files_given = Signal(list)  # local paths dropped or pasted
+    image_pasted = Signal(object)  # a QImage from the clipboard
+
+    def canInsertFromMimeData(self, source: QMimeData) -> bool:
+        return bool(_local_files(source)) or source.hasImage() or super().canInsertFromMimeData(source)
+
+    def insertFromMimeData(self, source: QMimeData) -> None:
+        if files := _local_files(source):
+            self.files_given.emit(files)
+        elif source.hasImage():
+            self.image_pasted.emit(source.imageData())
+        else:
+            super().insertFromMimeData(source)
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -101,6 +144,11 @@ class Composer(QPlainTextEdit):
 
 class ChatPane(QWidget):
     send_requested = Signal(str, list, dict)  # conversation id, OpenAI messages, sampling params
+    attach_requested = Signal(str)  # a file's path: to be read and counted (``add_attachment``)
+    attach_data_requested = Signal(str, bytes)  # a pasted image: its name and PNG bytes
+    keep_requested = Signal(list)  # [Ingested]: keep them, then the message goes (``attachments_kept``)
+    attachments_shown = Signal(list)  # [AttachmentRef] in the transcript: their bytes are wanted
+    context_wanted = Signal(int)  # tokens of context the message with its attachments needs
     stop_requested = Signal()
     reply_finished = Signal(str, object)  # conversation id, the ChatMessage as it ended
     conversation_changed = Signal(str)  # a new or another conversation is shown
@@ -111,6 +159,7 @@ class ChatPane(QWidget):
         self.state = PaneState.IDLE
         self._reply: MessageView | None = None
         self._editing: int | None = None  # index of the user message being edited
+        self._vision_refusal = ""  # why the model the message goes to takes no images ("" it does)
         self._frame = QTimer(self)
         self._frame.setSingleShot(True)
         self._frame.timeout.connect(self._render_frame)
@@ -180,10 +229,21 @@ class ChatPane(QWidget):
 
         self.composer = Composer(self)
         self.composer.submitted.connect(self.submit)
+        self.composer.files_given.connect(self.attach_files)
+        self.composer.image_pasted.connect(self.attach_image)
+        self.setAcceptDrops(True)
+        self.tray = AttachmentTray(self)
+        self.tray.larger_context_wanted.connect(self.context_wanted)
+        self.attach_button = QToolButton(self)
+        self.attach_button.setText("Attach…")
+        self.attach_button.setToolTip("Attach files or images (or drop them here, or paste)")
+        self.attach_button.clicked.connect(self.choose_files)
+        self.file_dialog: QFileDialog | None = None
         self.send_button = QPushButton("Send", self)
         self.send_button.setDefault(True)
         self.send_button.clicked.connect(self._send_or_stop)
         compose = QHBoxLayout()
+        compose.addWidget(self.attach_button, 0, Qt.AlignmentFlag.AlignBottom)
         compose.addWidget(self.composer, 1)
         compose.addWidget(self.send_button, 0, Qt.AlignmentFlag.AlignBottom)
 
@@ -192,6 +252,7 @@ class ChatPane(QWidget):
         bottom.setSpacing(6)
         bottom.addWidget(self.edit_banner)
         bottom.addLayout(options)
+        bottom.addWidget(self.tray)
         bottom.addLayout(compose)
 
         layout = QVBoxLayout(self)
@@ -248,10 +309,13 @@ class ChatPane(QWidget):
         self.system_prompt.setPlainText(system_prompt)
         self.system_toggle.setChecked(bool(system_prompt))
         self.transcript.clear()
+        self.tray.clear()
         for message in messages:
             self._add(message)
         self._update_actions()
         self.conversation_changed.emit(conversation_id)
+        if refs := [ref for message in messages for ref in message.attachments]:
+            self.attachments_shown.emit(refs)
 
     def refresh_theme(self) -> None:
         """Colours follow the system's scheme: show the conversation again in the new palette (when idle)."""
@@ -265,16 +329,122 @@ class ChatPane(QWidget):
     # The user's side
 
     def submit(self) -> None:
-        """Send what is in the composer (replacing the edited message and what followed it)."""
+        """Send what is in the composer (replacing the edited message and what followed it). With
+        attachments, they are checked (the model takes images, they fit) and kept first."""
         text = self.composer.toPlainText().strip()
-        if not text or self.state is not PaneState.IDLE:
+        if (not text and not self.tray.items) or self.state is not PaneState.IDLE:
             return
+        if not self.tray.items:
+            self._send(text)
+            return
+        images = any(p.ref.kind is AttachmentKind.IMAGE for p in self.tray.items)
+        if images and self._vision_refusal:
+            self.tray.say(self._vision_refusal)
+            return
+        if self.tray.overflow(self._tokens_used(text)):
+            return
+        self.state = PaneState.KEEPING
+        self._update_actions()
+        self.keep_requested.emit([p.taken for p in self.tray.items])
+
+    def _send(
+        self, text: str, refs: list[AttachmentRef] | None = None, data: dict[str, bytes] | None = None
+    ) -> None:
         if self._editing is not None:
             self.transcript.remove_from(self._editing)
             self._cancel_edit()
         self.composer.clear()
-        self._add(ChatMessage("user", text))
+        view = self._add(ChatMessage("user", text, attachments=refs or []))
+        for sha, kept in (data or {}).items():
+            view.show_attachment_data(sha, kept)
         self._request_reply()
+
+    def _tokens_used(self, text: str) -> int:
+        """What the chat so far, the text being written and the reply take of the context (an
+        estimate: the engine counts the whole prompt only when it gets it)."""
+        chars = len(self.system_prompt.toPlainText()) + len(text)
+        chars += sum(len(view.message.content) for view in self.transcript.views())
+        return estimate_tokens("x" * chars).tokens + (self.max_tokens.value() or REPLY_RESERVE)
+
+    # Attachments
+
+    def choose_files(self) -> None:
+        """The file dialog (not modal to the app: the chat goes on); chosen files are attached."""
+        dialog = QFileDialog(self, "Attach files or images")
+        dialog.setFileMode(QFileDialog.FileMode.ExistingFiles)
+        dialog.setNameFilters(
+            [
+                "Documents, code and images (*)",
+                "Images (*.png *.jpg *.jpeg *.webp *.gif *.bmp)",
+                "PDF (*.pdf)",
+            ]
+        )
+        dialog.filesSelected.connect(self.attach_files)
+        dialog.finished.connect(dialog.deleteLater)
+        self.file_dialog = dialog
+        dialog.open()
+
+    def attach_files(self, paths: list[str]) -> None:
+        for path in paths:
+            name = Path(path).name
+            if kind_of(name) is AttachmentKind.IMAGE and self._vision_refusal:
+                self.tray.say(f"{name} was not attached: {self._vision_refusal}")
+            else:
+                self.attach_requested.emit(path)
+
+    def attach_image(self, image: QImage) -> None:
+        """A pasted image, as PNG bytes (made in memory: no file)."""
+        if self._vision_refusal:
+            self.tray.say(f"The pasted image was not attached: {self._vision_refusal}")
+            return
+        data = QByteArray()
+        buffer = QBuffer(data)
+        buffer.open(QIODevice.OpenModeFlag.WriteOnly)
+        image.save(buffer, b"PNG")
+        self.attach_data_requested.emit(f"pasted-{time.strftime('%H%M%S')}.png", bytes(data.data()))
+
+    def set_vision(self, refusal: str) -> None:
+        """Why the model messages go to takes no images ("": it does)."""
+        self._vision_refusal = refusal
+
+    def add_attachment(self, taken: Ingested, count: TokenCount) -> None:
+        """A file read and counted (``attach_requested``) joins the message being written."""
+        if taken.ref.kind is AttachmentKind.IMAGE and self._vision_refusal:
+            self.tray.say(f"{taken.ref.name} was not attached: {self._vision_refusal}")
+            return
+        self.tray.add(taken, count)
+        self.tray.overflow(self._tokens_used(self.composer.toPlainText()))
+
+    def refuse_attachment(self, why: str) -> None:
+        """A file could not be attached, or the message's attachments not kept (it did not go)."""
+        if self.state is PaneState.KEEPING:
+            self.state = PaneState.IDLE
+            self._update_actions()
+        self.tray.say(why)
+
+    def attachments_kept(self) -> None:
+        """The attachments are kept: the message goes with them."""
+        if self.state is not PaneState.KEEPING:
+            return
+        self.state = PaneState.IDLE
+        refs = [p.ref for p in self.tray.items]
+        data = {p.ref.sha256: p.taken.data for p in self.tray.items}
+        self.tray.clear()
+        self._send(self.composer.toPlainText().strip(), refs, data)
+
+    def show_attachment_data(self, sha256: str, data: bytes | Unreadable) -> None:
+        """A kept attachment's bytes (``attachments_shown``), or why they cannot be read: said in place."""
+        for view in self.transcript.views():
+            view.show_attachment_data(sha256, data)
+
+    def dragEnterEvent(self, event: QDragEnterEvent) -> None:
+        if _local_files(event.mimeData()):
+            event.acceptProposedAction()
+
+    def dropEvent(self, event: QDropEvent) -> None:
+        if files := _local_files(event.mimeData()):
+            event.acceptProposedAction()
+            self.attach_files(files)
 
     def regenerate(self) -> None:
         views = self.transcript.views()
@@ -354,14 +524,18 @@ class ChatPane(QWidget):
         self._update_actions()
         self.send_requested.emit(self.conversation_id, self._api_messages(), self.params())
 
-    def _api_messages(self) -> list[dict[str, str]]:
+    def _api_messages(self) -> list[dict[str, Any]]:
+        """OpenAI messages; one with attachments carries their references (``attachments``), which the
+        bridge reads into its content."""
         system = self.system_prompt.toPlainText().strip()
-        sent = [{"role": "system", "content": system}] if system else []
+        sent: list[dict[str, Any]] = [{"role": "system", "content": system}] if system else []
         for view in self.transcript.views():
             message = view.message
             if view is self._reply or (message.role == "assistant" and not message.content):
                 continue
             sent.append({"role": message.role, "content": message.content})
+            if message.attachments:
+                sent[-1]["attachments"] = list(message.attachments)
         return sent
 
     def _render_frame(self) -> None:
