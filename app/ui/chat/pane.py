@@ -400,7 +400,7 @@ class ChatPane(QWidget):
         data = QByteArray()
         buffer = QBuffer(data)
         buffer.open(QIODevice.OpenModeFlag.WriteOnly)
-        image.save(buffer, b"PNG")
+        image.save(buffer, "PNG")  # type: ignore[call-overload]  # (the stubs say bytes; it takes str)
         self.attach_data_requested.emit(f"pasted-{time.strftime('%H%M%S')}.png", bytes(data.data()))
 
     def set_vision(self, refusal: str) -> None:
