@@ -258,3 +258,40 @@ def test_attachments_are_kept_listed_shown_again_said_when_damaged_and_deleted_w
     )
     app.keeper._delete(chat_id)
     assert history.attachments.kept() == set()
+
+
+def test_an_edited_message_keeps_its_attachments(qtbot: QtBot, tmp_path: Path) -> None:
+    pane = make_pane(qtbot)
+    (tmp_path / "spec.md").write_text("# Spec\n")
+    pane.add_attachment(ingest(tmp_path / "spec.md"), TokenCount(4, exact=True, context=4096))
+    pane.composer.setPlainText("review this")
+    with qtbot.waitSignal(pane.keep_requested):
+        pane.submit()
+    with qtbot.waitSignal(pane.send_requested):
+        pane.attachments_kept()
+    pane.begin_reply()
+    pane.finish_reply()
+    pane.edit(0)
+    assert pane.edit_banner.text().startswith("Editing a message (its attachment goes with it)")
+    pane.composer.setPlainText("review this, briefly")
+    with qtbot.waitSignal(pane.send_requested) as sent:
+        pane.submit()
+    (user,) = sent.args[1]
+    assert user["content"] == "review this, briefly"
+    assert [r.name for r in user["attachments"]] == ["spec.md"]
+
+
+def test_the_window_names_a_model_that_takes_images_when_the_chosen_one_does_not(
+    qtbot: QtBot, desktop: Desktop, standin_settings: Settings, tmp_path: Path
+) -> None:
+    app = _with_model(qtbot, desktop, standin_settings, tmp_path)
+    chat = app.window.chat
+    name = app.bridge.selected
+    assert chat._vision_refusal == (
+        f"{name} cannot take images: it has no vision projector (mmproj). "
+        "SmolVLM-256M-Instruct-GGUF can: choose it in the Models list to send pictures."
+    )
+    asked: list[str] = []
+    chat.attach_requested.connect(asked.append)
+    chat.attach_files([str(write_image(tmp_path / "cat.png", 8, 8))])
+    assert asked == [] and chat.tray.notice.text().startswith("cat.png was not attached: ")

@@ -272,3 +272,30 @@ def test_a_version_2_database_gains_attachments(tmp_path: Path) -> None:
         assert history.conversation("c").messages[1].attachments == (ref,)  # type: ignore[union-attr]
     finally:
         history.close()
+
+
+def test_a_model_without_vision_is_refused_naming_one_with() -> None:
+    from app.core.attachments import vision_refusal
+
+    assert vision_refusal("Qwen3-0.6B-GGUF", True, []) == ""
+    assert vision_refusal("Qwen3-0.6B-GGUF", False, ["SmolVLM-256M-Instruct-GGUF"]) == (
+        "Qwen3-0.6B-GGUF cannot take images: it has no vision projector (mmproj). "
+        "SmolVLM-256M-Instruct-GGUF can: choose it in the Models list to send pictures."
+    )
+    assert vision_refusal("m", False, []).endswith(
+        "Add a model with a vision projector (labelled vision) to send pictures."
+    )
+    assert vision_refusal("", False, ["v"]).startswith(
+        "No model is chosen, so the message cannot take images."
+    )
+
+
+def test_the_catalog_has_a_vision_model_with_its_projector_and_an_embeddings_model() -> None:
+    from app.core.models import catalog_from_json
+    from app.store.catalog import load_catalog_json
+
+    models = catalog_from_json(load_catalog_json())
+    vision = models["SmolVLM-256M-Instruct-GGUF"]
+    assert vision.checkpoint == "ggml-org/SmolVLM-256M-Instruct-GGUF:Q8_0"
+    assert vision.mmproj == "mmproj-SmolVLM-256M-Instruct-Q8_0.gguf" and "vision" in vision.labels
+    assert "embeddings" in models["nomic-embed-text-v1-GGUF"].labels

@@ -350,13 +350,18 @@ class ChatPane(QWidget):
     def _send(
         self, text: str, refs: list[AttachmentRef] | None = None, data: dict[str, bytes] | None = None
     ) -> None:
+        carried: list[AttachmentRef] = []  # an edited message's attachments go with it (kept already)
         if self._editing is not None:
+            carried = self.transcript.views()[self._editing].message.attachments
             self.transcript.remove_from(self._editing)
             self._cancel_edit()
         self.composer.clear()
-        view = self._add(ChatMessage("user", text, attachments=refs or []))
+        new = [ref for ref in refs or [] if ref.sha256 not in {c.sha256 for c in carried}]
+        view = self._add(ChatMessage("user", text, attachments=[*carried, *new]))
         for sha, kept in (data or {}).items():
             view.show_attachment_data(sha, kept)
+        if carried:
+            self.attachments_shown.emit(carried)
         self._request_reply()
 
     def _tokens_used(self, text: str) -> int:
@@ -457,7 +462,12 @@ class ChatPane(QWidget):
         if self.state is not PaneState.IDLE:
             return
         self._editing = index
-        self.composer.setPlainText(self.transcript.views()[index].message.content)
+        message = self.transcript.views()[index].message
+        self.composer.setPlainText(message.content)
+        count = len(message.attachments)
+        carried = f" (its {count} attachments go with it)" if count > 1 else " (its attachment goes with it)"
+        carried = carried if count else ""
+        self.edit_banner.setText(f"Editing a message{carried}: Enter sends it again, Esc cancels.")
         self.edit_banner.show()
         self.composer.setFocus()
         self.composer.moveCursor(self.composer.textCursor().MoveOperation.End)
