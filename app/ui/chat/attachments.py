@@ -14,7 +14,17 @@ from dataclasses import dataclass
 
 from PySide6.QtCore import QObject, Qt, Signal
 from PySide6.QtGui import QPixmap
-from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPushButton, QToolButton, QVBoxLayout, QWidget
+from PySide6.QtWidgets import (
+    QFrame,
+    QHBoxLayout,
+    QLabel,
+    QPushButton,
+    QSizePolicy,
+    QStyle,
+    QToolButton,
+    QVBoxLayout,
+    QWidget,
+)
 
 from app.core.attachments import (
     AttachmentKind,
@@ -26,10 +36,15 @@ from app.core.attachments import (
 )
 from app.store.attachments import Ingested
 from app.ui.chat.markdown_view import current_theme
+from app.ui.look import human_size, is_dark
 
 COMPOSER_THUMB = 40  # px
 TRANSCRIPT_THUMB = 160
-ERROR_COLOUR = "#c0392b"
+ERROR_COLOURS = ("#c0392b", "#ff7b6b")  # light, dark: readable on either palette
+
+
+def _error_colour() -> str:
+    return ERROR_COLOURS[is_dark()]
 
 
 @dataclass
@@ -45,7 +60,8 @@ class Pending:
 def _detail(ref: AttachmentRef, count: TokenCount | None) -> str:
     if ref.kind is AttachmentKind.IMAGE:
         return "image"
-    text = count.label() if count is not None else f"{ref.size:,} bytes"
+    size = f"{ref.size:,} bytes" if ref.size < 1000 else human_size(ref.size)
+    text = count.label() if count is not None else f"text, {size}"
     if ref.sent_chars is not None:
         text += f" · only the part that fits: first {ref.sent_chars:,} characters"
     return text
@@ -74,19 +90,27 @@ class AttachmentChip(QFrame):
         layout = QHBoxLayout(self)
         layout.setContentsMargins(6, 4, 6, 4)
         layout.setSpacing(6)
+        self.setSizePolicy(QSizePolicy.Policy.Maximum, QSizePolicy.Policy.Maximum)
         self.thumbnail = QLabel(self)
         self.thumbnail.hide()
-        layout.addWidget(self.thumbnail)
+        layout.addWidget(self.thumbnail, 0, Qt.AlignmentFlag.AlignTop)
+        self.icon = QLabel(self)  # a file's icon; an image shows its thumbnail once its bytes are here
+        kind = QStyle.StandardPixmap.SP_FileIcon
+        if ref.kind is AttachmentKind.IMAGE:
+            kind = QStyle.StandardPixmap.SP_FileDialogContentsView
+        side = self.style().pixelMetric(QStyle.PixelMetric.PM_SmallIconSize)
+        self.icon.setPixmap(self.style().standardIcon(kind).pixmap(side, side))
+        layout.addWidget(self.icon, 0, Qt.AlignmentFlag.AlignTop)
         names = QVBoxLayout()
         names.setSpacing(0)
-        icon = "🖼" if ref.kind is AttachmentKind.IMAGE else "📄"
-        self.name = QLabel(f"{icon} {ref.name}", self)
+        self.name = QLabel(ref.name, self)
         self.name.setTextFormat(Qt.TextFormat.PlainText)
         self.detail = QLabel(_detail(ref, count), self)
         self.detail.setStyleSheet(f"color: {muted}; font-size: 11px;")
         self.detail.setWordWrap(True)
         names.addWidget(self.name)
         names.addWidget(self.detail)
+        names.addStretch(1)
         layout.addLayout(names)
         self.remove_button = QToolButton(self)
         self.remove_button.setText("✕")
@@ -94,7 +118,7 @@ class AttachmentChip(QFrame):
         self.remove_button.setAutoRaise(True)
         self.remove_button.clicked.connect(lambda: self.remove_clicked.emit(self))
         self.remove_button.setVisible(removable)
-        layout.addWidget(self.remove_button)
+        layout.addWidget(self.remove_button, 0, Qt.AlignmentFlag.AlignTop)
         if data is not None:
             self.set_data(data)
 
@@ -102,8 +126,9 @@ class AttachmentChip(QFrame):
         """The attachment's bytes as kept (a thumbnail for an image), or why they cannot be read."""
         if isinstance(data, Unreadable):
             self.detail.setText(unreadable_note(self.ref, data))
-            self.detail.setStyleSheet(f"color: {ERROR_COLOUR}; font-size: 11px;")
+            self.detail.setStyleSheet(f"color: {_error_colour()}; font-size: 11px;")
             self.thumbnail.hide()
+            self.icon.show()
             return
         if self.ref.kind is not AttachmentKind.IMAGE:
             return
@@ -118,6 +143,7 @@ class AttachmentChip(QFrame):
             )
         )
         self.thumbnail.show()
+        self.icon.hide()
 
     def set_count(self, count: TokenCount | None) -> None:
         self.detail.setText(_detail(self.ref, count))
@@ -135,7 +161,7 @@ class ChipRow(QWidget):
         self.chips: list[AttachmentChip] = []
 
     def add(self, chip: AttachmentChip) -> None:
-        self._layout.insertWidget(self._layout.count() - 1, chip)
+        self._layout.insertWidget(self._layout.count() - 1, chip, 0, Qt.AlignmentFlag.AlignTop)
         self.chips.append(chip)
 
     def remove(self, chip: AttachmentChip) -> None:
@@ -211,7 +237,7 @@ class AttachmentTray(QWidget):
         """Tell the user something about the attachments ("" hides it); the overflow choices go."""
         self._choices.hide()
         self.notice.setText(text)
-        self.notice.setStyleSheet(f"color: {ERROR_COLOUR if error else current_theme().muted};")
+        self.notice.setStyleSheet(f"color: {_error_colour() if error else current_theme().muted};")
         self.notice.setVisible(bool(text))
 
     def overflow(self, used: int) -> str:
@@ -225,7 +251,7 @@ class AttachmentTray(QWidget):
         if fit_in_context(TokenCount(tokens, exact=True), 1, context - used) is None:
             return ""
         self._needed, self._room = used + tokens, context - used
-        exact = all(p.count.exact for p in self.items)
+        exact = all(p.count.exact for p in self.items if p.ref.kind is AttachmentKind.TEXT)
         counted = (
             f"{tokens:,} tokens" if exact else f"≈{tokens:,} tokens (an estimate: the model is not loaded)"
         )
