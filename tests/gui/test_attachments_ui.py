@@ -20,10 +20,12 @@ from app.store.attachments import ingest
 from app.store.settings import Settings, save_settings
 from app.ui.chat.pane import ChatPane, PaneState
 from app.ui.desktop import DesktopApp
+from tests.gui import test_bridge
 from tests.support.documents import long_text, write_image, write_pdf
 from tests.support.standin import make_standin_model
 
 Desktop = Callable[[], DesktopApp]
+opened_files = test_bridge.opened_files  # a fixture: the files opened, by thread (Python's audit hook)
 
 
 def make_pane(qtbot: QtBot) -> ChatPane:
@@ -295,3 +297,39 @@ def test_the_window_names_a_model_that_takes_images_when_the_chosen_one_does_not
     chat.attach_requested.connect(asked.append)
     chat.attach_files([str(write_image(tmp_path / "cat.png", 8, 8))])
     assert asked == [] and chat.tray.notice.text().startswith("cat.png was not attached: ")
+
+
+def test_attaching_keeping_and_showing_read_no_file_on_the_windows_thread(
+    qtbot: QtBot,
+    desktop: Desktop,
+    standin_settings: Settings,
+    tmp_path: Path,
+    lemon_home: Path,
+    opened_files: list[tuple[str, str]],
+) -> None:
+    app = _with_model(qtbot, desktop, standin_settings, tmp_path)
+    chat = app.window.chat
+    (tmp_path / "docs").mkdir()
+    notes = tmp_path / "docs" / "notes.csv"
+    notes.write_text("item,count\napples,3\n")
+    pdf = write_pdf(tmp_path / "docs" / "report.pdf", ["All is well"])
+    opened_files.clear()
+    for path in (notes, pdf):
+        with qtbot.waitSignal(app.bridge.attachment_ready):
+            chat.attach_files([str(path)])
+    chat.composer.setPlainText("Read these")
+    with qtbot.waitSignal(app.bridge.attachments_kept):
+        chat.submit()
+    qtbot.waitUntil(
+        lambda: len(chat.messages()) == 2 and chat.messages()[-1].state is not MessageState.STREAMING
+    )
+    chat_id = chat.conversation_id
+    chat.new_conversation()
+    with qtbot.waitSignal(app.bridge.attachment_read):
+        app.keeper.open(chat_id)
+    opened = list(opened_files)
+    read = {Path(p).name for _, p in opened}
+    assert {"notes.csv", "report.pdf"} <= read  # read when attached
+    kept = {r.sha256 for r in app.history.attachments_of(chat_id)}
+    assert len(kept) == 2 and kept <= read  # kept, then read again for the transcript
+    assert test_bridge.on_ui_thread(opened, app.history.attachments.root, tmp_path / "docs") == []
