@@ -3,6 +3,7 @@ real SQLite history, shared between chats, deleted with the last chat that uses 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sqlite3
 from pathlib import Path
@@ -20,7 +21,11 @@ from app.core.attachments import (
 from app.core.errors import AttachmentError
 from app.store.attachments import MAX_IMAGE_SIDE, AttachmentStore, ingest, sha256_of
 from app.store.history import _ATTACHMENTS_V3, _RUN_CARD_V2, _SCHEMA_V1, SCHEMA_VERSION, History
+from app.store.model_options import ModelOptions
+from app.store.settings import Settings
+from app.supervisor.router import Router
 from tests.support.documents import long_text, write_image, write_pdf
+from tests.support.standin import make_standin_model
 
 
 @pytest.fixture
@@ -299,3 +304,24 @@ def test_the_catalog_has_a_vision_model_with_its_projector_and_an_embeddings_mod
     assert vision.checkpoint == "ggml-org/SmolVLM-256M-Instruct-GGUF:Q8_0"
     assert vision.mmproj == "mmproj-SmolVLM-256M-Instruct-Q8_0.gguf" and "vision" in vision.labels
     assert "embeddings" in models["nomic-embed-text-v1-GGUF"].labels
+
+
+def test_an_engine_that_cannot_count_gives_an_estimate_said_to_be_one(
+    standin_settings: Settings, tmp_path: Path
+) -> None:
+    """The stand-in engine has no ``/tokenize`` (it answers 404): the count is an estimate, with the
+    context the engine was loaded with; a model not loaded is never loaded to count."""
+
+    async def go() -> None:
+        async with Router(standin_settings) as router:
+            model = router.library.import_path(make_standin_model(tmp_path, "counting"))
+            router.save_options(model.name, ModelOptions(backend="system", ctx_size=3072))
+            before = await router.count_tokens(model.name, "x" * 400)
+            assert (before.tokens, before.exact, before.context) == (100, False, 3072)
+            assert router.loaded() == []
+            await router.ensure_loaded(model.name)
+            after = await router.count_tokens(model.name, "x" * 400)
+            assert (after.tokens, after.exact, after.context) == (100, False, 3072)
+            assert after.label() == "≈100 tokens (estimate)"
+
+    asyncio.run(go())
