@@ -110,6 +110,7 @@ class Bridge(QObject):
     attachment_refused = Signal(str)  # why a file was not attached, or why the composer's message did not go
     attachments_kept = Signal()  # the composer's attachments are kept in the app's folder: its message may go
     attachment_read = Signal(str, object)  # a kept attachment's sha256, its bytes or Unreadable
+    attachment_counted = Signal(str, object)  # sha256, TokenCount: counted again (the model loaded)
 
     def __init__(
         self, settings: Settings, parent: QObject | None = None, attachments: AttachmentStore | None = None
@@ -562,6 +563,19 @@ class Bridge(QObject):
                 await self.router.count_tokens(target, taken.text) if target else estimate_tokens(taken.text)
             )
         self.attachment_ready.emit(taken, count)
+
+    def recount(self, taken: list[Ingested], model: str) -> asyncio.Task[None]:
+        """Count the composer's files again (the model they go to loaded, maybe with another context):
+        ``attachment_counted`` for each."""
+        return self.spawn(self._recount(taken, model))
+
+    async def _recount(self, taken: list[Ingested], model: str) -> None:
+        target = self.chat_target(model)
+        for item in taken:
+            if target and item.ref.kind is AttachmentKind.TEXT:
+                self.attachment_counted.emit(
+                    item.ref.sha256, await self.router.count_tokens(target, item.text)
+                )
 
     def keep_attachments(self, taken: list[Ingested]) -> asyncio.Task[None]:
         """Before the composer's message goes: each file must still be where it was attached from; then

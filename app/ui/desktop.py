@@ -238,6 +238,7 @@ class DesktopApp(QObject):
         bridge.attachment_refused.connect(chat.refuse_attachment)
         bridge.attachments_kept.connect(chat.attachments_kept)
         bridge.attachment_read.connect(chat.show_attachment_data)
+        bridge.attachment_counted.connect(chat.set_attachment_count)
         bridge.models_changed.connect(lambda _rows: chat.set_vision(bridge.vision_refusal()))
 
     def _propose_context(self, tokens: int) -> None:
@@ -318,6 +319,8 @@ class DesktopApp(QObject):
             self.window.logs.show_engine(name, *self.bridge.engine_log(name))
         if not self.bridge.loaded():
             self.window.show_usage(0.0, 0)
+        if event.state.value == "ready" and name == self.bridge.chat_target() and self.window.chat.tray.items:
+            self.bridge.recount([p.taken for p in self.window.chat.tray.items], self.bridge.selected)
 
     def _usage(self, usage: EngineUsage) -> None:
         if usage.model == self.bridge.chat_target():

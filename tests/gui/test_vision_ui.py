@@ -57,10 +57,17 @@ def test_an_image_and_a_file_go_to_the_vision_model_and_the_plain_one_refuses_im
 
     window.models.select(VISION)
     assert chat._vision_refusal == ""
-    window.options.load_button.click()
-    qtbot.waitUntil(lambda: window.models.row(VISION).status.status is Status.LOADED, timeout=WAIT_MS)
     notes = tmp_path / "notes.txt"
     notes.write_text("Bring apples, flour and eggs.\n")
+    with qtbot.waitSignal(bridge.attachment_ready, timeout=WAIT_MS):
+        chat.attach_files([str(notes)])
+    (chip,) = chat.tray.row.chips
+    assert chip.detail.text().endswith("tokens (estimate)")  # not loaded: nothing could count it
+    window.options.load_button.click()
+    qtbot.waitUntil(lambda: window.models.row(VISION).status.status is Status.LOADED, timeout=WAIT_MS)
+    # Loaded, the engine counts it: the chip says its count, no longer an estimate.
+    qtbot.waitUntil(lambda: "estimate" not in chip.detail.text(), timeout=WAIT_MS)
+    assert chip.detail.text().endswith(" tokens")
     chat.max_tokens.setValue(4)
 
     def send(*paths: Path) -> dict[str, float]:
@@ -76,7 +83,7 @@ def test_an_image_and_a_file_go_to_the_vision_model_and_the_plain_one_refuses_im
         assert reply.telemetry is not None
         return reply.telemetry
 
-    without = send(notes)
+    without = send()
     chat.new_conversation()
     for path in (picture, notes):
         with qtbot.waitSignal(bridge.attachment_ready, timeout=WAIT_MS):

@@ -226,6 +226,18 @@ class AttachmentTray(QWidget):
         self.say("")
         self.changed.emit()
 
+    def set_count(self, sha256: str, count: TokenCount) -> bool:
+        """A new count for an attachment (its part to send, if any, is chosen again); False when it is
+        no longer here."""
+        for pending, chip in zip(self.items, self.row.chips, strict=True):
+            if pending.ref.sha256 == sha256:
+                pending.count, pending.ref = count, pending.taken.ref
+                chip.ref = pending.ref
+                chip.set_count(count)
+                self.say("")
+                return True
+        return False
+
     def clear(self) -> None:
         for chip in list(self.row.chips):
             self.row.remove(chip)

@@ -420,6 +420,11 @@ class ChatPane(QWidget):
         self.tray.add(taken, count)
         self.tray.overflow(self._tokens_used(self.composer.toPlainText()))
 
+    def set_attachment_count(self, sha256: str, count: TokenCount) -> None:
+        """An attachment counted again (the model loaded): its chip and the fit check follow."""
+        if self.tray.set_count(sha256, count):
+            self.tray.overflow(self._tokens_used(self.composer.toPlainText()))
+
     def refuse_attachment(self, why: str) -> None:
         """A file could not be attached, or the message's attachments not kept (it did not go)."""
         if self.state is PaneState.KEEPING:
