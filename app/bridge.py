@@ -535,6 +535,8 @@ class Bridge(QObject):
         """ "" when the model a message meant for ``model`` (else the selected one) goes to takes images;
         else why not, naming one that does: the library's first, then the catalog's."""
         target = self.chat_target(model) if self.started else ""
+        if is_remote_model(target):
+            return ""  # what a remote's model takes is for it to say: it refuses an image it cannot see
         view = self._views.get(target)
         ranked = sorted(self._views.values(), key=lambda v: (not v.sees_images, not v.on_disk, v.name))
         seeing = [v.name for v in ranked if v.sees_images or "vision" in v.model.labels]
