@@ -23,6 +23,11 @@ SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 CHARS_PER_TOKEN = 4  # the estimate when no engine can count: English text and code average near 4
 IMAGE_TOKENS_ESTIMATE = 256  # what a small projector makes of an image, for the estimate of a message
 REPLY_RESERVE = 512  # tokens of context kept for the reply when no reply length is set
+# What a chat template adds to a request (SmolLM2's default system prompt alone is about 20 tokens), and
+# a file's heading and fence: counted on top of the texts, which the estimate of the chat leaves out.
+PROMPT_OVERHEAD = 64
+ATTACHMENT_OVERHEAD = 24
+PART_MARGIN = 0.95  # the part that fits is cut by its share of the count: tokens are not spread evenly
 MAX_IMAGE_SIDE = 896  # px: larger images are scaled down (SmolVLM, Qwen2.5-VL and Gemma 3 take 384-896)
 
 _TEXT_NAMES = """
@@ -138,7 +143,7 @@ def fit_in_context(count: TokenCount, chars: int, room: int) -> Fit | None:
     if count.tokens <= room:
         return None
     share = max(room, 0) / count.tokens if count.tokens else 0.0
-    return Fit(count.tokens - max(room, 0), int(chars * share))
+    return Fit(count.tokens - max(room, 0), int(chars * share * PART_MARGIN))
 
 
 def context_block(ref: AttachmentRef, text: str) -> str:

@@ -139,11 +139,11 @@ def test_the_part_that_fits_is_named_as_such() -> None:
     text = "x" * 1000
     ref = AttachmentRef("0" * 64, "big.log", AttachmentKind.TEXT, "text/plain", 1000)
     fit = fit_in_context(TokenCount(500, exact=True), len(text), 200)
-    assert fit is not None and (fit.over, fit.fitting_chars) == (300, 400)
+    assert fit is not None and (fit.over, fit.fitting_chars) == (300, 380)  # 400, less the margin
     content = message_content("Summarise", [(ref.partial(fit.fitting_chars), text.encode())])
     assert isinstance(content, str)
-    assert "only its first 400 of 1,000 characters: the part that fits the context" in content
-    assert "x" * 401 not in content
+    assert "only its first 380 of 1,000 characters: the part that fits the context" in content
+    assert "x" * 381 not in content
     assert fit_in_context(TokenCount(100, exact=False), 400, 200) is None
 
 

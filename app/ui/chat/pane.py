@@ -48,6 +48,8 @@ from PySide6.QtWidgets import (
 )
 
 from app.core.attachments import (
+    ATTACHMENT_OVERHEAD,
+    PROMPT_OVERHEAD,
     REPLY_RESERVE,
     AttachmentKind,
     AttachmentRef,
@@ -369,7 +371,8 @@ class ChatPane(QWidget):
         estimate: the engine counts the whole prompt only when it gets it)."""
         chars = len(self.system_prompt.toPlainText()) + len(text)
         chars += sum(len(view.message.content) for view in self.transcript.views())
-        return estimate_tokens("x" * chars).tokens + (self.max_tokens.value() or REPLY_RESERVE)
+        overhead = PROMPT_OVERHEAD + ATTACHMENT_OVERHEAD * len(self.tray.items)
+        return estimate_tokens("x" * chars).tokens + overhead + (self.max_tokens.value() or REPLY_RESERVE)
 
     # Attachments
 
