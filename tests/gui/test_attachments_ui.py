@@ -34,6 +34,9 @@ def make_pane(qtbot: QtBot) -> ChatPane:
     pane.resize(900, 700)
     pane.show()
     qtbot.waitExposed(pane)
+    pane.activateWindow()
+    qtbot.waitUntil(pane.isActiveWindow)
+    pane.composer.setFocus()
     return pane
 
 
@@ -333,3 +336,23 @@ def test_attaching_keeping_and_showing_read_no_file_on_the_windows_thread(
     kept = {r.sha256 for r in app.history.attachments_of(chat_id)}
     assert len(kept) == 2 and kept <= read  # kept, then read again for the transcript
     assert test_bridge.on_ui_thread(opened, app.history.attachments.root, tmp_path / "docs") == []
+
+
+def test_stopping_while_the_attachments_are_kept_sends_nothing(qtbot: QtBot, tmp_path: Path) -> None:
+    pane = make_pane(qtbot)
+    (tmp_path / "a.txt").write_text("text")
+    pane.add_attachment(ingest(tmp_path / "a.txt"), TokenCount(1, exact=True, context=4096))
+    pane.composer.setPlainText("go")
+    with qtbot.waitSignal(pane.keep_requested):
+        pane.submit()
+    assert pane.send_button.text() == "Stop"
+    stops: list[object] = []
+    pane.stop_requested.connect(lambda: stops.append(True))
+    qtbot.keyClick(pane.composer, Qt.Key.Key_Escape)
+    assert pane.state is PaneState.IDLE and pane.send_button.text() == "Send"
+    sent: list[object] = []
+    pane.send_requested.connect(lambda *args: sent.append(args))
+    pane.attachments_kept()  # the bridge's answer, late
+    assert sent == [] and stops == []
+    assert [p.ref.name for p in pane.tray.items] == ["a.txt"]  # still there, to send again
+    pane.new_conversation()  # and a new chat while keeping is no crash either

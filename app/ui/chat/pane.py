@@ -481,8 +481,13 @@ class ChatPane(QWidget):
         self.composer.moveCursor(self.composer.textCursor().MoveOperation.End)
 
     def stop(self) -> None:
-        """Stop the reply in flight; what arrived so far is kept."""
+        """Stop the reply in flight; what arrived so far is kept. A message whose attachments are being
+        kept does not go (what the bridge says of them later is not waited for)."""
         if self.state is PaneState.IDLE:
+            return
+        if self.state is PaneState.KEEPING:
+            self.state = PaneState.IDLE
+            self._update_actions()
             return
         self.stop_requested.emit()
         self._end_reply(MessageState.STOPPED)
