@@ -6,6 +6,9 @@ throttles those updates). Full-text search uses FTS5 when SQLite has it, ``LIKE`
 A file that is not a database, or one whose pages are damaged (``PRAGMA quick_check``: tens of ms for
 tens of MB, at start), is set aside (kept, never deleted) and a new one is started.
 
+A message's attachments are rows of ``message_attachments`` (schema v3) naming files kept once each by
+hash (``app.store.attachments``, beside the database); a file goes when the last row naming it does.
+
 SQLite keeps whatever a damaged file or a hand-edit put in a column (NULL, a blob, text for a time), so
 rows are read with care: such text is read as text, such a time as 0, figures or a run card that cannot
 be read as none, and a message whose role is neither user nor assistant is left out; each in the log.

@@ -300,6 +300,7 @@ class DesktopApp(QObject):
     def _model_selected(self, name: str) -> None:
         if self.window.models.remote_row(name) is not None:
             self.bridge.selected = name  # chat goes to its remote; it has no options here
+            self.window.chat.set_vision(self.bridge.vision_refusal())
             return
         row = self.window.models.row(name)
         if row is None:
