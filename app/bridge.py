@@ -108,7 +108,9 @@ class Bridge(QObject):
     router_ready = Signal()  # start() made the router: intents reach it from now on
     attachment_ready = Signal(object, object)  # Ingested, TokenCount: a file read (and counted) for a message
     attachment_refused = Signal(str)  # why a file was not attached, or why the composer's message did not go
-    attachments_kept = Signal()  # the composer's attachments are kept in the app's folder: its message may go
+    attachments_kept = Signal(
+        list
+    )  # [AttachmentRef]: the composer's attachments are kept; its message may go
     attachment_read = Signal(str, object)  # a kept attachment's sha256, its bytes or Unreadable
     attachment_counted = Signal(str, object)  # sha256, TokenCount: counted again (the model loaded)
 
@@ -579,12 +581,24 @@ class Bridge(QObject):
                     item.ref.sha256, await self.router.count_tokens(target, item.text)
                 )
 
-    def keep_attachments(self, taken: list[Ingested]) -> asyncio.Task[None]:
-        """Before the composer's message goes: each file must still be where it was attached from; then
-        its content is kept (once, by hash). ``attachments_kept`` or ``attachment_refused``."""
-        return self.spawn(self._keep(taken))
+    def embedder(self) -> str:
+        """The embeddings model retrieval uses: the first on disk, "" when there is none."""
+        return next((v.name for v in self.rows() if v.on_disk and "embeddings" in v.model.labels), "")
 
-    async def _keep(self, taken: list[Ingested]) -> None:
+    def keep_attachments(
+        self, items: list[tuple[Ingested, AttachmentRef, int | None]], question: str = "", embedder: str = ""
+    ) -> asyncio.Task[None]:
+        """Before the composer's message goes: each file (what was read, the reference the message
+        gets, a budget or None) must still be where it was attached from; then its content is kept (once,
+        by hash). One with a budget (characters) goes as its chunks most related to ``question``, found
+        with ``embedder``. ``attachments_kept`` with the references as they go, or ``attachment_refused``."""
+        return self.spawn(self._keep(items, question, embedder))
+
+    async def _keep(
+        self, items: list[tuple[Ingested, AttachmentRef, int | None]], question: str, embedder: str
+    ) -> None:
+        taken = [item for item, _ref, _budget in items]
+
         def keep() -> str:
             gone = next((why for item in taken if (why := still_there(item))), "")
             if not gone:
@@ -601,8 +615,21 @@ class Bridge(QObject):
             )
         if why:
             self.attachment_refused.emit(why)
-        else:
-            self.attachments_kept.emit()
+            return
+        refs = []
+        for item, ref, budget in items:
+            if budget is None:
+                refs.append(ref)
+                continue
+            try:
+                spans = await self.router.retrieve(embedder, item.text, question, budget)
+            except LemonDeskError as err:
+                self.attachment_refused.emit(
+                    f"The parts of {item.ref.name} could not be found with {embedder}: {err}"
+                )
+                return
+            refs.append(ref.retrieved(spans))
+        self.attachments_kept.emit(refs)
 
     def read_attachments(self, refs: list[AttachmentRef]) -> asyncio.Task[None]:
         """Read kept attachments for the transcript (thumbnails; damaged or missing ones are said):

@@ -7,7 +7,9 @@ with a vision projector only. An attachment is kept once, by the SHA-256 of what
 is sent it (downscaled). A message refers to it by that hash; ``AttachmentRef`` is that reference.
 
 Nothing is cut silently: a file that does not fit the context is sent only when the user chose to send
-the part that fits, and the message then says so (``AttachmentRef.sent_chars``).
+the part that fits (``AttachmentRef.sent_chars``) or the parts most related to the question, found by
+retrieval with an embeddings model (``AttachmentRef.sent_spans``: chunks of ``CHUNK_CHARS`` ranked by
+cosine similarity to the question), and the message then says which.
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ REPLY_RESERVE = 512  # tokens of context kept for the reply when no reply length
 PROMPT_OVERHEAD = 64
 ATTACHMENT_OVERHEAD = 24
 PART_MARGIN = 0.95  # the part that fits is cut by its share of the count: tokens are not spread evenly
+CHUNK_CHARS = 1200  # a retrieval chunk: about 300 tokens, within an embeddings engine's batch (512)
+CHUNK_OVERLAP = 150  # characters a chunk shares with the one before: a sentence cut at a border is whole
 MAX_IMAGE_SIDE = 896  # px: larger images are scaled down (SmolVLM, Qwen2.5-VL and Gemma 3 take 384-896)
 
 _TEXT_NAMES = """
@@ -55,6 +59,7 @@ class AttachmentRef:
     mime: str  # of the bytes kept: text/plain; charset=utf-8, image/png, image/jpeg
     size: int  # bytes kept
     sent_chars: int | None = None  # TEXT: only the first this many characters go (the part that fits)
+    sent_spans: tuple[tuple[int, int], ...] | None = None  # TEXT: only these [start, end) go (retrieval)
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -66,6 +71,8 @@ class AttachmentRef:
         }
         if self.sent_chars is not None:
             data["sent_chars"] = self.sent_chars
+        if self.sent_spans is not None:
+            data["sent_spans"] = [list(span) for span in self.sent_spans]
         return data
 
     @classmethod
@@ -79,10 +86,20 @@ class AttachmentRef:
             raise ValueError("no name or type")
         if not isinstance(size, int) or size < 0 or (sent is not None and not isinstance(sent, int)):
             raise ValueError("no size")
-        return cls(sha, name, AttachmentKind(data.get("kind")), mime, size, sent)
+        spans = data.get("sent_spans")
+        if spans is not None:
+            if not isinstance(spans, list) or not all(
+                isinstance(s, list) and len(s) == 2 and all(isinstance(i, int) for i in s) for s in spans
+            ):
+                raise ValueError("spans that are no [start, end] pairs")
+            spans = tuple((s[0], s[1]) for s in spans)
+        return cls(sha, name, AttachmentKind(data.get("kind")), mime, size, sent, spans)
 
     def partial(self, chars: int) -> AttachmentRef:
-        return replace(self, sent_chars=chars)
+        return replace(self, sent_chars=chars, sent_spans=None)
+
+    def retrieved(self, spans: tuple[tuple[int, int], ...]) -> AttachmentRef:
+        return replace(self, sent_chars=None, sent_spans=spans)
 
 
 class Unreadable(enum.Enum):
@@ -146,9 +163,58 @@ def fit_in_context(count: TokenCount, chars: int, room: int) -> Fit | None:
     return Fit(count.tokens - max(room, 0), int(chars * share * PART_MARGIN))
 
 
+def chunk_spans(text: str, size: int = CHUNK_CHARS, overlap: int = CHUNK_OVERLAP) -> list[tuple[int, int]]:
+    """``text`` in chunks of about ``size`` characters, [start, end) each, ending at a line's end where
+    one is in the chunk's second half, each overlapping the one before by ``overlap``."""
+    spans: list[tuple[int, int]] = []
+    start = 0
+    while start < len(text):
+        end = min(len(text), start + size)
+        if end < len(text) and (cut := text.rfind("\n", start + size // 2, end)) != -1:
+            end = cut + 1
+        spans.append((start, end))
+        if end == len(text):
+            break
+        start = max(end - overlap, start + 1)
+    return spans
+
+
+def cosine(a: Sequence[float], b: Sequence[float]) -> float:
+    dot = sum(x * y for x, y in zip(a, b, strict=True))
+    norms = sum(x * x for x in a) ** 0.5 * sum(y * y for y in b) ** 0.5
+    return dot / norms if norms else 0.0
+
+
+def pick_spans(
+    spans: Sequence[tuple[int, int]], scores: Sequence[float], budget: int
+) -> tuple[tuple[int, int], ...]:
+    """The best-scored spans whose characters fit ``budget``, in the text's order, overlaps merged."""
+    chosen: list[tuple[int, int]] = []
+    used = 0
+    for i in sorted(range(len(spans)), key=lambda i: -scores[i]):
+        start, end = spans[i]
+        if used + end - start <= budget:
+            chosen.append((start, end))
+            used += end - start
+    merged: list[tuple[int, int]] = []
+    for start, end in sorted(chosen):
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(end, merged[-1][1]))
+        else:
+            merged.append((start, end))
+    return tuple(merged)
+
+
 def context_block(ref: AttachmentRef, text: str) -> str:
     """A file as the model reads it: named, fenced, and said to be a part when it is one."""
-    if ref.sent_chars is not None and ref.sent_chars < len(text):
+    if ref.sent_spans is not None:
+        sent = sum(end - start for start, end in ref.sent_spans)
+        head = (
+            f"Attached file {ref.name} (only {len(ref.sent_spans)} parts of it, {sent:,} of {len(text):,}"
+            " characters: those most related to the question, found by retrieval)"
+        )
+        text = "\n[…]\n".join(text[start:end] for start, end in ref.sent_spans)
+    elif ref.sent_chars is not None and ref.sent_chars < len(text):
         head = (
             f"Attached file {ref.name} (only its first {ref.sent_chars:,} of {len(text):,} characters:"
             " the part that fits the context)"

@@ -232,6 +232,7 @@ class DesktopApp(QObject):
         chat.attach_requested.connect(lambda path: bridge.attach(path, bridge.selected))
         chat.attach_data_requested.connect(lambda name, data: bridge.attach_data(name, data, bridge.selected))
         chat.keep_requested.connect(bridge.keep_attachments)
+        bridge.models_changed.connect(lambda _rows: chat.set_embedder(bridge.embedder()))
         chat.attachments_shown.connect(bridge.read_attachments)
         chat.context_wanted.connect(self._propose_context)
         bridge.attachment_ready.connect(chat.add_attachment)

@@ -139,9 +139,12 @@ def test_chips_show_the_count_and_a_removed_one_is_not_sent(qtbot: QtBot, tmp_pa
     with qtbot.waitSignal(pane.keep_requested) as keep:
         pane.submit()
     assert pane.state is PaneState.KEEPING
-    assert [t.ref.name for t in keep.args[0]] == ["keep.txt"]
+    assert [(t.ref.name, ref.name, budget) for t, ref, budget in keep.args[0]] == [
+        ("keep.txt", "keep.txt", None)
+    ]
+    assert keep.args[1] == "read it"
     with qtbot.waitSignal(pane.send_requested) as sent:
-        pane.attachments_kept()
+        pane.attachments_kept([p.ref for p in pane.tray.items])
     (user,) = sent.args[1]
     assert user["content"] == "read it"
     assert [r.name for r in user["attachments"]] == ["keep.txt"]
@@ -162,7 +165,7 @@ def test_a_file_bigger_than_the_context_is_never_cut_silently(qtbot: QtBot, tmp_
     assert pane.tray.fit_button.isVisible() and pane.tray.larger_button.isVisible()
     pane.composer.setPlainText("Summarise the book")
     asked: list[object] = []
-    pane.keep_requested.connect(asked.append)
+    pane.keep_requested.connect(lambda *args: asked.append(args))
     pane.submit()
     assert asked == [] and pane.state is PaneState.IDLE  # it waits for a choice
     with qtbot.waitSignal(pane.context_wanted) as wanted:
@@ -175,7 +178,7 @@ def test_a_file_bigger_than_the_context_is_never_cut_silently(qtbot: QtBot, tmp_
     with qtbot.waitSignal(pane.keep_requested):
         pane.submit()
     with qtbot.waitSignal(pane.send_requested) as sent:
-        pane.attachments_kept()
+        pane.attachments_kept([p.ref for p in pane.tray.items])
     (ref,) = sent.args[1][0]["attachments"]
     assert ref.sent_chars == pending.ref.sent_chars
 
@@ -273,7 +276,7 @@ def test_an_edited_message_keeps_its_attachments(qtbot: QtBot, tmp_path: Path) -
     with qtbot.waitSignal(pane.keep_requested):
         pane.submit()
     with qtbot.waitSignal(pane.send_requested):
-        pane.attachments_kept()
+        pane.attachments_kept([p.ref for p in pane.tray.items])
     pane.begin_reply()
     pane.finish_reply()
     pane.edit(0)
@@ -352,7 +355,7 @@ def test_stopping_while_the_attachments_are_kept_sends_nothing(qtbot: QtBot, tmp
     assert pane.state is PaneState.IDLE and pane.send_button.text() == "Send"
     sent: list[object] = []
     pane.send_requested.connect(lambda *args: sent.append(args))
-    pane.attachments_kept()  # the bridge's answer, late
+    pane.attachments_kept([p.ref for p in pane.tray.items])  # the bridge's answer, late
     assert sent == [] and stops == []
     assert [p.ref.name for p in pane.tray.items] == ["a.txt"]  # still there, to send again
     pane.new_conversation()  # and a new chat while keeping is no crash either

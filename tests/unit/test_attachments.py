@@ -4,6 +4,7 @@ real SQLite history, shared between chats, deleted with the last chat that uses 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import sqlite3
 from pathlib import Path
@@ -325,3 +326,48 @@ def test_an_engine_that_cannot_count_gives_an_estimate_said_to_be_one(
             assert after.label() == "≈100 tokens (estimate)"
 
     asyncio.run(go())
+
+
+# --- retrieval: chunks, ranking, what the model is told -------------------------------------------------
+
+
+def test_chunks_cover_the_text_end_at_lines_and_overlap() -> None:
+    from app.core.attachments import CHUNK_CHARS, CHUNK_OVERLAP, chunk_spans
+
+    text = long_text(10)
+    spans = chunk_spans(text)
+    assert spans[0][0] == 0 and spans[-1][1] == len(text)
+    for (_, end), (start, _) in itertools.pairwise(spans):
+        assert end - CHUNK_OVERLAP <= start < end  # each overlaps the one before
+    assert all(end - start <= CHUNK_CHARS for start, end in spans)
+    assert all(text[end - 1] == "\n" for _, end in spans)  # lines stay whole
+    assert chunk_spans("") == [] and chunk_spans("short") == [(0, 5)]
+
+
+def test_the_best_scored_chunks_that_fit_go_in_the_texts_order() -> None:
+    from app.core.attachments import cosine, pick_spans
+
+    spans = [(0, 100), (90, 200), (200, 300), (300, 400)]
+    assert pick_spans(spans, [0.1, 0.9, 0.2, 0.8], 250) == ((90, 200), (300, 400))
+    assert pick_spans(spans, [0.9, 0.8, 0.1, 0.1], 250) == ((0, 200),)  # overlapping ones merged
+    assert pick_spans(spans, [1, 1, 1, 1], 10) == ()
+    assert cosine([1, 0], [1, 0]) == 1.0 and cosine([1, 0], [0, 1]) == 0.0 and cosine([0, 0], [1, 1]) == 0.0
+
+
+def test_retrieved_parts_are_named_as_such_and_kept_in_the_history(history: History, tmp_path: Path) -> None:
+    text = "alpha " * 100 + "beta " * 100 + "gamma " * 100
+    (tmp_path / "doc.txt").write_text(text)
+    ref = _attach(history, tmp_path / "doc.txt").retrieved(((0, 60), (600, 650)))
+    content = message_content("Which words?", [(ref, text.encode())])
+    assert isinstance(content, str)
+    assert (
+        "only 2 parts of it, 110 of 1,700 characters: those most related to the question, found by retrieval"
+        in content
+    )
+    assert "alpha " * 10 + "\n[…]\nbeta " in content and "gamma" not in content
+    history.create_conversation("c")
+    history.sync_messages("c", [("user", "Which words?")], [[ref]])
+    (message,) = history.conversation("c").messages  # type: ignore[union-attr]
+    assert message.attachments == (ref,) and ref.sent_spans == ((0, 60), (600, 650))
+    with pytest.raises(ValueError):
+        AttachmentRef.from_json({**ref.to_json(), "sent_spans": [[0, "x"]]})

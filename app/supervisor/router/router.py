@@ -376,6 +376,15 @@ class Router:
         it runs with; an estimate (``exact`` False) when it cannot count. Never loads the model."""
         return await self._requests.count_tokens(name, text)
 
+    async def embed(self, name: str, texts: list[str]) -> list[list[float]]:
+        """``texts`` embedded by an embeddings model (loaded on demand under the loading policy)."""
+        return await self._requests.embed(name, texts)
+
+    async def retrieve(self, name: str, text: str, question: str, budget: int) -> tuple[tuple[int, int], ...]:
+        """The [start, end) chunks of ``text`` most related to ``question`` by the embeddings model
+        ``name``, at most ``budget`` characters, in the text's order."""
+        return await self._requests.retrieve(name, text, question, budget)
+
     def run_card(self, name: str, params: dict[str, Any], telemetry: Telemetry) -> RunCard:
         """What produced a reply of ``name``'s engine, for the reply's run card."""
         return self._requests.run_card(name, params, telemetry)

@@ -50,20 +50,31 @@ def _error_colour() -> str:
 @dataclass
 class Pending:
     """An attachment in the composer: what was read, its count, and the reference the message gets
-    (a part of it, once the user chose to send the part that fits)."""
+    (a part of it, once the user chose to send the part that fits), or the characters its chunks most
+    related to the question may take (once the user chose retrieval)."""
 
     taken: Ingested
     count: TokenCount
     ref: AttachmentRef
+    budget: int | None = None
+
+    @property
+    def cut(self) -> bool:
+        """The user chose what of it goes."""
+        return self.ref.sent_chars is not None or self.budget is not None
 
 
-def _detail(ref: AttachmentRef, count: TokenCount | None) -> str:
+def _detail(ref: AttachmentRef, count: TokenCount | None, budget: int | None = None) -> str:
     if ref.kind is AttachmentKind.IMAGE:
         return "image"
     size = f"{ref.size:,} bytes" if ref.size < 1000 else human_size(ref.size)
     text = count.label() if count is not None else f"text, {size}"
     if ref.sent_chars is not None:
         text += f" · only the part that fits: first {ref.sent_chars:,} characters"
+    elif budget is not None:
+        text += f" · only its parts most related to the question: {budget:,} characters at most"
+    elif ref.sent_spans is not None:
+        text += f" · only {len(ref.sent_spans)} parts, found by retrieval"
     return text
 
 
@@ -145,8 +156,8 @@ class AttachmentChip(QFrame):
         self.thumbnail.show()
         self.icon.hide()
 
-    def set_count(self, count: TokenCount | None) -> None:
-        self.detail.setText(_detail(self.ref, count))
+    def set_count(self, count: TokenCount | None, budget: int | None = None) -> None:
+        self.detail.setText(_detail(self.ref, count, budget))
 
 
 class ChipRow(QWidget):
@@ -197,9 +208,14 @@ class AttachmentTray(QWidget):
         self.larger_button = QPushButton("Use a larger context", self)
         self.larger_button.setToolTip("Reload the model with a context the whole message fits in")
         self.larger_button.clicked.connect(lambda: self.larger_context_wanted.emit(self._needed))
+        self.retrieve_button = QPushButton("Send the parts related to the question", self)
+        self.retrieve_button.clicked.connect(self.send_related)
+        self.retrieve_button.hide()
+        self.embedder = ""  # the embeddings model retrieval uses; "" when there is none on disk
         choices = QHBoxLayout()
         choices.setContentsMargins(0, 0, 0, 0)
         choices.addWidget(self.fit_button)
+        choices.addWidget(self.retrieve_button)
         choices.addWidget(self.larger_button)
         choices.addStretch(1)
         self._choices = QWidget(self)
@@ -231,7 +247,7 @@ class AttachmentTray(QWidget):
         no longer here."""
         for pending, chip in zip(self.items, self.row.chips, strict=True):
             if pending.ref.sha256 == sha256:
-                pending.count, pending.ref = count, pending.taken.ref
+                pending.count, pending.ref, pending.budget = count, pending.taken.ref, None
                 chip.ref = pending.ref
                 chip.set_count(count)
                 self.say("")
@@ -256,7 +272,7 @@ class AttachmentTray(QWidget):
         """ "" when the attachments fit the context beside ``used`` tokens (the chat so far, the text
         being written, room for the reply); else what does not fit, said, with the choices shown."""
         context = next((p.count.context for p in self.items if p.count.context), None)
-        whole = [p for p in self.items if p.ref.sent_chars is None]
+        whole = [p for p in self.items if not p.cut]
         if context is None or not whole:
             return ""
         tokens = sum(p.count.tokens for p in self.items)
@@ -274,27 +290,47 @@ class AttachmentTray(QWidget):
         )
         self.say(text)
         self.fit_button.setEnabled(self._text_room() > 0)
+        self.retrieve_button.setEnabled(self._text_room() > 0)
+        self.retrieve_button.setVisible(bool(self.embedder))
+        self.retrieve_button.setToolTip(
+            f"Send the chunks of the file most related to your message, found with {self.embedder}"
+            " (loaded for it under the loading policy); the message says so"
+        )
         self._choices.show()
         return text
 
     def send_part(self) -> None:
         """Send of each text attachment the share that fits (images go whole); the chips say so."""
+        if self._choose(related=False):
+            self.say("Only the part that fits will be sent; the message names it as such.", error=False)
+
+    def send_related(self) -> None:
+        """Send of each text attachment its chunks most related to the question, as many as fit."""
+        if self._choose(related=True):
+            self.say(
+                f"Only the parts most related to your message will be sent, found with {self.embedder}"
+                " when you send it; the message names them as such.",
+                error=False,
+            )
+
+    def _choose(self, *, related: bool) -> bool:
         room = self._text_room()
-        texts = [p for p in self.items if p.ref.kind is AttachmentKind.TEXT]
-        tokens = sum(p.count.tokens for p in texts)
+        tokens = sum(p.count.tokens for p in self.items if p.ref.kind is AttachmentKind.TEXT)
         if room <= 0 or not tokens:
-            return
+            return False
         for pending, chip in zip(self.items, self.row.chips, strict=True):
             if pending.ref.kind is AttachmentKind.TEXT:
                 fit = fit_in_context(
                     pending.count, len(pending.taken.text), pending.count.tokens * room // tokens
                 )
                 if fit is not None:
-                    pending.ref = pending.taken.ref.partial(fit.fitting_chars)
+                    whole = pending.taken.ref
+                    pending.ref = whole if related else whole.partial(fit.fitting_chars)
+                    pending.budget = fit.fitting_chars if related else None
                     chip.ref = pending.ref
-                    chip.set_count(pending.count)
-        self.say("Only the part that fits will be sent; the message names it as such.", error=False)
+                    chip.set_count(pending.count, pending.budget)
         self.changed.emit()
+        return True
 
     def _text_room(self) -> int:
         images = sum(p.count.tokens for p in self.items if p.ref.kind is AttachmentKind.IMAGE)

@@ -148,7 +148,9 @@ class ChatPane(QWidget):
     send_requested = Signal(str, list, dict)  # conversation id, OpenAI messages, sampling params
     attach_requested = Signal(str)  # a file's path: to be read and counted (``add_attachment``)
     attach_data_requested = Signal(str, bytes)  # a pasted image: its name and PNG bytes
-    keep_requested = Signal(list)  # [Ingested]: keep them, then the message goes (``attachments_kept``)
+    # [(Ingested, its AttachmentRef, a budget or None)], the question, the embeddings model: keep them
+    # (one with a budget as its parts related to the question); the message goes on ``attachments_kept``
+    keep_requested = Signal(list, str, str)
     attachments_shown = Signal(list)  # [AttachmentRef] in the transcript: their bytes are wanted
     context_wanted = Signal(int)  # tokens of context the message with its attachments needs
     stop_requested = Signal()
@@ -347,7 +349,8 @@ class ChatPane(QWidget):
             return
         self.state = PaneState.KEEPING
         self._update_actions()
-        self.keep_requested.emit([p.taken for p in self.tray.items])
+        items = [(p.taken, p.ref, p.budget) for p in self.tray.items]
+        self.keep_requested.emit(items, text, self.tray.embedder)
 
     def _send(
         self, text: str, refs: list[AttachmentRef] | None = None, data: dict[str, bytes] | None = None
@@ -435,12 +438,15 @@ class ChatPane(QWidget):
             self._update_actions()
         self.tray.say(why)
 
-    def attachments_kept(self) -> None:
-        """The attachments are kept: the message goes with them."""
+    def set_embedder(self, name: str) -> None:
+        """The embeddings model a file's parts related to the question can be found with ("": none)."""
+        self.tray.embedder = name
+
+    def attachments_kept(self, refs: list[AttachmentRef]) -> None:
+        """The attachments are kept (``refs``: the tray's, as they go): the message goes with them."""
         if self.state is not PaneState.KEEPING:
             return
         self.state = PaneState.IDLE
-        refs = [p.ref for p in self.tray.items]
         data = {p.ref.sha256: p.taken.data for p in self.tray.items}
         self.tray.clear()
         self._send(self.composer.toPlainText().strip(), refs, data)
