@@ -55,6 +55,7 @@ def shoot(out: Path, scheme: str) -> None:
     pane.show_conversation("shots", "Quarterly review", "", [question, answer])
     for taken in (photo, pdf):
         pane.show_attachment_data(taken.ref.sha256, taken.data)
+    pane.set_embedder("nomic-embed-text-v1-GGUF")
     pane.add_attachment(chart, TokenCount(256, exact=False, context=8192))
     pane.add_attachment(book, TokenCount(151_234, exact=True, context=8192))
     pane.composer.setPlainText("Summarise the book and explain the chart")

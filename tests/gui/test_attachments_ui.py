@@ -15,7 +15,7 @@ from PySide6.QtWidgets import QApplication, QFileDialog
 from pytestqt.qtbot import QtBot
 
 from app.core.attachments import AttachmentKind, TokenCount
-from app.core.chat import MessageState
+from app.core.chat import ChatMessage, MessageState
 from app.store.attachments import ingest
 from app.store.settings import Settings, save_settings
 from app.ui.chat.pane import ChatPane, PaneState
@@ -359,3 +359,22 @@ def test_stopping_while_the_attachments_are_kept_sends_nothing(qtbot: QtBot, tmp
     assert sent == [] and stops == []
     assert [p.ref.name for p in pane.tray.items] == ["a.txt"]  # still there, to send again
     pane.new_conversation()  # and a new chat while keeping is no crash either
+
+
+def test_a_chat_holding_images_does_not_go_to_a_model_without_vision(qtbot: QtBot, tmp_path: Path) -> None:
+    pane = make_pane(qtbot)
+    photo = ingest(write_image(tmp_path / "photo.png", 8, 8))
+    question = ChatMessage("user", "what is it?", attachments=[photo.ref])
+    pane.show_conversation("c", "Photo", "", [question, ChatMessage("assistant", "a photo")])
+    refusal = "plain cannot take images: it has no vision projector (mmproj)."
+    pane.set_vision(refusal)
+    sent: list[object] = []
+    pane.send_requested.connect(lambda *args: sent.append(args))
+    pane.composer.setPlainText("and now?")
+    pane.submit()
+    pane.regenerate()
+    assert sent == [] and len(pane.messages()) == 2
+    assert pane.tray.notice.text() == f"This chat holds images. {refusal} Or start a new chat."
+    pane.set_vision("")
+    with qtbot.waitSignal(pane.send_requested):
+        pane.submit()

@@ -338,6 +338,8 @@ class ChatPane(QWidget):
         text = self.composer.toPlainText().strip()
         if (not text and not self.tray.items) or self.state is not PaneState.IDLE:
             return
+        if self._images_refused():
+            return
         if not self.tray.items:
             self._send(text)
             return
@@ -469,8 +471,21 @@ class ChatPane(QWidget):
         views = self.transcript.views()
         if self.state is not PaneState.IDLE or not views or views[-1].message.role != "assistant":
             return
+        if self._images_refused():
+            return
         self.transcript.remove_from(len(views) - 1)
         self._request_reply()
+
+    def _images_refused(self) -> bool:
+        """The chat so far holds images and the model it goes to takes none: said, and nothing goes
+        (the engine would refuse the whole request)."""
+        views = self.transcript.views()
+        if self._vision_refusal and any(
+            ref.kind is AttachmentKind.IMAGE for view in views for ref in view.message.attachments
+        ):
+            self.tray.say(f"This chat holds images. {self._vision_refusal} Or start a new chat.")
+            return True
+        return False
 
     def edit(self, index: int) -> None:
         if self.state is not PaneState.IDLE:
