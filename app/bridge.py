@@ -17,20 +17,30 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
 from app.client.events import ChatDelta
+from app.core.attachments import (
+    IMAGE_TOKENS_ESTIMATE,
+    AttachmentKind,
+    AttachmentRef,
+    TokenCount,
+    estimate_tokens,
+    vision_refusal,
+)
 from app.core.backends import BackendKey
 from app.core.bench import BenchSpec
 from app.core.engine_state import EngineState
-from app.core.errors import FitError, LemonDeskError
+from app.core.errors import AttachmentError, FitError, LemonDeskError
 from app.core.mcp import McpServerSpec
 from app.core.remotes import RemoteModelStatus, is_remote_model
 from app.core.tools import Permission, ToolCallFinished, ToolCallStarted, ToolRequest
+from app.store.attachments import AttachmentStore, Ingested, expand_messages, ingest, ingest_data, still_there
+from app.store.history import attachment_store
 from app.store.mcp_servers import read_mcp_json
 from app.store.model_options import ModelOptions
 from app.store.settings import Settings
@@ -104,10 +114,20 @@ class Bridge(QObject):
     remote_added = Signal(str)  # a remote's name, once kept (its key in the keychain)
     remote_failed = Signal(str)  # why a remote could not be added or removed
     router_ready = Signal()  # start() made the router: intents reach it from now on
+    attachment_ready = Signal(object, object)  # Ingested, TokenCount: a file read (and counted) for a message
+    attachment_refused = Signal(str)  # why a file was not attached, or why the composer's message did not go
+    attachments_kept = Signal(
+        list
+    )  # [AttachmentRef]: the composer's attachments are kept; its message may go
+    attachment_read = Signal(str, object)  # a kept attachment's sha256, its bytes or Unreadable
+    attachment_counted = Signal(str, object)  # sha256, TokenCount: counted again (the model loaded)
 
-    def __init__(self, settings: Settings, parent: QObject | None = None) -> None:
+    def __init__(
+        self, settings: Settings, parent: QObject | None = None, attachments: AttachmentStore | None = None
+    ) -> None:
         super().__init__(parent)
         self._settings = settings
+        self._attachments = attachments or attachment_store()
         self._router: Router | None = None  # made by start()
         self._unsubscribe = lambda: None
         self.warnings: list[str] = []  # the router's, once started
@@ -525,12 +545,14 @@ class Bridge(QObject):
     async def _stream(
         self,
         target: str,
-        messages: list[dict[str, str]],
+        messages: list[dict[str, Any]],
         params: dict[str, Any],
         conversation: str | None,
         servers: list[str] | None,
     ) -> None:
         self.reply_started.emit()  # before a load on demand, which may take a while
+        if any("attachments" in m for m in messages):  # the kept files are read in a worker thread
+            messages = await asyncio.to_thread(expand_messages, self._attachments, messages)
         try:
             async for event in self.router.chat_with_tools(
                 target, messages, ask=self._ask_tool, servers=servers, conversation=conversation, **params
@@ -595,6 +617,116 @@ class Bridge(QObject):
         except LemonDeskError as err:
             self.mcp_failed.emit(str(err))
         self.mcp_changed.emit(self.router.mcp.servers())
+
+    # --- attachments ----------------------------------------------------------------------------------
+
+    def vision_refusal(self, model: str | None = None) -> str:
+        """ "" when the model a message meant for ``model`` (else the selected one) goes to takes images;
+        else why not, naming one that does: the library's first, then the catalog's."""
+        target = self.chat_target(model) if self.started else ""
+        if is_remote_model(target):
+            return ""  # what a remote's model takes is for it to say: it refuses an image it cannot see
+        view = self._views.get(target)
+        ranked = sorted(self._views.values(), key=lambda v: (not v.sees_images, not v.on_disk, v.name))
+        seeing = [v.name for v in ranked if v.sees_images or "vision" in v.model.labels]
+        return vision_refusal(target, view is not None and view.sees_images, seeing)
+
+    def attach(self, path: str, model: str) -> asyncio.Task[None]:
+        """Read a file for the composer (in a worker thread) and count its tokens as the model meant
+        (``model``, else the selected one) counts them; ``attachment_ready`` or ``attachment_refused``."""
+        return self.spawn(self._attach(lambda: ingest(Path(path)), model))
+
+    def attach_data(self, name: str, data: bytes, model: str) -> asyncio.Task[None]:
+        """``attach`` for bytes with no file (a pasted image)."""
+        return self.spawn(self._attach(lambda: ingest_data(name, data), model))
+
+    async def _attach(self, read: Callable[[], Ingested], model: str) -> None:
+        try:
+            taken = await asyncio.to_thread(read)
+        except AttachmentError as err:
+            self.attachment_refused.emit(str(err))
+            return
+        if taken.ref.kind is AttachmentKind.IMAGE:
+            count = TokenCount(IMAGE_TOKENS_ESTIMATE, exact=False)
+        else:
+            target = self.chat_target(model) if self.started else ""
+            count = (
+                await self.router.count_tokens(target, taken.text) if target else estimate_tokens(taken.text)
+            )
+        self.attachment_ready.emit(taken, count)
+
+    def recount(self, taken: list[Ingested], model: str) -> asyncio.Task[None]:
+        """Count the composer's files again (the model they go to loaded, maybe with another context):
+        ``attachment_counted`` for each."""
+        return self.spawn(self._recount(taken, model))
+
+    async def _recount(self, taken: list[Ingested], model: str) -> None:
+        target = self.chat_target(model)
+        for item in taken:
+            if target and item.ref.kind is AttachmentKind.TEXT:
+                self.attachment_counted.emit(
+                    item.ref.sha256, await self.router.count_tokens(target, item.text)
+                )
+
+    def embedder(self) -> str:
+        """The embeddings model retrieval uses: the first on disk, "" when there is none."""
+        return next((v.name for v in self.rows() if v.on_disk and "embeddings" in v.model.labels), "")
+
+    def keep_attachments(
+        self, items: list[tuple[Ingested, AttachmentRef, int | None]], question: str = "", embedder: str = ""
+    ) -> asyncio.Task[None]:
+        """Before the composer's message goes: each file (what was read, the reference the message
+        gets, a budget or None) must still be where it was attached from; then its content is kept (once,
+        by hash). One with a budget (characters) goes as its chunks most related to ``question``, found
+        with ``embedder``. ``attachments_kept`` with the references as they go, or ``attachment_refused``."""
+        return self.spawn(self._keep(items, question, embedder))
+
+    async def _keep(
+        self, items: list[tuple[Ingested, AttachmentRef, int | None]], question: str, embedder: str
+    ) -> None:
+        taken = [item for item, _ref, _budget in items]
+
+        def keep() -> str:
+            gone = next((why for item in taken if (why := still_there(item))), "")
+            if not gone:
+                for item in taken:
+                    self._attachments.put(item.data)
+            return gone
+
+        try:
+            why = await asyncio.to_thread(keep)
+        except OSError as err:
+            why = (
+                f"The attachments could not be kept in {self._attachments.root} ({err.strerror}). "
+                "Free some disk space there, then send again."
+            )
+        if why:
+            self.attachment_refused.emit(why)
+            return
+        refs = []
+        for item, ref, budget in items:
+            if budget is None:
+                refs.append(ref)
+                continue
+            try:
+                spans = await self.router.retrieve(embedder, item.text, question, budget)
+            except LemonDeskError as err:
+                self.attachment_refused.emit(
+                    f"The parts of {item.ref.name} could not be found with {embedder}: {err}"
+                )
+                return
+            refs.append(ref.retrieved(spans))
+        self.attachments_kept.emit(refs)
+
+    def read_attachments(self, refs: list[AttachmentRef]) -> asyncio.Task[None]:
+        """Read kept attachments for the transcript (thumbnails; damaged or missing ones are said):
+        ``attachment_read`` for each."""
+        return self.spawn(self._read_attachments({ref.sha256 for ref in refs}))
+
+    async def _read_attachments(self, hashes: set[str]) -> None:
+        found = await asyncio.to_thread(lambda: {sha: self._attachments.read(sha) for sha in hashes})
+        for sha, data in found.items():
+            self.attachment_read.emit(sha, data)
 
     # --- telemetry and bench ----------------------------------------------------------------------------
 

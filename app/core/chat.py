@@ -6,6 +6,7 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any
 
+from app.core.attachments import AttachmentRef
 from app.core.numbers import finite
 
 
@@ -26,6 +27,7 @@ class ChatMessage:
     error: str = ""  # why a FAILED reply failed, in words for the user
     run_card: dict[str, Any] | None = None  # the RunCard fields of the reply (app.core.runcard), by name
     tool_calls: list[dict[str, Any]] = field(default_factory=list)  # ToolCallFinished.to_json() of each
+    attachments: list[AttachmentRef] = field(default_factory=list)  # a user message's files and images
 
 
 def format_telemetry(telemetry: dict[str, Any]) -> str:

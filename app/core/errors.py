@@ -8,6 +8,7 @@ LemonDeskError                  what happened + what to do (``hint``)
 │   └── ChecksumError           what arrived is not what was expected (deleted)
 ├── InstallError                download / verify / unpack of an engine failed
 ├── StorageError                a file the app keeps could not be written (disk full, read-only)
+├── AttachmentError             a file the user attached cannot be sent (gone, binary, not for this model)
 ├── ModelError                  a model reference, file or download is unusable
 │   └── HubUnreachableError     the Hugging Face Hub did not answer (or not readably, or failed: 5xx)
 │       └── HubBusyError        the Hub asks the app to wait before asking again (429)
@@ -67,6 +68,10 @@ class InstallError(LemonDeskError):
 class StorageError(LemonDeskError):
     """A file the app keeps (the chat history, options, collections, remotes, user models, bench results)
     could not be written: the disk is full or read-only (``app.store.saving``)."""
+
+
+class AttachmentError(LemonDeskError):
+    """A file the user attached cannot be taken or sent: gone, unreadable, binary, or not for this model."""
 
 
 class ModelError(LemonDeskError):

@@ -6,6 +6,9 @@ throttles those updates). Full-text search uses FTS5 when SQLite has it, ``LIKE`
 A file that is not a database, or one whose pages are damaged (``PRAGMA quick_check``: tens of ms for
 tens of MB, at start), is set aside (kept, never deleted) and a new one is started.
 
+A message's attachments are rows of ``message_attachments`` (schema v4) naming files kept once each by
+hash (``app.store.attachments``, beside the database); a file goes when the last row naming it does.
+
 SQLite keeps whatever a damaged file or a hand-edit put in a column (NULL, a blob, text for a time), so
 rows are read with care: such text is read as text, such a time as 0, figures or a run card that cannot
 be read as none, and a message whose role is neither user nor assistant is left out; each in the log.
@@ -14,28 +17,31 @@ be read as none, and a message whose role is neither user nor assistant is left 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
 import re
 import sqlite3
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
+from app.core.attachments import AttachmentKind, AttachmentRef
 from app.core.chat import MessageState
-from app.core.errors import StorageError
+from app.core.errors import LemonDeskError, StorageError
 from app.core.numbers import finite
 from app.core.runcard import RunCard
+from app.store.attachments import AttachmentStore, export_name
 from app.store.files import atomic_write_bytes, set_aside
 from app.store.paths import home
 
 P = ParamSpec("P")
 R = TypeVar("R")
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 DEFAULT_TITLE = "New chat"
 ROLES = ("user", "assistant")  # what the chat pane keeps; the system prompt is the conversation's
 log = logging.getLogger(__name__)
@@ -63,6 +69,7 @@ class StoredMessage:
     tool_calls: tuple[
         dict[str, Any], ...
     ] = ()  # a reply's tool calls, as ToolCallFinished.to_json() has them
+    attachments: tuple[AttachmentRef, ...] = ()  # files and images a user message carries
 
 
 @dataclass(frozen=True)
@@ -108,8 +115,20 @@ _RUN_CARD_V2 = "ALTER TABLE messages ADD COLUMN run_card TEXT"
 # v3: a reply's tool calls (MCP tools run in its turn: name, arguments, outcome, result, time) as JSON.
 _TOOL_CALLS_V3 = "ALTER TABLE messages ADD COLUMN tool_calls TEXT"
 
+# v4: the attachments a message refers to (kept once each by hash in app.store.attachments).
+_ATTACHMENTS_V4 = """
+        CREATE TABLE message_attachments (
+            message_id INTEGER NOT NULL REFERENCES messages(id) ON DELETE CASCADE,
+            position INTEGER NOT NULL,
+            sha256 TEXT NOT NULL,
+            ref TEXT NOT NULL,
+            PRIMARY KEY (message_id, position)
+        );
+        CREATE INDEX message_attachments_by_hash ON message_attachments(sha256)
+"""
+
 # MIGRATIONS[n] is the SQL that takes a database at schema version n to n + 1.
-MIGRATIONS: list[str] = [_SCHEMA_V1, _RUN_CARD_V2, _TOOL_CALLS_V3]
+MIGRATIONS: list[str] = [_SCHEMA_V1, _RUN_CARD_V2, _TOOL_CALLS_V3, _ATTACHMENTS_V4]
 
 _FTS_SCHEMA = """
 CREATE VIRTUAL TABLE messages_fts USING fts5(content, reasoning, content='messages', content_rowid='id');
@@ -143,6 +162,11 @@ INSERT INTO titles_fts(titles_fts) VALUES ('rebuild');
 
 def history_path() -> Path:
     return home() / "history.sqlite3"
+
+
+def attachment_store(history: Path | None = None) -> AttachmentStore:
+    """Where the attachments of the history at ``history`` (default: the app's) are kept."""
+    return AttachmentStore((history or history_path()).parent / "attachments")
 
 
 def _fts5_available(db: sqlite3.Connection) -> bool:
@@ -276,6 +300,7 @@ class History:
     def __init__(self, path: Path | None = None) -> None:
         self.path = path or history_path()
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.attachments = attachment_store(self.path)
         self.warning = ""  # what went wrong opening the file, for the user
         try:
             self._db = self._open()
@@ -372,6 +397,8 @@ class History:
             "SELECT * FROM messages WHERE conversation_id = ? ORDER BY position", (conversation_id,)
         )
         messages = [message for m in rows if (message := _message(m)) is not None]
+        refs = self._refs(conversation_id)
+        messages = [dataclasses.replace(m, attachments=refs[m.id]) if m.id in refs else m for m in messages]
         return Conversation(
             row["id"],
             _text(row["title"]),
@@ -397,7 +424,11 @@ class History:
 
     @_writes
     def delete(self, conversation_id: str) -> None:
-        self._db.execute("DELETE FROM conversations WHERE id = ?", (conversation_id,))
+        """Delete the conversation, and the attachments no other chat refers to."""
+        with self._transaction() as db:
+            hashes = self._hashes(db, "m.conversation_id = ?", (conversation_id,))
+            db.execute("DELETE FROM conversations WHERE id = ?", (conversation_id,))
+        self._drop_unused(hashes)
 
     def search(self, query: str) -> list[ConversationSummary]:
         """Conversations whose title or any message holds every word of ``query`` (as a prefix)."""
@@ -503,25 +534,88 @@ class History:
         self._db.execute(f"UPDATE messages SET {', '.join(sets)} WHERE id = ?", (*params, message_id))
 
     @_writes
-    def sync_messages(self, conversation_id: str, messages: Sequence[tuple[str, str]]) -> None:
-        """Make the conversation's messages ``messages`` (role, content): keep the common prefix, replace
-        the rest. Regenerate and edit-and-resend drop what followed the changed message this way."""
+    def sync_messages(
+        self,
+        conversation_id: str,
+        messages: Sequence[tuple[str, str]],
+        attachments: Sequence[Sequence[AttachmentRef]] = (),
+    ) -> None:
+        """Make the conversation's messages ``messages`` (role, content), the first ones carrying
+        ``attachments`` (one sequence per message, in order, kept in ``self.attachments`` already): keep
+        the common prefix, replace the rest. Regenerate and edit-and-resend drop what followed the changed
+        message this way; an attachment no message refers to any more is deleted."""
         now = time.time()
+        wanted = [tuple(refs) for refs in attachments] + [()] * max(0, len(messages) - len(attachments))
         with self._transaction() as db:
             stored = db.execute(
-                "SELECT position, role, content FROM messages WHERE conversation_id = ? ORDER BY position",
+                "SELECT id, position, role, content FROM messages WHERE conversation_id = ?"
+                " ORDER BY position",
                 (conversation_id,),
             ).fetchall()
+            refs = self._refs(conversation_id)
             keep = 0
-            for row, (role, content) in zip(stored, messages, strict=False):
-                if (row["role"], row["content"]) != (role, content):
+            for row, (role, content), carried in zip(stored, messages, wanted, strict=False):
+                if (row["role"], row["content"], refs.get(row["id"], ())) != (role, content, carried):
                     break
                 keep += 1
+            dropped = self._hashes(db, "m.conversation_id = ? AND m.position >= ?", (conversation_id, keep))
             db.execute(
                 "DELETE FROM messages WHERE conversation_id = ? AND position >= ?", (conversation_id, keep)
             )
-            for role, content in messages[keep:]:
-                self._insert(db, conversation_id, role, content, "", MessageState.COMPLETE, now)
+            for (role, content), carried in zip(messages[keep:], wanted[keep:], strict=True):
+                message_id = self._insert(db, conversation_id, role, content, "", MessageState.COMPLETE, now)
+                db.executemany(
+                    "INSERT INTO message_attachments (message_id, position, sha256, ref) VALUES (?, ?, ?, ?)",
+                    [(message_id, i, r.sha256, json.dumps(r.to_json())) for i, r in enumerate(carried)],
+                )
+        self._drop_unused(dropped)
+
+    # Attachments
+
+    def _refs(self, conversation_id: str) -> dict[int, tuple[AttachmentRef, ...]]:
+        """The attachments of the conversation's messages, by message id; a reference that cannot be
+        read (a hand-edit, a damaged page) is left out, in the log."""
+        rows = self._db.execute(
+            "SELECT a.message_id, a.ref FROM message_attachments a JOIN messages m ON m.id = a.message_id"
+            " WHERE m.conversation_id = ? ORDER BY a.message_id, a.position",
+            (conversation_id,),
+        )
+        found: dict[int, list[AttachmentRef]] = {}
+        for row in rows:
+            try:
+                ref = AttachmentRef.from_json(json.loads(_text(row["ref"])))
+            except (ValueError, RecursionError, AttributeError) as err:
+                log.warning("Left out an attachment of message %s in the chat history: %s.", row[0], err)
+                continue
+            found.setdefault(row["message_id"], []).append(ref)
+        return {message_id: tuple(refs) for message_id, refs in found.items()}
+
+    def attachments_of(self, conversation_id: str) -> list[AttachmentRef]:
+        """Every attachment of the conversation, once each, in the order they were attached."""
+        seen: dict[str, AttachmentRef] = {}
+        for refs in self._refs(conversation_id).values():
+            for ref in refs:
+                seen.setdefault(ref.sha256, ref)
+        return list(seen.values())
+
+    @staticmethod
+    def _hashes(db: sqlite3.Connection, where: str, params: tuple[Any, ...]) -> set[str]:
+        rows = db.execute(
+            "SELECT DISTINCT a.sha256 FROM message_attachments a JOIN messages m ON m.id = a.message_id"
+            f" WHERE {where}",
+            params,
+        )
+        return {_text(row[0]) for row in rows}
+
+    def _drop_unused(self, hashes: set[str]) -> None:
+        """Delete the kept files of ``hashes`` that no message refers to any more."""
+        for sha in hashes:
+            if self._db.execute("SELECT 1 FROM message_attachments WHERE sha256 = ?", (sha,)).fetchone():
+                continue
+            try:
+                self.attachments.remove(sha)
+            except (OSError, LemonDeskError) as err:  # kept: a file left over is no harm
+                log.warning("Could not delete the unused attachment %s: %s", sha, err)
 
     def recent_telemetry(self, since: float) -> list[tuple[float, dict[str, Any]]]:
         """(when, telemetry) of every reply with figures since ``since`` (seconds since the epoch), oldest
@@ -537,11 +631,27 @@ class History:
     # Export
 
     def export_markdown(self, conversation_id: str, path: Path) -> None:
-        atomic_write_bytes(path, to_markdown(self._require(conversation_id)).encode())
+        conversation = self._require(conversation_id)
+        files = self._export_attachments(conversation, path)
+        atomic_write_bytes(path, to_markdown(conversation, files).encode())
 
     def export_json(self, conversation_id: str, path: Path) -> None:
-        data = json.dumps(to_json(self._require(conversation_id)), indent=2, ensure_ascii=False) + "\n"
+        conversation = self._require(conversation_id)
+        files = self._export_attachments(conversation, path)
+        data = json.dumps(to_json(conversation, files), indent=2, ensure_ascii=False) + "\n"
         atomic_write_bytes(path, data.encode())
+
+    def _export_attachments(self, conversation: Conversation, path: Path) -> dict[str, str]:
+        """Copy the conversation's attachments into ``<export name>-attachments/`` beside the export;
+        returns each copied one's file, relative to the export, by hash (one unreadable is left out)."""
+        folder = path.with_name(f"{path.stem}-attachments")
+        files: dict[str, str] = {}
+        for ref in {r.sha256: r for m in conversation.messages for r in m.attachments}.values():
+            data = self.attachments.read(ref.sha256)
+            if isinstance(data, bytes):
+                atomic_write_bytes(folder / export_name(ref), data)
+                files[ref.sha256] = f"{folder.name}/{export_name(ref)}"
+        return files
 
     def _require(self, conversation_id: str) -> Conversation:
         conversation = self.conversation(conversation_id)
@@ -553,7 +663,22 @@ class History:
 _ROLE_HEADINGS = {"user": "You", "assistant": "Assistant", "system": "System"}
 
 
-def to_markdown(conversation: Conversation) -> str:
+def _attachment_lines(message: StoredMessage, files: Mapping[str, str]) -> str:
+    lines = []
+    for ref in message.attachments:
+        file = files.get(ref.sha256)
+        if file is None:
+            lines.append(f"- Attached: {ref.name} (its file is missing or damaged in the app's folder)")
+        elif ref.kind is AttachmentKind.IMAGE:
+            lines.append(f"- Attached: ![{ref.name}](<{file}>)")
+        else:
+            part = " (only the part that fit the context was sent)" if ref.sent_chars is not None else ""
+            lines.append(f"- Attached: [{ref.name}](<{file}>){part}")
+    return "\n".join(lines) + "\n"
+
+
+def to_markdown(conversation: Conversation, files: Mapping[str, str] | None = None) -> str:
+    """``files``: the exported attachments' files by hash (``History._export_attachments``)."""
     parts = [f"# {conversation.title}\n"]
     if conversation.model:
         parts.append(f"Model: `{conversation.model}`\n")
@@ -566,6 +691,8 @@ def to_markdown(conversation: Conversation) -> str:
             parts.append(f"> **Reasoning**\n>\n{quoted}\n")
         parts.extend(_tool_call_markdown(call) for call in message.tool_calls)
         parts.append(f"{message.content}\n")
+        if message.attachments:
+            parts.append(_attachment_lines(message, files or {}))
         if message.state is not MessageState.COMPLETE:
             parts.append(f"*({message.state.value}{': ' + message.error if message.error else ''})*\n")
         if message.run_card:
@@ -580,7 +707,12 @@ def _tool_call_markdown(call: dict[str, Any]) -> str:
     return f"{head}\n>\n> `{arguments}`\n>\n{result}\n"
 
 
-def to_json(conversation: Conversation) -> dict[str, Any]:
+def _attachments_json(message: StoredMessage, files: Mapping[str, str]) -> list[dict[str, Any]]:
+    return [{**ref.to_json(), "file": files.get(ref.sha256)} for ref in message.attachments]
+
+
+def to_json(conversation: Conversation, files: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """``files``: the exported attachments' files by hash; an attachment without one has ``file: null``."""
     return {
         "id": conversation.id,
         "title": conversation.title,
@@ -599,6 +731,7 @@ def to_json(conversation: Conversation) -> dict[str, Any]:
                 "created_at": m.created_at,
                 "run_card": m.run_card,
                 "tool_calls": list(m.tool_calls),
+                **({"attachments": _attachments_json(m, files or {})} if m.attachments else {}),
             }
             for m in conversation.messages
         ],

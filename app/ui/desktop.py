@@ -138,7 +138,7 @@ class DesktopApp(QObject):
         self.keeper.error.connect(self._warn)
         if self.history.warning:
             self._warn(self.history.warning)
-        self.bridge = Bridge(self.settings, self)
+        self.bridge = Bridge(self.settings, self, self.history.attachments)
         self.started = True
         self._connect_bridge()
         self.bridge.spawn(self._start_bridge())
@@ -210,6 +210,7 @@ class DesktopApp(QObject):
             lambda views: chat.set_tool_servers([v.spec.name for v in views if v.state is McpState.READY])
         )
         chat.stop_requested.connect(bridge.stop_reply)
+        self._connect_attachments()
         models.model_selected.connect(self._model_selected)
         models.load_requested.connect(lambda name: bridge.load(name))
         models.load_without_requested.connect(lambda name, lost: bridge.load(name, without=lost))
@@ -234,6 +235,31 @@ class DesktopApp(QObject):
         self.tray.unload_requested.connect(bridge.unload)
         self.tray.unload_all_requested.connect(bridge.unload_all)
         self.tray.pin_requested.connect(bridge.set_pinned)
+
+    def _connect_attachments(self) -> None:
+        bridge, chat = self.bridge, self.window.chat
+        chat.attach_requested.connect(lambda path: bridge.attach(path, bridge.selected))
+        chat.attach_data_requested.connect(lambda name, data: bridge.attach_data(name, data, bridge.selected))
+        chat.keep_requested.connect(bridge.keep_attachments)
+        bridge.models_changed.connect(lambda _rows: chat.set_embedder(bridge.embedder()))
+        chat.attachments_shown.connect(bridge.read_attachments)
+        chat.context_wanted.connect(self._propose_context)
+        bridge.attachment_ready.connect(chat.add_attachment)
+        bridge.attachment_refused.connect(chat.refuse_attachment)
+        bridge.attachments_kept.connect(chat.attachments_kept)
+        bridge.attachment_read.connect(chat.show_attachment_data)
+        bridge.attachment_counted.connect(chat.set_attachment_count)
+        bridge.models_changed.connect(lambda _rows: chat.set_vision(bridge.vision_refusal()))
+
+    def _propose_context(self, tokens: int) -> None:
+        """The message needs a larger context: the options panel proposes one (a power of two) for the
+        user to load the model with."""
+        context = self.window.options.propose_context(tokens)
+        self.window.chat.tray.say(
+            f"The model's options now ask for a context of {context:,} tokens: press Load to load it "
+            "with that context (its fit is shown there), then send.",
+            error=False,
+        )
 
     def _connect_first_run_and_downloads(self) -> None:
         bridge, window = self.bridge, self.window
@@ -284,11 +310,13 @@ class DesktopApp(QObject):
     def _model_selected(self, name: str) -> None:
         if self.window.models.remote_row(name) is not None:
             self.bridge.selected = name  # chat goes to its remote; it has no options here
+            self.window.chat.set_vision(self.bridge.vision_refusal())
             return
         row = self.window.models.row(name)
         if row is None:
             return
         self.bridge.selected = name
+        self.window.chat.set_vision(self.bridge.vision_refusal())
         options = self.bridge.options(name)
         self.window.options.show_model(row, options)
         self.window.logs.show_engine(name, *self.bridge.engine_log(name))
@@ -302,6 +330,8 @@ class DesktopApp(QObject):
             self.window.logs.show_engine(name, *self.bridge.engine_log(name))
         if not self.bridge.loaded():
             self.window.show_usage(0.0, 0)
+        if event.state.value == "ready" and name == self.bridge.chat_target() and self.window.chat.tray.items:
+            self.bridge.recount([p.taken for p in self.window.chat.tray.items], self.bridge.selected)
 
     def _usage(self, usage: EngineUsage) -> None:
         if usage.model == self.bridge.chat_target():

@@ -226,6 +226,14 @@ class OptionsPanel(QWidget):
         self.load_button.setEnabled(not busy and self._args_ok())
         self.load_button.setToolTip("" if row.on_disk else "Downloads the model first, then loads it")
 
+    def propose_context(self, tokens: int) -> int:
+        """Set the context to the smallest power of two of at least ``tokens`` (within the slider's
+        range); returns it. Nothing is saved or loaded until the user says so."""
+        context = 2 ** max(CTX_MIN_LOG2, min(CTX_MAX_LOG2, math.ceil(math.log2(max(tokens, 1)))))
+        self.ctx_auto.setChecked(False)
+        self.ctx_slider.setValue(slider_from_ctx(context))
+        return ctx_from_slider(self.ctx_slider.value())
+
     def current(self) -> ModelOptions:
         """The options as shown; those the panel does not show (the local API's ``reasoning_format``)
         stay as they were saved."""

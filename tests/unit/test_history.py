@@ -333,7 +333,7 @@ def test_a_version_2_database_gains_tool_calls_kept_and_exported(tmp_path: Path)
         conversation = history.conversation("c")
         assert conversation is not None
         assert conversation.messages[0].tool_calls == (CALL,)
-        assert history._db.execute("PRAGMA user_version").fetchone()[0] == 3
+        assert history._db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
     finally:
         history.close()
     assert to_json(conversation)["messages"][0]["tool_calls"] == [CALL]

@@ -125,7 +125,6 @@ def test_a_server_that_cannot_start_fails_after_its_restarts_with_its_last_words
         host = McpHost(seen.append, backoff_s=FAST)
         await host.put(stdio_spec("broken", "--crash-at-start"))
         host.start()
-        assert not await host.wait_ready(["broken"], 60) or True
         while host.server("broken").state is not McpState.FAILED:
             await asyncio.sleep(0.02)
         await host.shutdown()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import time
@@ -34,6 +35,7 @@ RESTART_BACKOFF_S = (1.0, 5.0, 30.0)  # before the 1st, 2nd, 3rd+ start again in
 RESTART_LIMIT = 4  # failures in a row before it is left FAILED
 STOP_GRACE_S = 3.0  # SIGTERM, then this long, then SIGKILL
 LIST_TIMEOUT_S = 30.0  # for its handshake and its tool list
+EXIT_GRACE_S = 2.0  # a server whose connection failed: how long its own exit may trail its closed pipe
 HTTP_TIMEOUT_S = 30.0
 LAST_WORDS = 20  # lines of its stderr kept in a failure's message
 
@@ -239,14 +241,19 @@ class McpServer:
             return streamable_http_client(spec.url, http_client=http), None
         child = ChildProcess(f"mcp-{spec.name}", self._log_path)
         self.child = child
-        stack.push_async_callback(self._stop_child, child)
+        stack.push_async_exit(functools.partial(self._stop_child, child))
         await child.spawn([spec.command, *spec.args], {**self._base_env, **spec.env}, protocol=True)
         assert child.exited is not None
         return child_transport(child), child.exited
 
-    async def _stop_child(self, child: ChildProcess) -> None:
-        if child.exited is not None and child.exited.done():
-            self._exit_code = child.exited.result()
+    async def _stop_child(self, child: ChildProcess, failed: type[BaseException] | None, *_: object) -> None:
+        """Stop the server; when its connection failed (``failed``, not a cancel), first wait briefly for
+        an exit of its own: its pipe closes before its exit is seen, and its exit code says more."""
+        if child.exited is not None:
+            if failed is not None and not issubclass(failed, asyncio.CancelledError):
+                await asyncio.wait([child.exited], timeout=EXIT_GRACE_S)
+            if child.exited.done():
+                self._exit_code = child.exited.result()
         await asyncio.shield(child.terminate(STOP_GRACE_S))
         child.close_log()
 

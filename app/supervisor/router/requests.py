@@ -18,9 +18,10 @@ from typing import Any, cast
 
 from app.client.chat import ChatClient, Messages
 from app.client.events import ChatDone, ChatEvent, ChatReply
+from app.core.attachments import TokenCount, chunk_spans, cosine, estimate_tokens, pick_spans
 from app.core.bench import hardware_summary, known_version
 from app.core.engine_state import EngineState
-from app.core.errors import EngineError, LemonDeskError
+from app.core.errors import EngineError, LemonDeskError, RequestError
 from app.core.launch import DEFAULT_CTX_SIZE
 from app.core.remotes import is_remote_model
 from app.core.runcard import RunCard, figures, quant_of
@@ -37,6 +38,7 @@ from app.supervisor.supervisor import Supervisor
 log = logging.getLogger(__name__)
 
 LAST_WORDS = 8  # engine output lines a failed reply quotes when its error does not
+EMBED_BATCH = 16  # chunks per embeddings request
 
 
 def is_remote(name: str) -> bool:
@@ -213,6 +215,51 @@ class Requests:
                 reply = await client.chat(messages, **await self._turn(name, conversation, params))
         self.request_finished(name, reply.telemetry, RequestSource.CHAT)
         return reply
+
+    async def count_tokens(self, name: str, text: str) -> TokenCount:
+        """``text``'s tokens as ``name``'s running llama.cpp engine counts them (``/tokenize``), with the
+        context it was loaded with; when no such engine runs (it never loads one to count), or it does
+        not answer, an estimate from the length, with the context the model's options ask for."""
+        engine = None if is_remote(name) else self._supervisor.engines.get(name)
+        request = engine.request if engine is not None else None
+        if engine is not None and request is not None and request.recipe == "llamacpp":
+            context = request.ctx_size or DEFAULT_CTX_SIZE
+            try:
+                async with engine.chat_client(self._settings().request_timeout_s) as client:
+                    answer = await client.post_json("/tokenize", {"content": text, "add_special": False})
+                tokens = answer.get("tokens") if isinstance(answer, dict) else None
+                if isinstance(tokens, list):
+                    return TokenCount(len(tokens), exact=True, context=context)
+                log.warning("%s's engine sent no tokens for /tokenize: counted by length", name)
+            except LemonDeskError as err:
+                log.warning("%s's engine could not count tokens (%s): counted by length", name, err)
+            return dataclasses.replace(estimate_tokens(text), context=context)
+        options = None if is_remote(name) else self._runtime.options(name)
+        return dataclasses.replace(estimate_tokens(text), context=options.ctx_size if options else None)
+
+    async def embed(self, name: str, texts: list[str]) -> list[list[float]]:
+        """``texts`` embedded by ``name`` (a model labelled ``embeddings``, loaded on demand), in order;
+        a RequestError when its engine's answer is not a list of vectors, one per text."""
+        async with self.client(name) as client:
+            answer = await client.post_json("/v1/embeddings", {"input": texts})
+        rows = answer.get("data") if isinstance(answer, dict) else None
+        if not isinstance(rows, list) or len(rows) != len(texts):
+            raise RequestError(f"{name}'s engine did not answer an embedding for each text.")
+        try:
+            ordered = sorted(rows, key=lambda row: int(row["index"]))
+            return [[float(x) for x in row["embedding"]] for row in ordered]
+        except (KeyError, TypeError, ValueError):
+            raise RequestError(f"{name}'s engine sent embeddings that are no lists of numbers.") from None
+
+    async def retrieve(self, name: str, text: str, question: str, budget: int) -> tuple[tuple[int, int], ...]:
+        """The chunks of ``text`` most related to ``question`` by ``name``'s embeddings (cosine), as
+        [start, end) spans in the text's order, at most ``budget`` characters in all."""
+        spans = chunk_spans(text)
+        vectors: list[list[float]] = []
+        for i in range(0, len(spans), EMBED_BATCH):
+            vectors += await self.embed(name, [text[start:end] for start, end in spans[i : i + EMBED_BATCH]])
+        (query,) = await self.embed(name, [question])
+        return pick_spans(spans, [cosine(query, vector) for vector in vectors], budget)
 
     def run_card(self, name: str, params: dict[str, Any], telemetry: Telemetry) -> RunCard:
         """What produced a reply of ``name``'s engine: its model, engine, options, sampling, hardware

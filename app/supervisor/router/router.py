@@ -14,6 +14,7 @@ from typing import Any
 
 from app.client.chat import ChatClient, Messages
 from app.client.events import ChatEvent, ChatReply
+from app.core.attachments import TokenCount
 from app.core.downloads import DownloadRecord
 from app.core.engine_state import EngineState
 from app.core.errors import LemonDeskError
@@ -402,6 +403,20 @@ class Router:
         to the model, which continues (``app.supervisor.router.tools``). For the window and ``run``; the
         local API uses ``stream_chat``."""
         return self._tools.chat(name, messages, ask=ask, servers=servers, conversation=conversation, **params)
+
+    async def count_tokens(self, name: str, text: str) -> TokenCount:
+        """``text``'s tokens by ``name``'s running engine (llama-server's ``/tokenize``) and the context
+        it runs with; an estimate (``exact`` False) when it cannot count. Never loads the model."""
+        return await self._requests.count_tokens(name, text)
+
+    async def embed(self, name: str, texts: list[str]) -> list[list[float]]:
+        """``texts`` embedded by an embeddings model (loaded on demand under the loading policy)."""
+        return await self._requests.embed(name, texts)
+
+    async def retrieve(self, name: str, text: str, question: str, budget: int) -> tuple[tuple[int, int], ...]:
+        """The [start, end) chunks of ``text`` most related to ``question`` by the embeddings model
+        ``name``, at most ``budget`` characters, in the text's order."""
+        return await self._requests.retrieve(name, text, question, budget)
 
     def run_card(self, name: str, params: dict[str, Any], telemetry: Telemetry) -> RunCard:
         """What produced a reply of ``name``'s engine, for the reply's run card."""

@@ -40,6 +40,12 @@ class ModelView:
     def name(self) -> str:
         return self.model.name
 
+    @property
+    def sees_images(self) -> bool:
+        """It loads with a vision projector (its files include an mmproj), so images can be sent to it."""
+        local = self.files.local
+        return local is not None and local.mmproj is not None
+
     def to_json(self) -> dict[str, Any]:
         data = self.model.to_json()
         data["state"] = self.status.status.value

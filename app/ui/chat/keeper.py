@@ -76,13 +76,21 @@ class HistoryKeeper(QObject):
             return
         messages = [
             ChatMessage(
-                m.role, m.content, m.reasoning, m.state, m.telemetry, m.error, m.run_card, list(m.tool_calls)
+                m.role,
+                m.content,
+                m.reasoning,
+                m.state,
+                m.telemetry,
+                m.error,
+                m.run_card,
+                list(m.tool_calls),
+                list(m.attachments),
             )
             for m in conversation.messages
         ]
         self.pane.show_conversation(conversation.id, conversation.title, conversation.system_prompt, messages)
 
-    def _sent(self, conversation_id: str, _messages: list[dict[str, str]], _params: dict[str, Any]) -> None:
+    def _sent(self, conversation_id: str, _messages: list[dict[str, Any]], _params: dict[str, Any]) -> None:
         shown = self.pane.messages()
         before, system = shown[:-1], self.pane.system_prompt.toPlainText().strip()
         if not self.history.exists(conversation_id):
@@ -92,7 +100,9 @@ class HistoryKeeper(QObject):
             self.pane.set_title(title)
         else:
             self.history.set_system_prompt(conversation_id, system)
-        self.history.sync_messages(conversation_id, [(m.role, m.content) for m in before])
+        self.history.sync_messages(
+            conversation_id, [(m.role, m.content) for m in before], [m.attachments for m in before]
+        )
         self._reply_id = self.history.append_message(
             conversation_id, "assistant", state=MessageState.STREAMING
         )

@@ -17,12 +17,25 @@ from __future__ import annotations
 import enum
 import time
 import uuid
+from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import QCoreApplication, QEvent, QObject, Qt, QTimer, Signal
-from PySide6.QtGui import QAction, QKeyEvent, QKeySequence, QShortcut
+from PySide6.QtCore import (
+    QBuffer,
+    QByteArray,
+    QCoreApplication,
+    QEvent,
+    QIODevice,
+    QMimeData,
+    QObject,
+    Qt,
+    QTimer,
+    Signal,
+)
+from PySide6.QtGui import QAction, QDragEnterEvent, QDropEvent, QImage, QKeyEvent, QKeySequence, QShortcut
 from PySide6.QtWidgets import (
     QDoubleSpinBox,
+    QFileDialog,
     QFormLayout,
     QHBoxLayout,
     QLabel,
@@ -35,8 +48,21 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.core.attachments import (
+    ATTACHMENT_OVERHEAD,
+    PROMPT_OVERHEAD,
+    REPLY_RESERVE,
+    AttachmentKind,
+    AttachmentRef,
+    TokenCount,
+    Unreadable,
+    estimate_tokens,
+    kind_of,
+)
 from app.core.chat import ChatMessage, MessageState
 from app.core.tools import ToolCallFinished, ToolCallStarted, ToolRequest
+from app.store.attachments import Ingested
+from app.ui.chat.attachments import AttachmentTray
 from app.ui.chat.markdown_view import current_theme
 from app.ui.chat.transcript import MessageView, TranscriptView
 from app.ui.look import ElidedLabel
@@ -68,14 +94,33 @@ class AfterPaint(QObject):
 
 class PaneState(enum.Enum):
     IDLE = "idle"  # ready to send
+    KEEPING = "keeping"  # the message's attachments are being checked and kept; then it goes
     WAITING = "waiting"  # a reply was asked for; no text yet
     STREAMING = "streaming"  # a reply is arriving
 
 
+def _local_files(source: QMimeData) -> list[str]:
+    return [url.toLocalFile() for url in source.urls() if url.isLocalFile()] if source.hasUrls() else []
+
+
 class Composer(QPlainTextEdit):
-    """The message box: Enter sends, Shift+Enter starts a new line; grows up to a few lines."""
+    """The message box: Enter sends, Shift+Enter starts a new line; grows up to a few lines. Files
+    dropped or pasted on it, and pasted images, are attachments, not text."""
 
     submitted = Signal()
+    files_given = Signal(list)  # local paths dropped or pasted
+    image_pasted = Signal(object)  # a QImage from the clipboard
+
+    def canInsertFromMimeData(self, source: QMimeData) -> bool:
+        return bool(_local_files(source)) or source.hasImage() or super().canInsertFromMimeData(source)
+
+    def insertFromMimeData(self, source: QMimeData) -> None:
+        if files := _local_files(source):
+            self.files_given.emit(files)
+        elif source.hasImage():
+            self.image_pasted.emit(source.imageData())
+        else:
+            super().insertFromMimeData(source)
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -103,6 +148,13 @@ class Composer(QPlainTextEdit):
 
 class ChatPane(QWidget):
     send_requested = Signal(str, list, dict)  # conversation id, OpenAI messages, sampling params
+    attach_requested = Signal(str)  # a file's path: to be read and counted (``add_attachment``)
+    attach_data_requested = Signal(str, bytes)  # a pasted image: its name and PNG bytes
+    # [(Ingested, its AttachmentRef, a budget or None)], the question, the embeddings model: keep them
+    # (one with a budget as its parts related to the question); the message goes on ``attachments_kept``
+    keep_requested = Signal(list, str, str)
+    attachments_shown = Signal(list)  # [AttachmentRef] in the transcript: their bytes are wanted
+    context_wanted = Signal(int)  # tokens of context the message with its attachments needs
     stop_requested = Signal()
     reply_finished = Signal(str, object)  # conversation id, the ChatMessage as it ended
     tool_answered = Signal(str, object)  # call id, Permission: the user's answer to ``ask_tool``
@@ -116,6 +168,7 @@ class ChatPane(QWidget):
         self._after_tools = False  # a tool call of the reply ended since its last text
         self._text_seen = False  # the reply has text
         self._editing: int | None = None  # index of the user message being edited
+        self._vision_refusal = ""  # why the model the message goes to takes no images ("" it does)
         self._frame = QTimer(self)
         self._frame.setSingleShot(True)
         self._frame.timeout.connect(self._render_frame)
@@ -195,10 +248,21 @@ class ChatPane(QWidget):
 
         self.composer = Composer(self)
         self.composer.submitted.connect(self.submit)
+        self.composer.files_given.connect(self.attach_files)
+        self.composer.image_pasted.connect(self.attach_image)
+        self.setAcceptDrops(True)
+        self.tray = AttachmentTray(self)
+        self.tray.larger_context_wanted.connect(self.context_wanted)
+        self.attach_button = QToolButton(self)
+        self.attach_button.setText("Attach…")
+        self.attach_button.setToolTip("Attach files or images (or drop them here, or paste)")
+        self.attach_button.clicked.connect(self.choose_files)
+        self.file_dialog: QFileDialog | None = None
         self.send_button = QPushButton("Send", self)
         self.send_button.setDefault(True)
         self.send_button.clicked.connect(self._send_or_stop)
         compose = QHBoxLayout()
+        compose.addWidget(self.attach_button, 0, Qt.AlignmentFlag.AlignBottom)
         compose.addWidget(self.composer, 1)
         compose.addWidget(self.send_button, 0, Qt.AlignmentFlag.AlignBottom)
 
@@ -207,6 +271,7 @@ class ChatPane(QWidget):
         bottom.setSpacing(6)
         bottom.addWidget(self.edit_banner)
         bottom.addLayout(options)
+        bottom.addWidget(self.tray)
         bottom.addLayout(compose)
 
         layout = QVBoxLayout(self)
@@ -290,11 +355,14 @@ class ChatPane(QWidget):
         self.system_prompt.setPlainText(system_prompt)
         self.system_toggle.setChecked(bool(system_prompt))
         self.transcript.clear()
+        self.tray.clear()
         for message in messages:
             self._add(message)
         self._show_tools()  # this chat's choice of servers
         self._update_actions()
         self.conversation_changed.emit(conversation_id)
+        if refs := [ref for message in messages for ref in message.attachments]:
+            self.attachments_shown.emit(refs)
 
     def refresh_theme(self) -> None:
         """Colours follow the system's scheme: show the conversation again in the new palette (when idle)."""
@@ -308,36 +376,182 @@ class ChatPane(QWidget):
     # The user's side
 
     def submit(self) -> None:
-        """Send what is in the composer (replacing the edited message and what followed it)."""
+        """Send what is in the composer (replacing the edited message and what followed it). With
+        attachments, they are checked (the model takes images, they fit) and kept first."""
         text = self.composer.toPlainText().strip()
-        if not text or self.state is not PaneState.IDLE:
+        if (not text and not self.tray.items) or self.state is not PaneState.IDLE:
             return
+        if self._images_refused():
+            return
+        if not self.tray.items:
+            self._send(text)
+            return
+        images = any(p.ref.kind is AttachmentKind.IMAGE for p in self.tray.items)
+        if images and self._vision_refusal:
+            self.tray.say(self._vision_refusal)
+            return
+        if self.tray.overflow(self._tokens_used(text)):
+            return
+        self.state = PaneState.KEEPING
+        self._update_actions()
+        items = [(p.taken, p.ref, p.budget) for p in self.tray.items]
+        self.keep_requested.emit(items, text, self.tray.embedder)
+
+    def _send(
+        self, text: str, refs: list[AttachmentRef] | None = None, data: dict[str, bytes] | None = None
+    ) -> None:
+        carried: list[AttachmentRef] = []  # an edited message's attachments go with it (kept already)
         if self._editing is not None:
+            carried = self.transcript.views()[self._editing].message.attachments
             self.transcript.remove_from(self._editing)
             self._cancel_edit()
         self.composer.clear()
-        self._add(ChatMessage("user", text))
+        new = [ref for ref in refs or [] if ref.sha256 not in {c.sha256 for c in carried}]
+        view = self._add(ChatMessage("user", text, attachments=[*carried, *new]))
+        for sha, kept in (data or {}).items():
+            view.show_attachment_data(sha, kept)
+        if carried:
+            self.attachments_shown.emit(carried)
         self._request_reply()
+
+    def _tokens_used(self, text: str) -> int:
+        """What the chat so far, the text being written and the reply take of the context (an
+        estimate: the engine counts the whole prompt only when it gets it)."""
+        chars = len(self.system_prompt.toPlainText()) + len(text)
+        chars += sum(len(view.message.content) for view in self.transcript.views())
+        overhead = PROMPT_OVERHEAD + ATTACHMENT_OVERHEAD * len(self.tray.items)
+        return estimate_tokens("x" * chars).tokens + overhead + (self.max_tokens.value() or REPLY_RESERVE)
+
+    # Attachments
+
+    def choose_files(self) -> None:
+        """The file dialog (not modal to the app: the chat goes on); chosen files are attached."""
+        dialog = QFileDialog(self, "Attach files or images")
+        dialog.setFileMode(QFileDialog.FileMode.ExistingFiles)
+        dialog.setNameFilters(
+            [
+                "Documents, code and images (*)",
+                "Images (*.png *.jpg *.jpeg *.webp *.gif *.bmp)",
+                "PDF (*.pdf)",
+            ]
+        )
+        dialog.filesSelected.connect(self.attach_files)
+        dialog.finished.connect(dialog.deleteLater)
+        self.file_dialog = dialog
+        dialog.open()
+
+    def attach_files(self, paths: list[str]) -> None:
+        for path in paths:
+            name = Path(path).name
+            if kind_of(name) is AttachmentKind.IMAGE and self._vision_refusal:
+                self.tray.say(f"{name} was not attached: {self._vision_refusal}")
+            else:
+                self.attach_requested.emit(path)
+
+    def attach_image(self, image: QImage) -> None:
+        """A pasted image, as PNG bytes (made in memory: no file)."""
+        if self._vision_refusal:
+            self.tray.say(f"The pasted image was not attached: {self._vision_refusal}")
+            return
+        data = QByteArray()
+        buffer = QBuffer(data)
+        buffer.open(QIODevice.OpenModeFlag.WriteOnly)
+        image.save(buffer, "PNG")  # type: ignore[call-overload]  # (the stubs say bytes; it takes str)
+        self.attach_data_requested.emit(f"pasted-{time.strftime('%H%M%S')}.png", bytes(data.data()))
+
+    def set_vision(self, refusal: str) -> None:
+        """Why the model messages go to takes no images ("": it does)."""
+        self._vision_refusal = refusal
+
+    def add_attachment(self, taken: Ingested, count: TokenCount) -> None:
+        """A file read and counted (``attach_requested``) joins the message being written."""
+        if taken.ref.kind is AttachmentKind.IMAGE and self._vision_refusal:
+            self.tray.say(f"{taken.ref.name} was not attached: {self._vision_refusal}")
+            return
+        self.tray.add(taken, count)
+        self.tray.overflow(self._tokens_used(self.composer.toPlainText()))
+
+    def set_attachment_count(self, sha256: str, count: TokenCount) -> None:
+        """An attachment counted again (the model loaded): its chip and the fit check follow."""
+        if self.tray.set_count(sha256, count):
+            self.tray.overflow(self._tokens_used(self.composer.toPlainText()))
+
+    def refuse_attachment(self, why: str) -> None:
+        """A file could not be attached, or the message's attachments not kept (it did not go)."""
+        if self.state is PaneState.KEEPING:
+            self.state = PaneState.IDLE
+            self._update_actions()
+        self.tray.say(why)
+
+    def set_embedder(self, name: str) -> None:
+        """The embeddings model a file's parts related to the question can be found with ("": none)."""
+        self.tray.embedder = name
+
+    def attachments_kept(self, refs: list[AttachmentRef]) -> None:
+        """The attachments are kept (``refs``: the tray's, as they go): the message goes with them."""
+        if self.state is not PaneState.KEEPING:
+            return
+        self.state = PaneState.IDLE
+        data = {p.ref.sha256: p.taken.data for p in self.tray.items}
+        self.tray.clear()
+        self._send(self.composer.toPlainText().strip(), refs, data)
+
+    def show_attachment_data(self, sha256: str, data: bytes | Unreadable) -> None:
+        """A kept attachment's bytes (``attachments_shown``), or why they cannot be read: said in place."""
+        for view in self.transcript.views():
+            view.show_attachment_data(sha256, data)
+
+    def dragEnterEvent(self, event: QDragEnterEvent) -> None:
+        if _local_files(event.mimeData()):
+            event.acceptProposedAction()
+
+    def dropEvent(self, event: QDropEvent) -> None:
+        if files := _local_files(event.mimeData()):
+            event.acceptProposedAction()
+            self.attach_files(files)
 
     def regenerate(self) -> None:
         views = self.transcript.views()
         if self.state is not PaneState.IDLE or not views or views[-1].message.role != "assistant":
             return
+        if self._images_refused():
+            return
         self.transcript.remove_from(len(views) - 1)
         self._request_reply()
+
+    def _images_refused(self) -> bool:
+        """The chat so far holds images and the model it goes to takes none: said, and nothing goes
+        (the engine would refuse the whole request)."""
+        views = self.transcript.views()
+        if self._vision_refusal and any(
+            ref.kind is AttachmentKind.IMAGE for view in views for ref in view.message.attachments
+        ):
+            self.tray.say(f"This chat holds images. {self._vision_refusal} Or start a new chat.")
+            return True
+        return False
 
     def edit(self, index: int) -> None:
         if self.state is not PaneState.IDLE:
             return
         self._editing = index
-        self.composer.setPlainText(self.transcript.views()[index].message.content)
+        message = self.transcript.views()[index].message
+        self.composer.setPlainText(message.content)
+        count = len(message.attachments)
+        carried = f" (its {count} attachments go with it)" if count > 1 else " (its attachment goes with it)"
+        carried = carried if count else ""
+        self.edit_banner.setText(f"Editing a message{carried}: Enter sends it again, Esc cancels.")
         self.edit_banner.show()
         self.composer.setFocus()
         self.composer.moveCursor(self.composer.textCursor().MoveOperation.End)
 
     def stop(self) -> None:
-        """Stop the reply in flight; what arrived so far is kept."""
+        """Stop the reply in flight; what arrived so far is kept. A message whose attachments are being
+        kept does not go (what the bridge says of them later is not waited for)."""
         if self.state is PaneState.IDLE:
+            return
+        if self.state is PaneState.KEEPING:
+            self.state = PaneState.IDLE
+            self._update_actions()
             return
         self.stop_requested.emit()
         self._end_reply(MessageState.STOPPED)
@@ -423,14 +637,18 @@ class ChatPane(QWidget):
         self._update_actions()
         self.send_requested.emit(self.conversation_id, self._api_messages(), self.params())
 
-    def _api_messages(self) -> list[dict[str, str]]:
+    def _api_messages(self) -> list[dict[str, Any]]:
+        """OpenAI messages; one with attachments carries their references (``attachments``), which the
+        bridge reads into its content."""
         system = self.system_prompt.toPlainText().strip()
-        sent = [{"role": "system", "content": system}] if system else []
+        sent: list[dict[str, Any]] = [{"role": "system", "content": system}] if system else []
         for view in self.transcript.views():
             message = view.message
             if view is self._reply or (message.role == "assistant" and not message.content):
                 continue
             sent.append({"role": message.role, "content": message.content})
+            if message.attachments:
+                sent[-1]["attachments"] = list(message.attachments)
         return sent
 
     def _render_frame(self) -> None:

@@ -44,9 +44,11 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.core.attachments import Unreadable
 from app.core.chat import ChatMessage, MessageState, format_telemetry
 from app.core.runcard import RunCard
 from app.core.tools import ToolOutcome
+from app.ui.chat.attachments import AttachmentChip, ChipRow
 from app.ui.chat.markdown_view import MarkdownView, current_theme
 from app.ui.chat.tool_call import ToolCallView
 
@@ -137,6 +139,11 @@ class MessageView(QFrame):
         else:
             self.body = MarkdownView(self)
         layout.addWidget(self.body)
+        self.attachments = ChipRow(self)  # their bytes come later (show_attachment_data): no I/O here
+        for ref in message.attachments:
+            self.attachments.add(AttachmentChip(ref, parent=self.attachments))
+        self.attachments.setVisible(bool(message.attachments))
+        layout.addWidget(self.attachments)
 
         self.status = QLabel(self)
         self.status.setStyleSheet(f"color: {theme.muted}; font-size: 11px;")
@@ -205,6 +212,9 @@ class MessageView(QFrame):
             self.reasoning.append(reasoning)
         if content and isinstance(self.body, MarkdownView):
             self.body.append(content)
+
+    def show_attachment_data(self, sha256: str, data: bytes | Unreadable) -> None:
+        self.attachments.show_data(sha256, data)
 
     def has_pending(self) -> bool:
         body = isinstance(self.body, MarkdownView) and self.body.has_pending()
