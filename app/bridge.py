@@ -504,7 +504,7 @@ class Bridge(QObject):
                 if isinstance(event, ChatDelta):
                     self.reply_delta.emit(event)
                 else:
-                    self.reply_card.emit(self.router.run_card(target, params, event.telemetry))
+                    self.reply_card.emit(self.router.run_card(target, params, event.telemetry, event.restored))
                     self.reply_finished.emit(event)
         except LemonDeskError as err:
             self.reply_failed.emit(self.router.failure_message(target, err))

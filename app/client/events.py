@@ -17,6 +17,7 @@ class ChatDelta:
 class ChatDone:
     finish_reason: str | None  # "stop", "length"...: the engine's word, corrected where it errs; None: unsaid
     telemetry: Telemetry
+    restored: int = 0  # prompt tokens restored from a saved KV cache before it (app.supervisor.resume)
 
 
 ChatEvent = ChatDelta | ChatDone
