@@ -25,6 +25,7 @@ class ChatMessage:
     telemetry: dict[str, Any] | None = None  # the Telemetry fields of the reply, by name
     error: str = ""  # why a FAILED reply failed, in words for the user
     run_card: dict[str, Any] | None = None  # the RunCard fields of the reply (app.core.runcard), by name
+    left_out: bool = False  # left out of what is sent to the model (the chat outgrew its context)
 
 
 def format_telemetry(telemetry: dict[str, Any]) -> str:

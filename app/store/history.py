@@ -35,8 +35,9 @@ from app.store.paths import home
 P = ParamSpec("P")
 R = TypeVar("R")
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 DEFAULT_TITLE = "New chat"
+LEFT_OUT_NOTE = "left out of the model's context: the chat outgrew it"
 ROLES = ("user", "assistant")  # what the chat pane keeps; the system prompt is the conversation's
 log = logging.getLogger(__name__)
 
@@ -60,6 +61,7 @@ class StoredMessage:
     error: str = ""  # why a FAILED reply failed
     created_at: float = 0.0
     run_card: dict[str, Any] | None = None  # a reply's RunCard fields (app.core.runcard), by name
+    left_out: bool = False  # left out of what is sent to the model (the chat outgrew its context); kept
 
 
 @dataclass(frozen=True)
@@ -102,8 +104,11 @@ _SCHEMA_V1 = """
 # v2: a reply's run card (model, engine, options, sampling, hardware, figures) as JSON.
 _RUN_CARD_V2 = "ALTER TABLE messages ADD COLUMN run_card TEXT"
 
+# v3: messages left out of what is sent to the model, when the chat outgrew its context (kept here).
+_LEFT_OUT_V3 = "ALTER TABLE messages ADD COLUMN left_out INTEGER NOT NULL DEFAULT 0"
+
 # MIGRATIONS[n] is the SQL that takes a database at schema version n to n + 1.
-MIGRATIONS: list[str] = [_SCHEMA_V1, _RUN_CARD_V2]
+MIGRATIONS: list[str] = [_SCHEMA_V1, _RUN_CARD_V2, _LEFT_OUT_V3]
 
 _FTS_SCHEMA = """
 CREATE VIRTUAL TABLE messages_fts USING fts5(content, reasoning, content='messages', content_rowid='id');
@@ -233,6 +238,7 @@ def _message(m: sqlite3.Row) -> StoredMessage | None:
         _text(m["error"]),
         _time(m["created_at"]),
         _run_card(m["run_card"], m["id"]),
+        m["left_out"] == 1,
     )
 
 
@@ -503,6 +509,17 @@ class History:
             for role, content in messages[keep:]:
                 self._insert(db, conversation_id, role, content, "", MessageState.COMPLETE, now)
 
+    @_writes
+    def set_left_out(self, conversation_id: str, count: int) -> None:
+        """Mark the conversation's ``count`` oldest messages as left out of what is sent to the model,
+        and the others as sent: nothing is deleted."""
+        with self._transaction() as db:
+            db.execute(
+                "UPDATE messages SET left_out = position IN (SELECT position FROM messages"
+                " WHERE conversation_id = ? ORDER BY position LIMIT ?) WHERE conversation_id = ?",
+                (conversation_id, count, conversation_id),
+            )
+
     def recent_telemetry(self, since: float) -> list[tuple[float, dict[str, Any]]]:
         """(when, telemetry) of every reply with figures since ``since`` (seconds since the epoch), oldest
         first: the Telemetry view's per-request history."""
@@ -541,6 +558,8 @@ def to_markdown(conversation: Conversation) -> str:
         parts.append(f"## System\n\n{conversation.system_prompt}\n")
     for message in conversation.messages:
         parts.append(f"## {_ROLE_HEADINGS.get(message.role, message.role)}\n")
+        if message.left_out:
+            parts.append(f"*({LEFT_OUT_NOTE})*\n")
         if message.reasoning:
             quoted = "\n".join(f"> {line}" if line else ">" for line in message.reasoning.splitlines())
             parts.append(f"> **Reasoning**\n>\n{quoted}\n")
@@ -570,6 +589,7 @@ def to_json(conversation: Conversation) -> dict[str, Any]:
                 "error": m.error,
                 "created_at": m.created_at,
                 "run_card": m.run_card,
+                "left_out": m.left_out,
             }
             for m in conversation.messages
         ],

@@ -201,6 +201,7 @@ class DesktopApp(QObject):
             lambda chat_id, messages, params: bridge.send(bridge.selected, messages, params, chat_id)
         )
         chat.stop_requested.connect(bridge.stop_reply)
+        self._connect_context()
         models.model_selected.connect(self._model_selected)
         models.load_requested.connect(lambda name: bridge.load(name))
         models.load_without_requested.connect(lambda name, lost: bridge.load(name, without=lost))
@@ -225,6 +226,21 @@ class DesktopApp(QObject):
         self.tray.unload_requested.connect(bridge.unload)
         self.tray.unload_all_requested.connect(bridge.unload_all)
         self.tray.pin_requested.connect(bridge.set_pinned)
+
+    def _connect_context(self) -> None:
+        """The chat's context meter and its ways out, counted and taken by the router."""
+        bridge, guard = self.bridge, self.window.chat.guard
+        guard.enabled = True
+        guard.count_wanted.connect(bridge.count_context)
+        bridge.context_counted.connect(guard.show_count)
+        guard.reload_wanted.connect(bridge.reload_with_context)
+        bridge.context_reloaded.connect(lambda ok: guard.reloaded() if ok else guard.count_now())
+        guard.summary_wanted.connect(bridge.summarize)
+        bridge.summary_ready.connect(
+            lambda summary: self.window.chat.start_from_summary(summary) if summary else guard.count_now()
+        )
+        bridge.engine_changed.connect(guard.changed)
+        self.window.models.model_selected.connect(guard.changed)
 
     def _connect_first_run_and_downloads(self) -> None:
         bridge, window = self.bridge, self.window

@@ -387,7 +387,9 @@ class Router:
 
     # --- the context a chat takes (app.core.context) -------------------------------------------------
 
-    async def count_context(self, name: str, messages: Messages, params: dict[str, Any]) -> ContextCount | None:
+    async def count_context(
+        self, name: str, messages: Messages, params: dict[str, Any]
+    ) -> ContextCount | None:
         """What ``messages`` take of ``name``'s context, with ``params``' max_tokens kept for the reply:
         counted by a running llama.cpp engine's own tokenizer, else estimated (and labelled so); when
         they do not fit, the ways out. Never loads a model; None for a remote's model."""

@@ -75,7 +75,7 @@ class HistoryKeeper(QObject):
             self.refresh()
             return
         messages = [
-            ChatMessage(m.role, m.content, m.reasoning, m.state, m.telemetry, m.error, m.run_card)
+            ChatMessage(m.role, m.content, m.reasoning, m.state, m.telemetry, m.error, m.run_card, m.left_out)
             for m in conversation.messages
         ]
         self.pane.show_conversation(conversation.id, conversation.title, conversation.system_prompt, messages)
@@ -91,6 +91,7 @@ class HistoryKeeper(QObject):
         else:
             self.history.set_system_prompt(conversation_id, system)
         self.history.sync_messages(conversation_id, [(m.role, m.content) for m in before])
+        self.history.set_left_out(conversation_id, sum(m.left_out for m in before))
         self._reply_id = self.history.append_message(
             conversation_id, "assistant", state=MessageState.STREAMING
         )

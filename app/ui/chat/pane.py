@@ -35,7 +35,9 @@ from PySide6.QtWidgets import (
 )
 
 from app.core.chat import ChatMessage, MessageState
+from app.core.context import SUMMARY_HEADING
 from app.ui.chat.markdown_view import current_theme
+from app.ui.chat.overflow import ContextGuard
 from app.ui.chat.transcript import MessageView, TranscriptView
 from app.ui.look import ElidedLabel
 
@@ -165,8 +167,10 @@ class ChatPane(QWidget):
         self.max_tokens.setSingleStep(256)
         self.max_tokens.setSpecialValueText("no limit")
         self.max_tokens.setValue(0)
+        self.guard = ContextGuard(self)  # the context meter, and the ways out of a send that would not fit
+        self.max_tokens.valueChanged.connect(self.guard.changed)
         options = QHBoxLayout()
-        options.addStretch(1)
+        options.addWidget(self.guard.meter, 1)
         for label, box, tip in (
             ("Temperature", self.temperature, "Higher is more varied, lower more focused"),
             ("Top-p", self.top_p, "Sample only from the most likely tokens that add up to this share"),
@@ -180,6 +184,7 @@ class ChatPane(QWidget):
 
         self.composer = Composer(self)
         self.composer.submitted.connect(self.submit)
+        self.composer.textChanged.connect(self.guard.changed)
         self.send_button = QPushButton("Send", self)
         self.send_button.setDefault(True)
         self.send_button.clicked.connect(self._send_or_stop)
@@ -192,6 +197,7 @@ class ChatPane(QWidget):
         bottom.setSpacing(6)
         bottom.addWidget(self.edit_banner)
         bottom.addLayout(options)
+        bottom.addWidget(self.guard.choices)
         bottom.addLayout(compose)
 
         layout = QVBoxLayout(self)
@@ -224,6 +230,16 @@ class ChatPane(QWidget):
             params["max_tokens"] = self.max_tokens.value()
         return params
 
+    def sent_messages(self) -> list[dict[str, str]]:
+        """The OpenAI messages the chat sends as it is (without the message being written)."""
+        return self._api_messages()
+
+    def prospective(self) -> list[dict[str, str]]:
+        """The OpenAI messages a send of the composer's text would make (an edit replacing its tail)."""
+        sent = self._api_messages(until=self._editing)
+        text = self.composer.toPlainText().strip()
+        return [*sent, {"role": "user", "content": text}] if text else sent
+
     def reply_snapshot(self) -> tuple[str, str] | None:
         """The reply in flight (text, reasoning), or None."""
         return self._reply.snapshot() if self._reply is not None else None
@@ -251,6 +267,8 @@ class ChatPane(QWidget):
         for message in messages:
             self._add(message)
         self._update_actions()
+        self.guard.choices.hide()
+        self.guard.changed()
         self.conversation_changed.emit(conversation_id)
 
     def refresh_theme(self) -> None:
@@ -267,7 +285,7 @@ class ChatPane(QWidget):
     def submit(self) -> None:
         """Send what is in the composer (replacing the edited message and what followed it)."""
         text = self.composer.toPlainText().strip()
-        if not text or self.state is not PaneState.IDLE:
+        if not text or self.state is not PaneState.IDLE or not self.guard.allows_send():
             return
         if self._editing is not None:
             self.transcript.remove_from(self._editing)
@@ -275,6 +293,19 @@ class ChatPane(QWidget):
         self.composer.clear()
         self._add(ChatMessage("user", text))
         self._request_reply()
+
+    def leave_out(self, count: int) -> None:
+        """Leave the ``count`` oldest messages still sent out of what is sent (kept, and marked)."""
+        for view in [v for v in self.transcript.views() if not v.message.left_out][:count]:
+            view.set_left_out()
+
+    def start_from_summary(self, summary: str) -> None:
+        """Go on in a new chat that starts with ``summary`` (the model's, of this one), with the same
+        system prompt, and send the message in the composer there."""
+        system = self.system_prompt.toPlainText()
+        opening = ChatMessage("assistant", f"{SUMMARY_HEADING}: {summary}")
+        self.show_conversation(uuid.uuid4().hex, "New chat", system, [opening])
+        self.submit()
 
     def regenerate(self) -> None:
         views = self.transcript.views()
@@ -354,12 +385,17 @@ class ChatPane(QWidget):
         self._update_actions()
         self.send_requested.emit(self.conversation_id, self._api_messages(), self.params())
 
-    def _api_messages(self) -> list[dict[str, str]]:
+    def _api_messages(self, until: int | None = None) -> list[dict[str, str]]:
+        """What is sent: the system prompt, then each message not left out (those before ``until``)."""
         system = self.system_prompt.toPlainText().strip()
         sent = [{"role": "system", "content": system}] if system else []
-        for view in self.transcript.views():
+        for view in self.transcript.views()[:until]:
             message = view.message
-            if view is self._reply or (message.role == "assistant" and not message.content):
+            if (
+                view is self._reply
+                or message.left_out
+                or (message.role == "assistant" and not message.content)
+            ):
                 continue
             sent.append({"role": message.role, "content": message.content})
         return sent
@@ -391,6 +427,7 @@ class ChatPane(QWidget):
         self.transcript.hold_fits(False)
         self.state = PaneState.IDLE
         self._update_actions()
+        self.guard.changed()
         self.reply_finished.emit(self.conversation_id, reply.message)
 
     def _update_actions(self) -> None:

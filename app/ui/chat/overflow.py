@@ -1,0 +1,173 @@
+"""Nothing cut silently: the chat pane's guard over its model's context.
+
+``ContextGuard`` asks for a count of the chat and the message being written (``count_wanted``; the
+bridge counts it off the UI thread and answers with ``show_count``) a moment after the typing stops,
+and shows it in the meter. A send that would not fit is held and ``OverflowChoices`` offers the ways out
+the count allows: reload with a larger context (``reload_wanted``), go on in a new chat that starts with
+a summary the model writes (``summary_wanted``), or leave out the oldest turns (done here: they stay in
+the transcript and the history, marked). The held message is sent once the way out is taken.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+from PySide6.QtCore import QObject, Qt, QTimer, Signal
+from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
+
+from app.core.context import ContextCount, Overflow
+from app.core.fit import Verdict
+from app.ui.chat.meter import ContextMeter
+from app.ui.look import fit_colour
+
+if TYPE_CHECKING:
+    from app.ui.chat.pane import ChatPane
+
+COUNT_DELAY_MS = 400  # after the last key: a long message is counted once the typing pauses
+
+
+class OverflowChoices(QFrame):
+    """Why the message was not sent, and a button for each way out."""
+
+    chosen = Signal(object)  # Overflow
+    cancelled = Signal()
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("overflowChoices")
+        self.setStyleSheet(
+            f"#overflowChoices {{ border: 1px solid {fit_colour(Verdict.WONT_FIT)}; border-radius: 6px; }}"
+        )
+        self.problem = QLabel(self)
+        self.problem.setWordWrap(True)
+        self.problem.setTextFormat(Qt.TextFormat.PlainText)
+        self.buttons = {
+            Overflow.RELOAD: QPushButton(self),
+            Overflow.SUMMARY: QPushButton("New chat from a summary", self),
+            Overflow.LEAVE_OUT: QPushButton(self),
+        }
+        self.buttons[Overflow.SUMMARY].setToolTip(
+            "The model writes a summary of this chat; a new chat starts with it and your message"
+        )
+        self.cancel = QPushButton("Keep editing", self)
+        row = QHBoxLayout()
+        for way, button in self.buttons.items():
+            button.clicked.connect(lambda _=False, way=way: self.chosen.emit(way))
+            row.addWidget(button)
+        row.addStretch(1)
+        row.addWidget(self.cancel)
+        self.cancel.clicked.connect(self.cancelled)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(10, 8, 10, 8)
+        layout.addWidget(self.problem)
+        layout.addLayout(row)
+        self.hide()
+
+    def offer(self, count: ContextCount) -> None:
+        ways = count.ways_out()
+        self.problem.setText(f"{count.problem()} Choose how to go on:")
+        reload = self.buttons[Overflow.RELOAD]
+        reload.setText(f"Reload with {count.larger:,} tokens of context" if count.larger else "")
+        reload.setToolTip("Load the model again with a larger context; it fits in the memory free now")
+        leave = self.buttons[Overflow.LEAVE_OUT]
+        leave.setText(f"Leave out the oldest {count.leave_out} messages")
+        leave.setToolTip("They stay in the transcript and the history, marked; the model no longer sees them")
+        for way, button in self.buttons.items():
+            button.setVisible(way in ways)
+        self.show()
+
+
+class ContextGuard(QObject):
+    count_wanted = Signal(int, list, dict)  # ask id, the OpenAI messages a send would make, sampling params
+    reload_wanted = Signal(int)  # the context size to load the model again with
+    summary_wanted = Signal(list, dict)  # the chat's OpenAI messages, sampling params
+
+    def __init__(self, pane: ChatPane) -> None:
+        super().__init__(pane)
+        self._pane = pane
+        self.enabled = False  # a counter answers count_wanted (the window's bridge)
+        self.meter = ContextMeter(pane)
+        self.choices = OverflowChoices(pane)
+        self.choices.chosen.connect(self._choose)
+        self.choices.cancelled.connect(self._cancel)
+        self._asked = 0  # the id of the last count asked for
+        self._asked_for = ""  # what it was asked for (messages and params, as JSON)
+        self._count: ContextCount | None = None
+        self._counted_for: str | None = None
+        self._held = False  # a send waits for a count or a way out
+        self._timer = QTimer(self)
+        self._timer.setSingleShot(True)
+        self._timer.setInterval(COUNT_DELAY_MS)
+        self._timer.timeout.connect(self.count_now)
+
+    def changed(self) -> None:
+        """The chat, the message being written or the reply's share changed: count again soon."""
+        if self.enabled:
+            self._timer.start()
+
+    def count_now(self) -> None:
+        self._timer.stop()
+        self._counted_for = None
+        messages, params = self._pane.prospective(), self._pane.params()
+        self._asked += 1
+        self._asked_for = _key(messages, params)
+        self.count_wanted.emit(self._asked, messages, params)
+
+    def show_count(self, asked: int, count: ContextCount | None) -> None:
+        """The answer to ``count_wanted`` number ``asked`` (None: the model's context is not known)."""
+        if asked != self._asked:
+            return  # an older question's answer
+        self._count, self._counted_for = count, self._asked_for
+        self.meter.show_count(count)
+        if self._held:
+            self._held = False
+            self._pane.submit()
+
+    def allows_send(self) -> bool:
+        """Whether the message in the composer may go now: its count is known and it fits. Otherwise it
+        is held: counted first, or the ways out are offered."""
+        if not self.enabled:
+            return True
+        if not self.is_current():
+            self._held = True
+            self.meter.counting()
+            self.count_now()
+            return False
+        if self._count is None or self._count.fits:
+            self.choices.hide()
+            return True
+        self.choices.offer(self._count)
+        return False
+
+    def is_current(self) -> bool:
+        """Whether the count shown is of what a send would make now."""
+        return self._counted_for == _key(self._pane.prospective(), self._pane.params())
+
+    def _choose(self, way: Overflow) -> None:
+        count = self._count
+        self.choices.hide()
+        if count is None:
+            return
+        if way is Overflow.LEAVE_OUT:
+            self._pane.leave_out(count.leave_out)
+            self._pane.submit()  # counted again first, then sent
+        elif way is Overflow.RELOAD and count.larger:
+            self.meter.counting()
+            self.reload_wanted.emit(count.larger)
+        elif way is Overflow.SUMMARY:
+            self.meter.counting()
+            self.summary_wanted.emit(self._pane.sent_messages(), self._pane.params())
+
+    def reloaded(self) -> None:
+        """The model runs with its larger context: count again, and send when it fits."""
+        self._counted_for = None
+        self._pane.submit()
+
+    def _cancel(self) -> None:
+        self.choices.hide()
+        self._pane.composer.setFocus()
+
+
+def _key(messages: list[dict[str, Any]], params: dict[str, Any]) -> str:
+    return json.dumps([messages, params.get("max_tokens")], sort_keys=True)
