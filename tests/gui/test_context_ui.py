@@ -20,6 +20,7 @@ from app.core.engine_state import EngineState
 from app.store.model_options import ModelOptions
 from app.ui.chat.pane import ChatPane
 from app.ui.desktop import DesktopApp
+from app.ui.main_window import DEFAULT_SPLIT
 from tests.gui.test_engine_ui import LOAD_MS, NAME, REPLY_MS, engine_desktop, import_smollm
 from tests.gui.test_look import SIZE, save, scheme
 
@@ -81,6 +82,7 @@ def overflowing(qtbot: QtBot, app: DesktopApp, turns: int = 12) -> tuple[ChatPan
     app.history.sync_messages("boxes", [(m.role, m.content) for m in boxes(turns)])
     app.keeper.open("boxes")
     chat.composer.setPlainText(QUESTION)
+    counted(qtbot, chat)  # the meter, as the question is typed
     shown = len(chat.messages())
     chat.submit()
     qtbot.waitUntil(chat.guard.choices.isVisible, timeout=REPLY_MS)
@@ -95,6 +97,7 @@ def test_the_meter_counts_as_the_engine_does_warns_near_full_and_holds_a_send_th
 ) -> None:
     app = engine_desktop()
     app.window.resize(*SIZE)
+    app.window.splitter.setSizes(DEFAULT_SPLIT)
     chat = loaded_small(qtbot, app)
     chat.composer.setPlainText("Name three colours.")
     count = counted(qtbot, chat)
@@ -122,7 +125,7 @@ def test_the_meter_counts_as_the_engine_does_warns_near_full_and_holds_a_send_th
     choices = chat.guard.choices
     qtbot.waitUntil(choices.isVisible, timeout=REPLY_MS)
     assert len(chat.messages()) == shown, "nothing was sent"
-    assert "too long to send" in meter.label.text()
+    assert "over by" in meter.label.text()
     assert "more than the model's context of 512 tokens" in choices.problem.text()
     assert choices.buttons[Overflow.RELOAD].isVisible() and choices.buttons[Overflow.SUMMARY].isVisible()
     save(app.window, "context-overflow-choices", scheme, tmp_path)
@@ -136,7 +139,7 @@ def test_leaving_out_the_oldest_turns_marks_them_keeps_them_and_sends_the_rest(
     app = engine_desktop()
     chat, count = overflowing(qtbot, app)
     button = chat.guard.choices.buttons[Overflow.LEAVE_OUT]
-    assert button.isVisible() and f"oldest {count.leave_out} messages" in button.text()
+    assert button.isVisible() and f"{count.leave_out} oldest messages" in button.text()
     button.click()
     reply = replied(qtbot, chat, 24)
     views = chat.transcript.views()
@@ -168,7 +171,7 @@ def test_a_larger_context_reloads_the_model_with_it_and_sends_the_whole_chat(
     chat, count = overflowing(qtbot, app)
     assert count.larger is not None and count.larger >= count.needed
     button = chat.guard.choices.buttons[Overflow.RELOAD]
-    assert f"{count.larger:,} tokens of context" in button.text()
+    assert f"Reload with {count.larger:,} tokens" == button.text()
     button.click()
     reply = replied(qtbot, chat, 24)
     engine = app.bridge.router.engines.get(NAME)

@@ -5,11 +5,11 @@ given (``app.core.context.ContextCount``); counting is the router's, off the UI 
 from __future__ import annotations
 
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QHBoxLayout, QLabel, QProgressBar, QWidget
+from PySide6.QtWidgets import QHBoxLayout, QProgressBar, QWidget
 
 from app.core.context import ContextCount, CountSource
 from app.core.fit import Verdict
-from app.ui.look import fit_colour, muted_colour
+from app.ui.look import ElidedLabel, fit_colour, muted_colour
 
 NEAR_FULL = 0.85  # from this share on the meter warns
 BAR_STEPS = 1000
@@ -23,8 +23,7 @@ class ContextMeter(QWidget):
         self.bar.setRange(0, BAR_STEPS)
         self.bar.setTextVisible(False)
         self.bar.setFixedSize(120, 6)
-        self.label = QLabel(self)
-        self.label.setTextFormat(Qt.TextFormat.PlainText)
+        self.label = ElidedLabel("", self)  # never wider than the row: the tooltip has the rest
         layout = QHBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.setSpacing(8)
@@ -42,7 +41,7 @@ class ContextMeter(QWidget):
         self.bar.setValue(min(round(share * BAR_STEPS), BAR_STEPS))
         if not count.fits:
             verdict: Verdict | None = Verdict.WONT_FIT
-            said = f"{count.describe()}: too long to send as it is"
+            said = f"{count.describe()}: over by {count.needed - count.context:,}"
         elif share >= NEAR_FULL:
             verdict, said = Verdict.TIGHT, f"{count.describe()}: {share:.0%} full"
         else:

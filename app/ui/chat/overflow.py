@@ -11,12 +11,12 @@ the transcript and the history, marked). The held message is sent once the way o
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from PySide6.QtCore import QObject, Qt, QTimer, Signal
-from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QFrame, QGridLayout, QLabel, QPushButton, QVBoxLayout, QWidget
 
-from app.core.context import ContextCount, Overflow
+from app.core.context import ContextCount, Overflow, estimate_tokens, reply_share
 from app.core.fit import Verdict
 from app.ui.chat.meter import ContextMeter
 from app.ui.look import fit_colour
@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from app.ui.chat.pane import ChatPane
 
 COUNT_DELAY_MS = 400  # after the last key: a long message is counted once the typing pauses
+CLEAR_SHARE = 0.5  # a send estimated at no more than this share of the context goes without a count
 
 
 class OverflowChoices(QFrame):
@@ -44,34 +45,41 @@ class OverflowChoices(QFrame):
         self.problem.setTextFormat(Qt.TextFormat.PlainText)
         self.buttons = {
             Overflow.RELOAD: QPushButton(self),
-            Overflow.SUMMARY: QPushButton("New chat from a summary", self),
+            Overflow.SUMMARY: QPushButton("Summarize into a new chat", self),
             Overflow.LEAVE_OUT: QPushButton(self),
         }
         self.buttons[Overflow.SUMMARY].setToolTip(
             "The model writes a summary of this chat; a new chat starts with it and your message"
         )
         self.cancel = QPushButton("Keep editing", self)
-        row = QHBoxLayout()
-        for way, button in self.buttons.items():
-            button.clicked.connect(lambda _=False, way=way: self.chosen.emit(way))
-            row.addWidget(button)
-        row.addStretch(1)
-        row.addWidget(self.cancel)
+        # Two columns: a narrow chat pane holds them without widening the window.
+        grid = QGridLayout()
+        for n, button in enumerate(self.buttons.values()):
+            button.clicked.connect(self._clicked)
+            grid.addWidget(button, n // 2, n % 2)
+        grid.addWidget(self.cancel, 1, 1)
+        grid.setColumnStretch(2, 1)
         self.cancel.clicked.connect(self.cancelled)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(10, 8, 10, 8)
         layout.addWidget(self.problem)
-        layout.addLayout(row)
+        layout.addLayout(grid)
         self.hide()
+
+    def _clicked(self) -> None:
+        self.chosen.emit(next(way for way, button in self.buttons.items() if button is self.sender()))
 
     def offer(self, count: ContextCount) -> None:
         ways = count.ways_out()
         self.problem.setText(f"{count.problem()} Choose how to go on:")
         reload = self.buttons[Overflow.RELOAD]
-        reload.setText(f"Reload with {count.larger:,} tokens of context" if count.larger else "")
-        reload.setToolTip("Load the model again with a larger context; it fits in the memory free now")
+        reload.setText(f"Reload with {count.larger:,} tokens" if count.larger else "")
+        reload.setToolTip(
+            f"Load the model again with a context of {count.larger or 0:,} tokens (kept for later loads); "
+            "it fits in the memory free now"
+        )
         leave = self.buttons[Overflow.LEAVE_OUT]
-        leave.setText(f"Leave out the oldest {count.leave_out} messages")
+        leave.setText(f"Leave out {count.leave_out} oldest messages")
         leave.setToolTip("They stay in the transcript and the history, marked; the model no longer sees them")
         for way, button in self.buttons.items():
             button.setVisible(way in ways)
@@ -85,7 +93,6 @@ class ContextGuard(QObject):
 
     def __init__(self, pane: ChatPane) -> None:
         super().__init__(pane)
-        self._pane = pane
         self.enabled = False  # a counter answers count_wanted (the window's bridge)
         self.meter = ContextMeter(pane)
         self.choices = OverflowChoices(pane)
@@ -100,6 +107,12 @@ class ContextGuard(QObject):
         self._timer.setSingleShot(True)
         self._timer.setInterval(COUNT_DELAY_MS)
         self._timer.timeout.connect(self.count_now)
+
+    @property
+    def _pane(self) -> ChatPane:
+        """The pane this guards (its parent: no reference of its own, which would make a cycle that
+        keeps a closed pane alive until the garbage collector runs)."""
+        return cast("ChatPane", self.parent())
 
     def changed(self) -> None:
         """The chat, the message being written or the reply's share changed: count again soon."""
@@ -125,11 +138,19 @@ class ContextGuard(QObject):
             self._pane.submit()
 
     def allows_send(self) -> bool:
-        """Whether the message in the composer may go now: its count is known and it fits. Otherwise it
-        is held: counted first, or the ways out are offered."""
+        """Whether the message in the composer may go now: its count is known and it fits, or nothing
+        is known of the model's context yet (the engine says so if it does not fit), or it clearly fits
+        (estimated at half the context or less). Otherwise it is held: counted first, or the ways out
+        are offered."""
         if not self.enabled:
             return True
         if not self.is_current():
+            known = self._count
+            if known is None:
+                return True
+            estimate = estimate_tokens(self._pane.prospective()) + reply_share(self._pane.params())
+            if estimate <= known.context * CLEAR_SHARE:
+                return True
             self._held = True
             self.meter.counting()
             self.count_now()

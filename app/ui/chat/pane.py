@@ -73,7 +73,8 @@ class PaneState(enum.Enum):
 
 
 class Composer(QPlainTextEdit):
-    """The message box: Enter sends, Shift+Enter starts a new line; grows up to a few lines."""
+    """The message box: Enter sends, Shift+Enter starts a new line; grows up to a few lines (as laid
+    out: a long line that wraps counts for each line it takes)."""
 
     submitted = Signal()
 
@@ -81,7 +82,7 @@ class Composer(QPlainTextEdit):
         super().__init__(parent)
         self.setPlaceholderText("Message  (Enter to send, Shift+Enter for a new line)")
         self.setTabChangesFocus(True)
-        self.document().contentsChanged.connect(self._fit_height)
+        self.document().documentLayout().documentSizeChanged.connect(self._fit_height)
         self._fit_height()
 
     def keyPressEvent(self, event: QKeyEvent) -> None:
@@ -95,7 +96,7 @@ class Composer(QPlainTextEdit):
         super().keyPressEvent(event)
 
     def _fit_height(self) -> None:
-        lines = min(max(self.document().blockCount(), 1), COMPOSER_MAX_LINES)
+        lines = min(max(round(self.document().size().height()), 1), COMPOSER_MAX_LINES)
         line_height = self.fontMetrics().lineSpacing()
         margins = self.contentsMargins().top() + self.contentsMargins().bottom()
         self.setFixedHeight(int(lines * line_height + 2 * self.document().documentMargin() + margins + 2))
@@ -170,7 +171,7 @@ class ChatPane(QWidget):
         self.guard = ContextGuard(self)  # the context meter, and the ways out of a send that would not fit
         self.max_tokens.valueChanged.connect(self.guard.changed)
         options = QHBoxLayout()
-        options.addWidget(self.guard.meter, 1)
+        options.addStretch(1)
         for label, box, tip in (
             ("Temperature", self.temperature, "Higher is more varied, lower more focused"),
             ("Top-p", self.top_p, "Sample only from the most likely tokens that add up to this share"),
@@ -197,6 +198,7 @@ class ChatPane(QWidget):
         bottom.setSpacing(6)
         bottom.addWidget(self.edit_banner)
         bottom.addLayout(options)
+        bottom.addWidget(self.guard.meter)
         bottom.addWidget(self.guard.choices)
         bottom.addLayout(compose)
 
