@@ -12,15 +12,42 @@ import contextlib
 import signal
 import sys
 import threading
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from app.client.events import ChatDelta
 from app.commands.output import telemetry_line
+from app.commands.overflow import TerminalChat, make_room
+from app.core.context import Overflow
 from app.core.engine_state import EngineState
 from app.core.errors import EngineError, LemonDeskError
 from app.supervisor.router import Router
 
 PROMPT = "> "
+
+
+def _watch(router: Router, name: str, local: bool) -> asyncio.Future[Any]:
+    """What ends the chat: the local engine's end (its error when it crashed)."""
+    if local:
+        return asyncio.ensure_future(router.engines.ended(name))
+    return asyncio.get_running_loop().create_future()  # a remote's server may go and come back
+
+
+def _asking(lines: asyncio.Queue[str | None]) -> Callable[[], Awaitable[str | None]]:
+    """The next line, for a question the chat asks; the end of input is left for the chat to end on."""
+
+    async def ask() -> str | None:
+        line = await lines.get()
+        if line is None:
+            lines.put_nowait(None)
+        return line
+
+    return ask
+
+
+def _pid(router: Router, name: str) -> int | None:
+    engine = router.engines.get(name)
+    return engine.pid if engine is not None else None
 
 
 def _read_lines(loop: asyncio.AbstractEventLoop, lines: asyncio.Queue[str | None]) -> None:
@@ -42,10 +69,14 @@ async def _reply(router: Router, name: str, history: list[dict[str, Any]], text:
             print(telemetry_line(event.telemetry), file=sys.stderr)
 
 
-async def chat_in_terminal(router: Router, name: str, *, local: bool = False) -> None:
+async def chat_in_terminal(
+    router: Router, name: str, *, local: bool = False, on_overflow: Overflow | None = None
+) -> None:
     """Chat with ``name`` until end of input: a model loaded here (``local``), or a remote model. The
     local engine's death ends the chat with its error; a reply that fails otherwise (a remote that went
-    away) is said, and the question can be asked again."""
+    away) is said, and the question can be asked again. A message that would not fit the model's
+    context is not sent until a way out is chosen (``app.commands.overflow``; ``on_overflow``: chosen
+    beforehand)."""
     loop = asyncio.get_running_loop()
     lines: asyncio.Queue[str | None] = asyncio.Queue()
     threading.Thread(target=_read_lines, args=(loop, lines), daemon=True, name="stdin").start()
@@ -59,12 +90,8 @@ async def chat_in_terminal(router: Router, name: str, *, local: bool = False) ->
             print(PROMPT, end="", file=sys.stderr, flush=True)
 
     loop.add_signal_handler(signal.SIGINT, interrupt)
-    history: list[dict[str, Any]] = []
-    died: asyncio.Future[Any] = (
-        asyncio.ensure_future(router.engines.ended(name))
-        if local
-        else loop.create_future()  # a remote model's server may go and come back: never "died"
-    )
+    chat = TerminalChat()
+    died = _watch(router, name, local)
     print(f"Chatting with {name}. Ctrl-C stops a reply; Ctrl-D quits.", file=sys.stderr)
     try:
         while True:
@@ -80,9 +107,17 @@ async def chat_in_terminal(router: Router, name: str, *, local: bool = False) ->
                 break
             if not line.strip():
                 continue
-            history.append({"role": "user", "content": line})
+            chat.messages.append({"role": "user", "content": line})
+            if local:
+                before = _pid(router, name)
+                if not await make_room(router, name, chat, _asking(lines), on_overflow):
+                    chat.messages.pop()
+                    continue
+                if _pid(router, name) != before:  # loaded again, with a larger context
+                    died.cancel()
+                    died = _watch(router, name, local)
             text: list[str] = []
-            replying = asyncio.create_task(_reply(router, name, history, text))
+            replying = asyncio.create_task(_reply(router, name, chat.sent(), text))
             try:
                 await replying
             except asyncio.CancelledError:
@@ -96,9 +131,9 @@ async def chat_in_terminal(router: Router, name: str, *, local: bool = False) ->
                     await asyncio.wait({died}, timeout=5)
                     break  # the engine died: its own error is raised below
                 print(f"\nerror: {err}", file=sys.stderr)
-                history.pop()  # unanswered: the user may ask again
+                chat.messages.pop()  # unanswered: the user may ask again
                 continue
-            history.append({"role": "assistant", "content": "".join(text)})
+            chat.messages.append({"role": "assistant", "content": "".join(text)})
     finally:
         loop.remove_signal_handler(signal.SIGINT)
         died.cancel()

@@ -21,6 +21,7 @@ from app.commands.output import (
 )
 from app.commands.repl import chat_in_terminal
 from app.core.backends import BackendKey
+from app.core.context import Overflow
 from app.core.errors import ConfigError
 from app.core.launch import AUTO_CTX_SIZE, ctx_size_problem
 from app.core.models import Model
@@ -48,6 +49,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser.add_argument("--json", action="store_true", help="print one JSON object (with --prompt)")
     parser.add_argument("--dry-run", action="store_true", help="print the engine command; start nothing")
     parser.add_argument("--force", action="store_true", help="load even if it needs more memory than is free")
+    parser.add_argument(
+        "--on-overflow",
+        choices=[way.value for way in Overflow],
+        help="in the terminal chat, when a message would not fit the model's context: reload with a "
+        "larger context, go on from a summary, or leave out the oldest turns (default: ask)",
+    )
     add_rpc_argument(parser)
     parser.set_defaults(handler=cmd_run)
 
@@ -103,7 +110,8 @@ async def _run(router: Router, model: Model, options: ModelOptions, args: argpar
         assert engine is not None  # loaded just now
         backend = str(engine.backend)
         if args.prompt is None:
-            await chat_in_terminal(router, name, local=True)
+            overflow = Overflow(args.on_overflow) if args.on_overflow else None
+            await chat_in_terminal(router, name, local=True, on_overflow=overflow)
             return 0
         reply, reasoning, done = await _answer(router, name, args.prompt, echo=not args.json)
     if args.json:

@@ -55,12 +55,12 @@ class ContextCount:
         return self.needed / self.context if self.context > 0 else 0.0
 
     def ways_out(self) -> list[Overflow]:
-        """What this count allows: a larger context when one fits, a summary always, leaving out the
-        oldest turns when that makes it fit."""
+        """What this count allows: a larger context when one fits; a summary, and leaving out the oldest
+        turns, when leaving them out makes it fit (else the last message alone is too long, and a
+        summary before it would not help)."""
         ways = [Overflow.RELOAD] if self.larger is not None else []
-        ways.append(Overflow.SUMMARY)
         if self.leave_out > 0:
-            ways.append(Overflow.LEAVE_OUT)
+            ways += [Overflow.SUMMARY, Overflow.LEAVE_OUT]
         return ways
 
     def describe(self) -> str:

@@ -97,9 +97,10 @@ class Context:
     async def largest_context(self, name: str) -> int | None:
         """The largest context ``name`` could be loaded with in the memory free now, its own engine's
         memory counted as free (a reload stops it first); None: unknown, or none fits."""
-        library = self._library()
+        library, record = self._library(), self._runtime.get(name)
         try:
-            model = library.resolve(name)
+            # Its last load's model first: a file run where it is (``run FILE``) is in no catalog.
+            model = record.model if record is not None and record.model else library.resolve(name)
             local = library.local_files(model)
             if local is None:
                 return None

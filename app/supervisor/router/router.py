@@ -400,7 +400,9 @@ class Router:
         its fit check and policy hold)."""
         options = dataclasses.replace(self.options(name), ctx_size=ctx_size)
         self.save_options(name, options)
-        return self.load(name, options)
+        record = self._runtime.get(name)
+        # A file run where it is (``run FILE``) is in no catalog: its last load knows it.
+        return self.load(record.model if record is not None and record.model else name, options)
 
     async def summarize(self, name: str, messages: Messages, params: dict[str, Any]) -> str:
         """A summary of the chat ``messages`` written by ``name``, for a new chat to start with."""
