@@ -64,9 +64,9 @@ class ContextCount:
         return ways
 
     def describe(self) -> str:
-        """``1,234 of 4,096 tokens (256 for the reply)``, with ``about`` for an estimate."""
+        """``1,234 of 4,096 tokens (+256 for the reply)``, with ``about`` for an estimate."""
         about = "about " if self.source is CountSource.ESTIMATE else ""
-        reply = f" ({self.reply:,} kept for the reply)" if self.reply else ""
+        reply = f" (+{self.reply:,} for the reply)" if self.reply else ""
         return f"{about}{self.used:,} of {self.context:,} tokens{reply}"
 
     def problem(self) -> str:

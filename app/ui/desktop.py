@@ -237,7 +237,7 @@ class DesktopApp(QObject):
         bridge.context_reloaded.connect(lambda ok: guard.reloaded() if ok else guard.count_now())
         guard.summary_wanted.connect(bridge.summarize)
         bridge.summary_ready.connect(
-            lambda summary: self.window.chat.start_from_summary(summary) if summary else guard.count_now()
+            lambda summary: guard.start_from_summary(summary) if summary else guard.count_now()
         )
         bridge.engine_changed.connect(guard.changed)
         self.window.models.model_selected.connect(guard.changed)

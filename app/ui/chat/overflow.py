@@ -11,12 +11,14 @@ the transcript and the history, marked). The held message is sent once the way o
 from __future__ import annotations
 
 import json
+import uuid
 from typing import TYPE_CHECKING, Any, cast
 
 from PySide6.QtCore import QObject, Qt, QTimer, Signal
 from PySide6.QtWidgets import QFrame, QGridLayout, QLabel, QPushButton, QVBoxLayout, QWidget
 
-from app.core.context import ContextCount, Overflow, estimate_tokens, reply_share
+from app.core.chat import ChatMessage
+from app.core.context import SUMMARY_HEADING, ContextCount, Overflow, estimate_tokens, reply_share
 from app.core.fit import Verdict
 from app.ui.chat.meter import ContextMeter
 from app.ui.look import fit_colour
@@ -171,7 +173,9 @@ class ContextGuard(QObject):
         if count is None:
             return
         if way is Overflow.LEAVE_OUT:
-            self._pane.leave_out(count.leave_out)
+            sent = [v for v in self._pane.transcript.views() if not v.message.left_out]
+            for view in sent[: count.leave_out]:
+                view.set_left_out()  # kept, and marked
             self._pane.submit()  # counted again first, then sent
         elif way is Overflow.RELOAD and count.larger:
             self.meter.counting()
@@ -179,6 +183,14 @@ class ContextGuard(QObject):
         elif way is Overflow.SUMMARY:
             self.meter.counting()
             self.summary_wanted.emit(self._pane.sent_messages(), self._pane.params())
+
+    def start_from_summary(self, summary: str) -> None:
+        """Go on in a new chat that starts with ``summary`` (the model's, of this one), with the same
+        system prompt, and send the message in the composer there."""
+        pane = self._pane
+        opening = ChatMessage("assistant", f"{SUMMARY_HEADING}: {summary}")
+        pane.show_conversation(uuid.uuid4().hex, "New chat", pane.system_prompt.toPlainText(), [opening])
+        pane.submit()
 
     def reloaded(self) -> None:
         """The model runs with its larger context: count again, and send when it fits."""

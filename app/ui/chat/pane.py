@@ -35,7 +35,6 @@ from PySide6.QtWidgets import (
 )
 
 from app.core.chat import ChatMessage, MessageState
-from app.core.context import SUMMARY_HEADING
 from app.ui.chat.markdown_view import current_theme
 from app.ui.chat.overflow import ContextGuard
 from app.ui.chat.transcript import MessageView, TranscriptView
@@ -295,19 +294,6 @@ class ChatPane(QWidget):
         self.composer.clear()
         self._add(ChatMessage("user", text))
         self._request_reply()
-
-    def leave_out(self, count: int) -> None:
-        """Leave the ``count`` oldest messages still sent out of what is sent (kept, and marked)."""
-        for view in [v for v in self.transcript.views() if not v.message.left_out][:count]:
-            view.set_left_out()
-
-    def start_from_summary(self, summary: str) -> None:
-        """Go on in a new chat that starts with ``summary`` (the model's, of this one), with the same
-        system prompt, and send the message in the composer there."""
-        system = self.system_prompt.toPlainText()
-        opening = ChatMessage("assistant", f"{SUMMARY_HEADING}: {summary}")
-        self.show_conversation(uuid.uuid4().hex, "New chat", system, [opening])
-        self.submit()
 
     def regenerate(self) -> None:
         views = self.transcript.views()
