@@ -34,9 +34,7 @@ CHAT = [
 
 def test_a_count_fits_only_with_room_for_the_reply_and_says_how_it_was_counted() -> None:
     fits = ContextCount(400, 512, 100, CountSource.TOKENIZER)
-    assert (
-        fits.fits and fits.problem() == "" and fits.describe() == "400 of 512 tokens (+100 for the reply)"
-    )
+    assert fits.fits and fits.problem() == "" and fits.describe() == "400 of 512 tokens (+100 for the reply)"
     over = ContextCount(450, 512, 100, CountSource.ESTIMATE, larger=1024, leave_out=2)
     assert not over.fits and over.describe().startswith("about 450 of 512")
     assert over.problem() == (
