@@ -104,6 +104,9 @@ class Bridge(QObject):
     tool_permission = Signal(object)  # ToolRequest: ask the user; answer with answer_tool(call_id, ...)
     mcp_changed = Signal(list)  # [McpServerView]: every MCP server as it is now, after a change
     mcp_failed = Signal(str)  # why an MCP server could not be added, changed or removed
+    context_counted = Signal(int, object)  # the count's ask id, ContextCount | None (nothing known)
+    context_reloaded = Signal(bool)  # the model runs with its larger context (False: the reload failed)
+    summary_ready = Signal(str)  # the summary the model wrote, for a new chat (empty: it failed)
     notify = Signal(str, str, bool)  # title, message, is an error
     error = Signal(str)  # something the user must be told
     api_changed = Signal(str, str)  # the local API's URL ("" when off), why it is off when it should be on
@@ -136,6 +139,7 @@ class Bridge(QObject):
         self._stopping: set[asyncio.Task[Any]] = set()
         self._chat: asyncio.Task[None] | None = None
         self._asking: dict[str, asyncio.Future[Permission]] = {}  # tool calls waiting on the user, by id
+        self._count: asyncio.Task[None] | None = None
         self._bench: asyncio.Task[None] | None = None
         self._views: dict[str, ModelView] = {}  # the last statuses read, for the widgets' lookups
         self.info: SystemInfo | None = None
@@ -536,6 +540,49 @@ class Bridge(QObject):
             return
         self._chat = self.spawn(self._stream(target, messages, params, conversation, servers))
 
+    def count_context(self, asked: int, messages: list[dict[str, str]], params: dict[str, Any]) -> None:
+        """Count what ``messages`` take of the context of the model a send goes to, in a task (the
+        engine's tokenizer answers over HTTP); ``context_counted`` carries the count with ``asked``."""
+        if self._count is not None:
+            self._count.cancel()  # a newer question replaces it
+        target = self.chat_target() if self.started else ""
+        self._count = self.spawn(self._count_context(asked, target, messages, params))
+
+    async def _count_context(
+        self, asked: int, target: str, messages: list[dict[str, str]], params: dict[str, Any]
+    ) -> None:
+        count = None
+        if target:
+            try:
+                count = await self.router.count_context(target, messages, params)
+            except LemonDeskError as err:
+                log.info("the context of %s was not counted: %s", target, err)
+        self.context_counted.emit(asked, count)
+
+    def reload_with_context(self, ctx_size: int) -> asyncio.Task[None]:
+        """Load the model a send goes to again with a context of ``ctx_size`` (kept in its options)."""
+        return self.spawn(self._reload_with_context(self.chat_target(), ctx_size))
+
+    async def _reload_with_context(self, name: str, ctx_size: int) -> None:
+        task = self.router.reload_with_context(name, ctx_size)
+        await asyncio.wait([task])
+        err = None if task.cancelled() else task.exception()
+        if err is not None:
+            self.notify.emit(f"{name} did not load with {ctx_size:,} tokens of context", str(err), True)
+        self.context_reloaded.emit(err is None and not task.cancelled())
+
+    def summarize(self, messages: list[dict[str, str]], params: dict[str, Any]) -> asyncio.Task[None]:
+        """Have the model a send goes to summarize the chat ``messages``; ``summary_ready`` has it."""
+        return self.spawn(self._summarize(self.chat_target(), messages, params))
+
+    async def _summarize(self, name: str, messages: list[dict[str, str]], params: dict[str, Any]) -> None:
+        try:
+            summary = await self.router.summarize(name, messages, params)
+        except LemonDeskError as err:
+            self.notify.emit("The chat was not summarized", self.router.failure_message(name, err), True)
+            summary = ""
+        self.summary_ready.emit(summary)
+
     def stop_reply(self) -> None:
         """Cancel the reply in flight; its stream is closed as the task unwinds."""
         if self._chat is not None and not self._chat.done():
@@ -562,7 +609,9 @@ class Bridge(QObject):
                 elif isinstance(event, ToolCallStarted | ToolCallFinished):
                     self.reply_tool.emit(event)
                 else:
-                    self.reply_card.emit(self.router.run_card(target, params, event.telemetry))
+                    self.reply_card.emit(
+                        self.router.run_card(target, params, event.telemetry, event.restored)
+                    )
                     self.reply_finished.emit(event)
         except LemonDeskError as err:
             self.reply_failed.emit(self.router.failure_message(target, err))

@@ -24,7 +24,7 @@ from app.client.pacing import OPENAI_SSE_SHOWN, UNPACED, Pacing, paced, paced_ne
 from app.client.reasoning_relay import StreamReasoning, whole_reasoning
 from app.client.sse import EventTooLarge, SSEEvent, SSEParser
 from app.client.stop_relay import StreamFinish, StreamStops, cut_whole, whole_finish
-from app.core.errors import LemonDeskError, RequestError, UnsupportedRequestError
+from app.core.errors import ContextError, LemonDeskError, RequestError, UnsupportedRequestError
 from app.core.reasoning import ReasoningFormat
 from app.core.stops import StopCutter, cut_at_stop
 from app.core.telemetry import ClientTimes, Telemetry, telemetry_from
@@ -129,8 +129,22 @@ def error_detail(content: bytes, reason: str) -> str:
         return content[:500].decode("utf-8", "replace") or reason
 
 
+def _context_refusal(content: bytes) -> tuple[int, int] | None:
+    """llama-server's refusal of a prompt longer than its context (``exceed_context_size_error``, with
+    ``n_prompt_tokens`` and ``n_ctx``): the two numbers, else None."""
+    try:
+        err = json.loads(content).get("error")
+        if err.get("type") == "exceed_context_size_error":
+            return int(err["n_prompt_tokens"]), int(err["n_ctx"])
+    except (ValueError, RecursionError, AttributeError, KeyError, TypeError):
+        pass
+    return None
+
+
 def _status_error(status: int, content: bytes, reason: str) -> RequestError:
     detail = error_detail(content, reason)
+    if status == 400 and (sizes := _context_refusal(content)) is not None:
+        return ContextError(*sizes, status=status)
     if status == 401:
         return RequestError(
             f"The engine refused the app's key (HTTP 401: {detail}).",

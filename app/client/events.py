@@ -37,6 +37,7 @@ class ChatDone:
     finish_reason: str | None  # "stop", "length"...: the engine's word, corrected where it errs; None: unsaid
     telemetry: Telemetry
     tool_calls: tuple[ToolCall, ...] = ()  # what the reply asked to run (finish_reason "tool_calls")
+    restored: int = 0  # prompt tokens restored from a saved KV cache before it (app.supervisor.resume)
 
 
 ChatEvent = ChatDelta | ChatDone

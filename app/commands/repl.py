@@ -12,11 +12,14 @@ import contextlib
 import signal
 import sys
 import threading
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from app.client.events import ChatDelta
 from app.commands.output import telemetry_line
+from app.commands.overflow import TerminalChat, make_room
 from app.commands.tools import TerminalAsk, ToolUse, show_tool_event
+from app.core.context import Overflow
 from app.core.engine_state import EngineState
 from app.core.errors import EngineError, LemonDeskError
 from app.core.tools import ToolCallFinished, ToolCallStarted
@@ -24,6 +27,30 @@ from app.supervisor.router import Router
 
 PROMPT = "> "
 TerminalTools = tuple[ToolUse, TerminalAsk]
+
+
+def _watch(router: Router, name: str, local: bool) -> asyncio.Future[Any]:
+    """What ends the chat: the local engine's end (its error when it crashed)."""
+    if local:
+        return asyncio.ensure_future(router.engines.ended(name))
+    return asyncio.get_running_loop().create_future()  # a remote's server may go and come back
+
+
+def _asking(lines: asyncio.Queue[str | None]) -> Callable[[], Awaitable[str | None]]:
+    """The next line, for a question the chat asks; the end of input is left for the chat to end on."""
+
+    async def ask() -> str | None:
+        line = await lines.get()
+        if line is None:
+            lines.put_nowait(None)
+        return line
+
+    return ask
+
+
+def _pid(router: Router, name: str) -> int | None:
+    engine = router.engines.get(name)
+    return engine.pid if engine is not None else None
 
 
 def _read_lines(loop: asyncio.AbstractEventLoop, lines: asyncio.Queue[str | None]) -> None:
@@ -55,12 +82,19 @@ async def _reply(
 
 
 async def chat_in_terminal(
-    router: Router, name: str, *, local: bool = False, tools: ToolUse | None = None
+    router: Router,
+    name: str,
+    *,
+    local: bool = False,
+    tools: ToolUse | None = None,
+    on_overflow: Overflow | None = None,
 ) -> None:
     """Chat with ``name`` until end of input: a model loaded here (``local``), or a remote model. The
     local engine's death ends the chat with its error; a reply that fails otherwise (a remote that went
     away) is said, and the question can be asked again. ``tools``: MCP servers it may call, each call
-    asked about on the terminal (the answer is the next line typed)."""
+    asked about on the terminal (the answer is the next line typed). A message that would not fit the
+    model's context is not sent until a way out is chosen (``app.commands.overflow``; ``on_overflow``:
+    chosen beforehand)."""
     loop = asyncio.get_running_loop()
     lines: asyncio.Queue[str | None] = asyncio.Queue()
     threading.Thread(target=_read_lines, args=(loop, lines), daemon=True, name="stdin").start()
@@ -75,12 +109,8 @@ async def chat_in_terminal(
             print(PROMPT, end="", file=sys.stderr, flush=True)
 
     loop.add_signal_handler(signal.SIGINT, interrupt)
-    history: list[dict[str, Any]] = []
-    died: asyncio.Future[Any] = (
-        asyncio.ensure_future(router.engines.ended(name))
-        if local
-        else loop.create_future()  # a remote model's server may go and come back: never "died"
-    )
+    chat = TerminalChat()
+    died = _watch(router, name, local)
     print(f"Chatting with {name}. Ctrl-C stops a reply; Ctrl-D quits.", file=sys.stderr)
     try:
         while True:
@@ -96,9 +126,17 @@ async def chat_in_terminal(
                 break
             if not line.strip():
                 continue
-            history.append({"role": "user", "content": line})
+            chat.messages.append({"role": "user", "content": line})
+            if local:
+                before = _pid(router, name)
+                if not await make_room(router, name, chat, _asking(lines), on_overflow):
+                    chat.messages.pop()
+                    continue
+                if _pid(router, name) != before:  # loaded again, with a larger context
+                    died.cancel()
+                    died = _watch(router, name, local)
             text: list[str] = []
-            replying = asyncio.create_task(_reply(router, name, history, text, asking))
+            replying = asyncio.create_task(_reply(router, name, chat.sent(), text, asking))
             try:
                 await replying
             except asyncio.CancelledError:
@@ -112,9 +150,9 @@ async def chat_in_terminal(
                     await asyncio.wait({died}, timeout=5)
                     break  # the engine died: its own error is raised below
                 print(f"\nerror: {err}", file=sys.stderr)
-                history.pop()  # unanswered: the user may ask again
+                chat.messages.pop()  # unanswered: the user may ask again
                 continue
-            history.append({"role": "assistant", "content": "".join(text)})
+            chat.messages.append({"role": "assistant", "content": "".join(text)})
     finally:
         loop.remove_signal_handler(signal.SIGINT)
         died.cancel()

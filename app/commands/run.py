@@ -22,6 +22,7 @@ from app.commands.output import (
 from app.commands.repl import chat_in_terminal
 from app.commands.tools import TerminalAsk, ToolUse, read_stdin_line, show_tool_event, start_servers
 from app.core.backends import BackendKey
+from app.core.context import Overflow
 from app.core.errors import ConfigError
 from app.core.launch import AUTO_CTX_SIZE, ctx_size_problem
 from app.core.models import Model
@@ -60,6 +61,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     parser.add_argument(
         "--allow-tools", action="store_true", help="with --mcp: run every call without asking"
+    )
+    parser.add_argument(
+        "--on-overflow",
+        choices=[way.value for way in Overflow],
+        help="in the terminal chat, when a message would not fit the model's context: reload with a "
+        "larger context, go on from a summary, or leave out the oldest turns (default: ask)",
     )
     add_rpc_argument(parser)
     parser.set_defaults(handler=cmd_run)
@@ -119,7 +126,8 @@ async def _run(router: Router, model: Model, options: ModelOptions, args: argpar
         backend = str(engine.backend)
         tools = await _tools(router, args)
         if args.prompt is None:
-            await chat_in_terminal(router, name, local=True, tools=tools)
+            overflow = Overflow(args.on_overflow) if args.on_overflow else None
+            await chat_in_terminal(router, name, local=True, tools=tools, on_overflow=overflow)
             return 0
         reply, reasoning, done = await _answer(router, name, args.prompt, echo=not args.json, tools=tools)
     if args.json:

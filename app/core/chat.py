@@ -28,6 +28,7 @@ class ChatMessage:
     run_card: dict[str, Any] | None = None  # the RunCard fields of the reply (app.core.runcard), by name
     tool_calls: list[dict[str, Any]] = field(default_factory=list)  # ToolCallFinished.to_json() of each
     attachments: list[AttachmentRef] = field(default_factory=list)  # a user message's files and images
+    left_out: bool = False  # left out of what is sent to the model (the chat outgrew its context)
 
 
 def format_telemetry(telemetry: dict[str, Any]) -> str:

@@ -19,6 +19,7 @@ LemonDeskError                  what happened + what to do (``hint``)
 ├── FitError                    a model would not fit in the memory free now
 └── RequestError                a request to an engine failed
     ├── UnsupportedRequestError the engine cannot answer this kind of request
+    ├── ContextError            the prompt does not fit the model's context (the engine refused it)
     └── RemoteError             a remote server does not answer, or refused the key
 """
 
@@ -134,6 +135,21 @@ class RequestError(LemonDeskError):
 
 class UnsupportedRequestError(RequestError):
     """The engine has no such route or cannot answer the request in that form (e.g. streamed)."""
+
+
+class ContextError(RequestError):
+    """The engine refused a prompt of ``needed`` tokens: its context holds ``context``."""
+
+    def __init__(self, needed: int, context: int, status: int | None = 400) -> None:
+        super().__init__(
+            f"The chat is too long for the model: it needs {needed:,} tokens and the model's context "
+            f"holds {context:,}. The engine refused it, and nothing was cut.",
+            "Load the model with a larger context, go on in a new chat that starts with a summary, "
+            "or leave out the oldest turns.",
+            status=status,
+        )
+        self.needed = needed
+        self.context = context
 
 
 class RemoteError(RequestError):

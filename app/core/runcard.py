@@ -69,6 +69,8 @@ class RunCard:
     decode_tps: float = 0.0
     cached_tokens: int = 0
     dialect: str = ""  # the local API's dialect the reply was asked in; "": this app's own chat
+    restored_tokens: int = 0  # of the prompt, restored from a saved KV cache on disk before the reply
+    resumes: bool | None = None  # whether the engine resumes chats from disk (None: a card kept from before)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -91,12 +93,19 @@ class RunCard:
             card.engine_version,
             card.dialect,
         )
-        counts = (card.prompt_tokens, card.completion_tokens, card.cached_tokens, card.ctx_size or 0)
+        counts = (
+            card.prompt_tokens,
+            card.completion_tokens,
+            card.cached_tokens,
+            card.restored_tokens,
+            card.ctx_size or 0,
+        )
         if not (
             all(isinstance(text, str) for text in (*texts, card.extra_args, card.hardware))
             and all(isinstance(count, int) and not isinstance(count, bool) for count in counts)
             and all(finite(figure) is not None for figure in (card.ttft_s, card.prompt_tps, card.decode_tps))
             and isinstance(card.sampling, dict)
+            and card.resumes in (True, False, None)
         ):
             raise ValueError("a run card field is not of its type")
         return card
@@ -122,7 +131,15 @@ class RunCard:
             ("Prompt", f"{self.prompt_tokens:,} tokens at {self.prompt_tps:,.1f} tok/s"),
             ("Cached prompt", f"{self.cached_tokens:,} tokens"),
             ("Completion", f"{self.completion_tokens:,} tokens at {self.decode_tps:,.1f} tok/s"),
+            *([("Resume", self.resume_line())] if self.resumes is not None else []),
         ]
+
+    def resume_line(self) -> str:
+        if not self.resumes:
+            return "this chat does not resume from disk on this engine"
+        if self.restored_tokens:
+            return f"resumed {self.restored_tokens:,} tokens from disk"
+        return "nothing resumed from disk for this reply"
 
     def markdown(self) -> str:
         return "\n".join(f"> **{label}:** {value}  " for label, value in self.lines()).rstrip() + "\n"

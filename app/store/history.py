@@ -41,8 +41,9 @@ from app.store.paths import home
 P = ParamSpec("P")
 R = TypeVar("R")
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 DEFAULT_TITLE = "New chat"
+LEFT_OUT_NOTE = "left out of the model's context: the chat outgrew it"
 ROLES = ("user", "assistant")  # what the chat pane keeps; the system prompt is the conversation's
 log = logging.getLogger(__name__)
 
@@ -70,6 +71,7 @@ class StoredMessage:
         dict[str, Any], ...
     ] = ()  # a reply's tool calls, as ToolCallFinished.to_json() has them
     attachments: tuple[AttachmentRef, ...] = ()  # files and images a user message carries
+    left_out: bool = False  # left out of what is sent to the model (the chat outgrew its context); kept
 
 
 @dataclass(frozen=True)
@@ -127,8 +129,11 @@ _ATTACHMENTS_V4 = """
         CREATE INDEX message_attachments_by_hash ON message_attachments(sha256)
 """
 
+# v5: messages left out of what is sent to the model, when the chat outgrew its context (kept here).
+_LEFT_OUT_V5 = "ALTER TABLE messages ADD COLUMN left_out INTEGER NOT NULL DEFAULT 0"
+
 # MIGRATIONS[n] is the SQL that takes a database at schema version n to n + 1.
-MIGRATIONS: list[str] = [_SCHEMA_V1, _RUN_CARD_V2, _TOOL_CALLS_V3, _ATTACHMENTS_V4]
+MIGRATIONS: list[str] = [_SCHEMA_V1, _RUN_CARD_V2, _TOOL_CALLS_V3, _ATTACHMENTS_V4, _LEFT_OUT_V5]
 
 _FTS_SCHEMA = """
 CREATE VIRTUAL TABLE messages_fts USING fts5(content, reasoning, content='messages', content_rowid='id');
@@ -273,6 +278,7 @@ def _message(m: sqlite3.Row) -> StoredMessage | None:
         _time(m["created_at"]),
         _run_card(m["run_card"], m["id"]),
         _tool_calls(m["tool_calls"], m["id"]),
+        left_out=m["left_out"] == 1,
     )
 
 
@@ -617,6 +623,17 @@ class History:
             except (OSError, LemonDeskError) as err:  # kept: a file left over is no harm
                 log.warning("Could not delete the unused attachment %s: %s", sha, err)
 
+    @_writes
+    def set_left_out(self, conversation_id: str, count: int) -> None:
+        """Mark the conversation's ``count`` oldest messages as left out of what is sent to the model,
+        and the others as sent: nothing is deleted."""
+        with self._transaction() as db:
+            db.execute(
+                "UPDATE messages SET left_out = position IN (SELECT position FROM messages"
+                " WHERE conversation_id = ? ORDER BY position LIMIT ?) WHERE conversation_id = ?",
+                (conversation_id, count, conversation_id),
+            )
+
     def recent_telemetry(self, since: float) -> list[tuple[float, dict[str, Any]]]:
         """(when, telemetry) of every reply with figures since ``since`` (seconds since the epoch), oldest
         first: the Telemetry view's per-request history."""
@@ -686,6 +703,8 @@ def to_markdown(conversation: Conversation, files: Mapping[str, str] | None = No
         parts.append(f"## System\n\n{conversation.system_prompt}\n")
     for message in conversation.messages:
         parts.append(f"## {_ROLE_HEADINGS.get(message.role, message.role)}\n")
+        if message.left_out:
+            parts.append(f"*({LEFT_OUT_NOTE})*\n")
         if message.reasoning:
             quoted = "\n".join(f"> {line}" if line else ">" for line in message.reasoning.splitlines())
             parts.append(f"> **Reasoning**\n>\n{quoted}\n")
@@ -732,6 +751,7 @@ def to_json(conversation: Conversation, files: Mapping[str, str] | None = None) 
                 "run_card": m.run_card,
                 "tool_calls": list(m.tool_calls),
                 **({"attachments": _attachments_json(m, files or {})} if m.attachments else {}),
+                "left_out": m.left_out,
             }
             for m in conversation.messages
         ],

@@ -211,6 +211,7 @@ class DesktopApp(QObject):
         )
         chat.stop_requested.connect(bridge.stop_reply)
         self._connect_attachments()
+        self._connect_context()
         models.model_selected.connect(self._model_selected)
         models.load_requested.connect(lambda name: bridge.load(name))
         models.load_without_requested.connect(lambda name, lost: bridge.load(name, without=lost))
@@ -260,6 +261,21 @@ class DesktopApp(QObject):
             "with that context (its fit is shown there), then send.",
             error=False,
         )
+
+    def _connect_context(self) -> None:
+        """The chat's context meter and its ways out, counted and taken by the router."""
+        bridge, guard = self.bridge, self.window.chat.guard
+        guard.enabled = True
+        guard.count_wanted.connect(bridge.count_context)
+        bridge.context_counted.connect(guard.show_count)
+        guard.reload_wanted.connect(bridge.reload_with_context)
+        bridge.context_reloaded.connect(lambda ok: guard.reloaded() if ok else guard.count_now())
+        guard.summary_wanted.connect(bridge.summarize)
+        bridge.summary_ready.connect(
+            lambda summary: guard.start_from_summary(summary) if summary else guard.count_now()
+        )
+        bridge.engine_changed.connect(guard.changed)
+        self.window.models.model_selected.connect(guard.changed)
 
     def _connect_first_run_and_downloads(self) -> None:
         bridge, window = self.bridge, self.window

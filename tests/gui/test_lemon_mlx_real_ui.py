@@ -120,6 +120,7 @@ def test_a_chat_on_the_real_lemon_mlx_engine_shows_its_reply_reasoning_telemetry
     assert view.card.isVisible()
     shown = view.card.text()
     assert "lemon-mlx:cpu b1050-stable" in shown and f"{CTX:,} tokens" in shown
+    assert card["resumes"] is False and "does not resume from disk on this engine" in shown
     assert f"{card['completion_tokens']} tokens at" in shown
     view.reasoning_toggle.setChecked(True)
     save(window, "lemon-mlx-chat", scheme, tmp_path)

@@ -356,3 +356,39 @@ def test_tool_calls_a_hand_edit_damaged_are_read_as_none(
         (read,) = history.conversation("c").messages  # type: ignore[union-attr]
     assert (read.content, read.tool_calls) == ("reply", ())
     assert "tool calls of message" in caplog.text
+
+
+def test_a_version_2_database_gains_left_out_messages_which_are_marked_and_never_deleted(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "v2.sqlite3"
+    db = sqlite3.connect(path)
+    db.executescript(f"{_SCHEMA_V1}; {_RUN_CARD_V2}; PRAGMA user_version = 2;")
+    db.execute("INSERT INTO conversations (id, title, created_at, updated_at) VALUES ('c', 'Old', 1, 1)")
+    for position, (role, content) in enumerate([("user", "one"), ("assistant", "two"), ("user", "three")]):
+        db.execute(
+            "INSERT INTO messages (conversation_id, position, role, content, state, created_at)"
+            " VALUES ('c', ?, ?, ?, 'complete', 1)",
+            (position, role, content),
+        )
+    db.commit()
+    db.close()
+    history = History(path)
+    try:
+        assert [m.left_out for m in history.conversation("c").messages] == [False] * 3  # type: ignore[union-attr]
+        history.set_left_out("c", 2)
+        history.sync_messages(
+            "c", [("user", "one"), ("assistant", "two"), ("user", "three"), ("assistant", "4")]
+        )
+        kept = history.conversation("c")
+        assert kept is not None
+        assert [(m.content, m.left_out) for m in kept.messages] == [
+            ("one", True),
+            ("two", True),
+            ("three", False),
+            ("4", False),
+        ]
+        assert "left out of the model's context" in to_markdown(kept).split("## ")[2]
+        assert [m["left_out"] for m in to_json(kept)["messages"]] == [True, True, False, False]
+    finally:
+        history.close()

@@ -25,6 +25,8 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
+from app.client.tokens import count_prompt
+from app.core.errors import RequestError
 from app.core.remotes import is_remote_model
 from app.supervisor.api.bodies import check_generation, optional, parse_object, required_str
 from app.supervisor.api.chat_events import (
@@ -405,18 +407,13 @@ class AnthropicRoutes:
                 "unsupported",
             )
         async with self.router.client(name) as client:
-            templated = await client.post_json("/apply-template", chat)
-            prompt = templated.get("prompt") if isinstance(templated, dict) else None
-            if not isinstance(prompt, str):
-                raise bad_gateway("The engine did not apply its chat template.")
-            # As the chat path tokenizes a prompt: with the special tokens parsed and added.
-            tokens = await client.post_json(
-                "/tokenize", {"content": prompt, "add_special": True, "parse_special": True}
-            )
-        counted = tokens.get("tokens") if isinstance(tokens, dict) else None
-        if not isinstance(counted, list):
-            raise bad_gateway("The engine did not tokenize the prompt.")
-        return web.json_response({"input_tokens": len(counted)}, headers=_request_id())
+            try:
+                counted = await count_prompt(client, chat)
+            except RequestError as err:
+                if err.status is not None:  # the engine refused: said as every refusal is
+                    raise
+                raise bad_gateway(err.message) from None
+        return web.json_response({"input_tokens": counted}, headers=_request_id())
 
 
 def _request_id() -> dict[str, str]:

@@ -227,10 +227,11 @@ class Loading:
         if free is None:
             return
         free += on_workers
-        others = [(n, self._rss(n)) for n in self.loaded() if n != model.name and not self.pinned(n)]
+        others = [(n, self.rss(n)) for n in self.loaded() if n != model.name and not self.pinned(n)]
         check_live_fit(model.name, fit, free, largest_context(local.size, shape, free, model.recipe), others)
 
-    def _rss(self, name: str) -> int:
+    def rss(self, name: str) -> int:
+        """The memory a model's engine holds now (0: none, or unknown)."""
         engine = self._supervisor.engines.get(name)
         if engine is None or engine.pid is None:
             return 0

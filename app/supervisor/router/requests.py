@@ -29,7 +29,7 @@ from app.core.telemetry import Telemetry, TelemetryTotals
 from app.store.settings import Settings
 from app.supervisor.engine import Engine
 from app.supervisor.remotes import Remotes
-from app.supervisor.resume import Resume
+from app.supervisor.resume import Resume, Turn, resumable
 from app.supervisor.router.events import Dialect, RequestFinished, RequestSource
 from app.supervisor.router.loading import Loading
 from app.supervisor.router.runtime import Runtime
@@ -168,13 +168,13 @@ class Requests:
             record.busy -= 1
             self._loading.touch(name)
 
-    async def _turn(self, name: str, conversation: str | None, params: dict[str, Any]) -> dict[str, Any]:
+    async def _turn(self, name: str, conversation: str | None, params: dict[str, Any]) -> Turn:
         """A chat's turn keeps to its engine slot, resumed from its saved KV cache after a reload
         (``app.supervisor.resume``); other requests go as they are."""
         engine = self._supervisor.engines.get(name)
         if conversation is None or engine is None or is_remote(name):
-            return params
-        return (await self._resume.turn(engine, conversation, params)).params
+            return Turn(params)
+        return await self._resume.turn(engine, conversation, params)
 
     async def stream_chat(
         self, name: str, messages: Messages, *, conversation: str | None = None, **params: Any
@@ -183,9 +183,9 @@ class Requests:
         (the engine restarts behind it; a stream cannot be replayed without the user seeing it twice).
         ``conversation``: the chat's id, which keeps its prompt cache across turns and unloads."""
         async with self.client(name) as client:
-            params = await self._turn(name, conversation, params)
+            turn = await self._turn(name, conversation, params)
             # Closing the generator closes the HTTP stream, which stops the engine generating.
-            stream = cast(AsyncGenerator[ChatEvent, None], client.stream_chat(messages, **params))
+            stream = cast(AsyncGenerator[ChatEvent, None], client.stream_chat(messages, **turn.params))
             async with contextlib.aclosing(stream):
                 with contextlib.ExitStack() as marks:
                     marked = False
@@ -195,6 +195,7 @@ class Requests:
                             marked = True
                         if isinstance(event, ChatDone):
                             self.request_finished(name, event.telemetry, RequestSource.CHAT)
+                            event = dataclasses.replace(event, restored=turn.restored)
                         yield event
 
     async def chat(
@@ -203,7 +204,7 @@ class Requests:
         """A whole reply. One broken by an engine crash is sent once more after the restart."""
         try:
             async with self.client(name) as client:
-                reply = await client.chat(messages, **await self._turn(name, conversation, params))
+                reply = await client.chat(messages, **(await self._turn(name, conversation, params)).params)
         except EngineError:
             record = self._runtime.get(name)
             restart = record.restart if record is not None else None
@@ -212,7 +213,7 @@ class Requests:
             log.info("replaying a request to %s after its engine restarts", name)
             await asyncio.shield(restart)
             async with self.client(name) as client:
-                reply = await client.chat(messages, **await self._turn(name, conversation, params))
+                reply = await client.chat(messages, **(await self._turn(name, conversation, params)).params)
         self.request_finished(name, reply.telemetry, RequestSource.CHAT)
         return reply
 
@@ -261,11 +262,12 @@ class Requests:
         (query,) = await self.embed(name, [question])
         return pick_spans(spans, [cosine(query, vector) for vector in vectors], budget)
 
-    def run_card(self, name: str, params: dict[str, Any], telemetry: Telemetry) -> RunCard:
+    def run_card(self, name: str, params: dict[str, Any], telemetry: Telemetry, restored: int = 0) -> RunCard:
         """What produced a reply of ``name``'s engine: its model, engine, options, sampling, hardware
-        and figures, for the reply's run card."""
+        and figures, for the reply's run card; ``restored``: the prompt tokens its turn restored from
+        disk (``ChatDone.restored``)."""
         if is_remote(name):
-            return self._remotes.run_card(name, params, telemetry)
+            return dataclasses.replace(self._remotes.run_card(name, params, telemetry), resumes=False)
         engine = self._supervisor.engines.get(name)
         record = self._runtime.get(name)
         model = record.model if record is not None else None
@@ -286,4 +288,6 @@ class Requests:
             sampling={k: v for k, v in params.items() if isinstance(v, int | float | str)},
             hardware=hardware_summary(hardware) if hardware else "",
             **figures(telemetry),
+            restored_tokens=restored,
+            resumes=engine is not None and resumable(engine),
         )

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import time
 from collections.abc import AsyncIterator, Callable, Collection, Iterator
@@ -15,6 +16,7 @@ from typing import Any
 from app.client.chat import ChatClient, Messages
 from app.client.events import ChatEvent, ChatReply
 from app.core.attachments import TokenCount
+from app.core.context import ContextCount
 from app.core.downloads import DownloadRecord
 from app.core.engine_state import EngineState
 from app.core.errors import LemonDeskError
@@ -42,6 +44,7 @@ from app.supervisor.remotes import Remotes
 from app.supervisor.resume import Resume
 from app.supervisor.router.backends import Backends
 from app.supervisor.router.catalog import Catalog
+from app.supervisor.router.context import Context
 from app.supervisor.router.discover import Discover, Suggestion
 from app.supervisor.router.engines import Engines
 from app.supervisor.router.events import Dialect, Listener, RequestFinished, RequestSource, RouterEvent
@@ -130,6 +133,13 @@ class Router:
         )
         self._tools = ToolLoop(
             stream=self._requests.stream_chat, host=lambda: self.mcp, settings=settings_now
+        )
+        self._context = Context(
+            library=library_now,
+            supervisor=self.supervisor,
+            runtime=self._runtime,
+            loading=self._loading,
+            requests=self._requests,
         )
         self._views = Views(
             library_now, self.supervisor, self._runtime, self._pulls, self._discover, self.pinned
@@ -418,9 +428,33 @@ class Router:
         ``name``, at most ``budget`` characters, in the text's order."""
         return await self._requests.retrieve(name, text, question, budget)
 
-    def run_card(self, name: str, params: dict[str, Any], telemetry: Telemetry) -> RunCard:
-        """What produced a reply of ``name``'s engine, for the reply's run card."""
-        return self._requests.run_card(name, params, telemetry)
+    def run_card(self, name: str, params: dict[str, Any], telemetry: Telemetry, restored: int = 0) -> RunCard:
+        """What produced a reply of ``name``'s engine, for the reply's run card; ``restored``: the
+        tokens its turn resumed from disk (``ChatDone.restored``)."""
+        return self._requests.run_card(name, params, telemetry, restored)
+
+    # --- the context a chat takes (app.core.context) -------------------------------------------------
+
+    async def count_context(
+        self, name: str, messages: Messages, params: dict[str, Any]
+    ) -> ContextCount | None:
+        """What ``messages`` take of ``name``'s context, with ``params``' max_tokens kept for the reply:
+        counted by a running llama.cpp engine's own tokenizer, else estimated (and labelled so); when
+        they do not fit, the ways out. Never loads a model; None for a remote's model."""
+        return await self._context.count(name, messages, params)
+
+    def reload_with_context(self, name: str, ctx_size: int) -> asyncio.Task[Engine]:
+        """Keep ``ctx_size`` as the model's context option and load it again with it (the normal load:
+        its fit check and policy hold)."""
+        options = dataclasses.replace(self.options(name), ctx_size=ctx_size)
+        self.save_options(name, options)
+        record = self._runtime.get(name)
+        # A file run where it is (``run FILE``) is in no catalog: its last load knows it.
+        return self.load(record.model if record is not None and record.model else name, options)
+
+    async def summarize(self, name: str, messages: Messages, params: dict[str, Any]) -> str:
+        """A summary of the chat ``messages`` written by ``name``, for a new chat to start with."""
+        return await self._context.summarize(name, messages, params)
 
     def chat_target(self, selected: str, on_disk: Collection[str]) -> str:
         """The model a message meant for ``selected`` goes to (else the one used last; "": none).

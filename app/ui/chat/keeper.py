@@ -85,6 +85,7 @@ class HistoryKeeper(QObject):
                 m.run_card,
                 list(m.tool_calls),
                 list(m.attachments),
+                m.left_out,
             )
             for m in conversation.messages
         ]
@@ -103,6 +104,7 @@ class HistoryKeeper(QObject):
         self.history.sync_messages(
             conversation_id, [(m.role, m.content) for m in before], [m.attachments for m in before]
         )
+        self.history.set_left_out(conversation_id, sum(m.left_out for m in before))
         self._reply_id = self.history.append_message(
             conversation_id, "assistant", state=MessageState.STREAMING
         )

@@ -64,6 +64,7 @@ from app.core.tools import ToolCallFinished, ToolCallStarted, ToolRequest
 from app.store.attachments import Ingested
 from app.ui.chat.attachments import AttachmentTray
 from app.ui.chat.markdown_view import current_theme
+from app.ui.chat.overflow import ContextGuard
 from app.ui.chat.transcript import MessageView, TranscriptView
 from app.ui.look import ElidedLabel
 
@@ -104,8 +105,9 @@ def _local_files(source: QMimeData) -> list[str]:
 
 
 class Composer(QPlainTextEdit):
-    """The message box: Enter sends, Shift+Enter starts a new line; grows up to a few lines. Files
-    dropped or pasted on it, and pasted images, are attachments, not text."""
+    """The message box: Enter sends, Shift+Enter starts a new line; grows up to a few lines (as laid
+    out: a long line that wraps counts for each line it takes). Files dropped or pasted on it, and pasted
+    images, are attachments, not text."""
 
     submitted = Signal()
     files_given = Signal(list)  # local paths dropped or pasted
@@ -126,7 +128,7 @@ class Composer(QPlainTextEdit):
         super().__init__(parent)
         self.setPlaceholderText("Message  (Enter to send, Shift+Enter for a new line)")
         self.setTabChangesFocus(True)
-        self.document().contentsChanged.connect(self._fit_height)
+        self.document().documentLayout().documentSizeChanged.connect(self._fit_height)
         self._fit_height()
 
     def keyPressEvent(self, event: QKeyEvent) -> None:
@@ -140,7 +142,7 @@ class Composer(QPlainTextEdit):
         super().keyPressEvent(event)
 
     def _fit_height(self) -> None:
-        lines = min(max(self.document().blockCount(), 1), COMPOSER_MAX_LINES)
+        lines = min(max(round(self.document().size().height()), 1), COMPOSER_MAX_LINES)
         line_height = self.fontMetrics().lineSpacing()
         margins = self.contentsMargins().top() + self.contentsMargins().bottom()
         self.setFixedHeight(int(lines * line_height + 2 * self.document().documentMargin() + margins + 2))
@@ -232,6 +234,8 @@ class ChatPane(QWidget):
         self.tools_button.hide()
         self._tool_servers: list[str] = []  # the ready servers, as the bridge last said
         self._tools_off: dict[str, set[str]] = {}  # by conversation: the servers unticked in it
+        self.guard = ContextGuard(self)  # the context meter, and the ways out of a send that would not fit
+        self.max_tokens.valueChanged.connect(self.guard.changed)
         options = QHBoxLayout()
         options.addWidget(self.tools_button)
         options.addStretch(1)
@@ -258,6 +262,7 @@ class ChatPane(QWidget):
         self.attach_button.setToolTip("Attach files or images (or drop them here, or paste)")
         self.attach_button.clicked.connect(self.choose_files)
         self.file_dialog: QFileDialog | None = None
+        self.composer.textChanged.connect(self.guard.changed)
         self.send_button = QPushButton("Send", self)
         self.send_button.setDefault(True)
         self.send_button.clicked.connect(self._send_or_stop)
@@ -272,6 +277,8 @@ class ChatPane(QWidget):
         bottom.addWidget(self.edit_banner)
         bottom.addLayout(options)
         bottom.addWidget(self.tray)
+        bottom.addWidget(self.guard.meter)
+        bottom.addWidget(self.guard.choices)
         bottom.addLayout(compose)
 
         layout = QVBoxLayout(self)
@@ -331,6 +338,16 @@ class ChatPane(QWidget):
         chosen = self.chosen_servers()
         self.tools_button.setText(f"Tools: {len(chosen)} of {len(self._tool_servers)}")
 
+    def sent_messages(self) -> list[dict[str, str]]:
+        """The OpenAI messages the chat sends as it is (without the message being written)."""
+        return self._api_messages()
+
+    def prospective(self) -> list[dict[str, str]]:
+        """The OpenAI messages a send of the composer's text would make (an edit replacing its tail)."""
+        sent = self._api_messages(until=self._editing)
+        text = self.composer.toPlainText().strip()
+        return [*sent, {"role": "user", "content": text}] if text else sent
+
     def reply_snapshot(self) -> tuple[str, str] | None:
         """The reply in flight (text, reasoning), or None."""
         return self._reply.snapshot() if self._reply is not None else None
@@ -360,6 +377,8 @@ class ChatPane(QWidget):
             self._add(message)
         self._show_tools()  # this chat's choice of servers
         self._update_actions()
+        self.guard.choices.hide()
+        self.guard.changed()
         self.conversation_changed.emit(conversation_id)
         if refs := [ref for message in messages for ref in message.attachments]:
             self.attachments_shown.emit(refs)
@@ -379,7 +398,11 @@ class ChatPane(QWidget):
         """Send what is in the composer (replacing the edited message and what followed it). With
         attachments, they are checked (the model takes images, they fit) and kept first."""
         text = self.composer.toPlainText().strip()
-        if (not text and not self.tray.items) or self.state is not PaneState.IDLE:
+        if (
+            (not text and not self.tray.items)
+            or self.state is not PaneState.IDLE
+            or not self.guard.allows_send()
+        ):
             return
         if self._images_refused():
             return
@@ -637,14 +660,19 @@ class ChatPane(QWidget):
         self._update_actions()
         self.send_requested.emit(self.conversation_id, self._api_messages(), self.params())
 
-    def _api_messages(self) -> list[dict[str, Any]]:
-        """OpenAI messages; one with attachments carries their references (``attachments``), which the
-        bridge reads into its content."""
+    def _api_messages(self, until: int | None = None) -> list[dict[str, Any]]:
+        """What is sent: the system prompt, then each message not left out (those before ``until``); one
+        with attachments carries their references (``attachments``), which the bridge reads into its
+        content."""
         system = self.system_prompt.toPlainText().strip()
         sent: list[dict[str, Any]] = [{"role": "system", "content": system}] if system else []
-        for view in self.transcript.views():
+        for view in self.transcript.views()[:until]:
             message = view.message
-            if view is self._reply or (message.role == "assistant" and not message.content):
+            if (
+                view is self._reply
+                or message.left_out
+                or (message.role == "assistant" and not message.content)
+            ):
                 continue
             sent.append({"role": message.role, "content": message.content})
             if message.attachments:
@@ -678,6 +706,7 @@ class ChatPane(QWidget):
         self.transcript.hold_fits(False)
         self.state = PaneState.IDLE
         self._update_actions()
+        self.guard.changed()
         self.reply_finished.emit(self.conversation_id, reply.message)
 
     def _update_actions(self) -> None:

@@ -94,6 +94,10 @@ class MessageView(QFrame):
         role = QLabel(_ROLE_NAMES.get(message.role, message.role), self)
         role.setStyleSheet("font-weight: 600;")
         header.addWidget(role)
+        self.left_out_note = QLabel("left out of what the model sees: the chat outgrew its context", self)
+        self.left_out_note.setStyleSheet(f"color: {theme.muted}; font-style: italic;")
+        self.left_out_note.setVisible(message.left_out)
+        header.addWidget(self.left_out_note)
         header.addStretch(1)
         self.copy_button = _action_button("Copy", "Copy this message", self)
         self.copy_button.clicked.connect(self._copy)
@@ -251,6 +255,11 @@ class MessageView(QFrame):
 
     def clear_status(self) -> None:
         self.status.hide()
+
+    def set_left_out(self) -> None:
+        """Leave this message out of what is sent from now on; it stays in the transcript, marked."""
+        self.message.left_out = True
+        self.left_out_note.show()
 
     def set_regenerate_visible(self, visible: bool) -> None:
         self.regenerate_button.setVisible(visible)

@@ -1,0 +1,89 @@
+"""``lemon-desk run``'s terminal chat with a context of 512 tokens, on the real llama-server: a message
+that would not fit is never sent as it is nor cut; the chat says why and offers the ways out (as prompts,
+or chosen beforehand with ``--on-overflow``), and each does what it says."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.integration.conftest import engines_of
+from tests.integration.test_run import FRANCE, installed, telemetry_lines
+
+pytestmark = pytest.mark.integration
+__all__ = ["installed"]
+
+CTX = 512
+LONG = "apple " * 600  # about 600 tokens: more than the context on its own
+FACTS = [f"Fact {n}: the box number {n} holds {n * 7} red marbles and {n} pens. " * 4 for n in range(6)]
+
+
+def chat(model: Path, text: str, *flags: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "app",
+            "run",
+            str(model),
+            "--ctx-size",
+            str(CTX),
+            "--args",
+            "--temp 0 -n 24",
+            *flags,
+        ],
+        input=text,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+
+
+def test_a_message_longer_than_the_context_is_held_and_a_larger_context_reloads(
+    installed: None, smol_gguf: Path, lemon_home: Path
+) -> None:
+    ran = chat(smol_gguf, f"{LONG}\nr\n")
+    assert ran.returncode == 0, ran.stderr
+    assert "more than the model's context of 512 tokens. Nothing was sent." in ran.stderr
+    assert "r) load the model again with a context of 1,024 tokens" in ran.stderr
+    assert "l) " not in ran.stderr and "s) " not in ran.stderr, "nothing earlier to leave out or summarize"
+    assert "again with a context of 1,024 tokens" in ran.stderr
+    [(prompt, _)] = telemetry_lines(ran.stderr)
+    assert prompt > CTX, "the whole message, after the reload"
+    assert engines_of(lemon_home) == []
+
+
+def test_cancel_sends_nothing_and_the_chat_goes_on(
+    installed: None, smol_gguf: Path, lemon_home: Path
+) -> None:
+    ran = chat(smol_gguf, f"{LONG}\nc\n{FRANCE}\n")
+    assert ran.returncode == 0, ran.stderr
+    [(prompt, _)] = telemetry_lines(ran.stderr)
+    assert prompt < 100, "only the question after the cancelled message"
+
+
+def test_on_overflow_leave_out_keeps_the_chat_within_its_context(
+    installed: None, smol_gguf: Path, lemon_home: Path
+) -> None:
+    ran = chat(smol_gguf, "\n".join(FACTS) + "\n", "--on-overflow", "leave-out")
+    assert ran.returncode == 0, ran.stderr
+    assert "Nothing was sent." in ran.stderr and "oldest messages (they are" not in ran.stderr, "not asked"
+    assert re.search(r"\(left out the \d+ oldest messages\)", ran.stderr)
+    replies = telemetry_lines(ran.stderr)
+    assert len(replies) == len(FACTS), "every message answered"
+    assert all(prompt + reply <= CTX for prompt, reply in replies)
+
+
+def test_on_overflow_summary_goes_on_from_the_models_summary(
+    installed: None, smol_gguf: Path, lemon_home: Path
+) -> None:
+    ran = chat(smol_gguf, "\n".join(FACTS) + "\n", "--on-overflow", "summary")
+    assert ran.returncode == 0, ran.stderr
+    assert "Nothing was sent." in ran.stderr and "Summary of the earlier chat: " in ran.stderr
+    assert len(telemetry_lines(ran.stderr)) == len(FACTS), "every message answered"
+    assert all(prompt + reply <= CTX for prompt, reply in telemetry_lines(ran.stderr))
