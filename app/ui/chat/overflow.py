@@ -121,6 +121,11 @@ class ContextGuard(QObject):
         if self.enabled:
             self._timer.start()
 
+    def stop(self) -> None:
+        """Count no more (the window is going)."""
+        self.enabled = False
+        self._timer.stop()
+
     def count_now(self) -> None:
         self._timer.stop()
         self._counted_for = None

@@ -339,12 +339,13 @@ class ChatPane(QWidget):
         self.tools_button.setText(f"Tools: {len(chosen)} of {len(self._tool_servers)}")
 
     def sent_messages(self) -> list[dict[str, str]]:
-        """The OpenAI messages the chat sends as it is (without the message being written)."""
-        return self._api_messages()
+        """The chat's text as it sends it (without the message being written), for the context guard
+        and a summary; attachments are left out (the composer's tray counts the new ones)."""
+        return _text_only(self._api_messages())
 
     def prospective(self) -> list[dict[str, str]]:
-        """The OpenAI messages a send of the composer's text would make (an edit replacing its tail)."""
-        sent = self._api_messages(until=self._editing)
+        """``sent_messages`` as a send of the composer's text would make them (an edit replacing its tail)."""
+        sent = _text_only(self._api_messages(until=self._editing))
         text = self.composer.toPlainText().strip()
         return [*sent, {"role": "user", "content": text}] if text else sent
 
@@ -739,3 +740,7 @@ class ChatPane(QWidget):
     def _toggle_system_prompt(self, shown: bool) -> None:
         self.system_prompt.setVisible(shown)
         self.system_toggle.setArrowType(Qt.ArrowType.DownArrow if shown else Qt.ArrowType.RightArrow)
+
+
+def _text_only(messages: list[dict[str, Any]]) -> list[dict[str, str]]:
+    return [{"role": m["role"], "content": m["content"]} for m in messages]
