@@ -48,6 +48,21 @@ def _asking(lines: asyncio.Queue[str | None]) -> Callable[[], Awaitable[str | No
     return ask
 
 
+def _answer(lines: asyncio.Queue[str | None]) -> Callable[[], Awaitable[str | None]]:
+    """The line typed after a tool call's question: lines typed ahead of it (while the reply ran) are
+    not its answer, and the end of input is left for the chat to end on."""
+    ask = _asking(lines)
+
+    async def answer() -> str | None:
+        while not lines.empty():
+            if lines.get_nowait() is None:
+                lines.put_nowait(None)
+                return None
+        return await ask()
+
+    return answer
+
+
 def _pid(router: Router, name: str) -> int | None:
     engine = router.engines.get(name)
     return engine.pid if engine is not None else None
@@ -98,7 +113,7 @@ async def chat_in_terminal(
     loop = asyncio.get_running_loop()
     lines: asyncio.Queue[str | None] = asyncio.Queue()
     threading.Thread(target=_read_lines, args=(loop, lines), daemon=True, name="stdin").start()
-    asking = (tools, TerminalAsk(lines.get, tools.allow_all)) if tools is not None else None
+    asking = (tools, TerminalAsk(_answer(lines), tools.allow_all)) if tools is not None else None
     replying: asyncio.Task[None] | None = None
 
     def interrupt() -> None:
@@ -129,8 +144,16 @@ async def chat_in_terminal(
             chat.messages.append({"role": "user", "content": line})
             if local:
                 before = _pid(router, name)
-                if not await make_room(router, name, chat, _asking(lines), on_overflow):
+                try:
+                    room = await make_room(router, name, chat, _asking(lines), on_overflow)
+                except LemonDeskError as err:  # the way out failed (a reload that did not fit, ...)
+                    room = False
+                    print(f"error: {err}", file=sys.stderr)
+                if not room:
                     chat.messages.pop()
+                    if router.engine_state(name) is not EngineState.READY:
+                        await asyncio.wait({died}, timeout=5)
+                        break
                     continue
                 if _pid(router, name) != before:  # loaded again, with a larger context
                     died.cancel()

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 import shlex
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Any
 from urllib.parse import urlsplit
@@ -202,7 +202,9 @@ def parse_mcp_json(data: Any) -> McpImport:
     refused: list[str] = []
     for name, raw in servers.items():
         try:
-            good.append(parse_server(str(name), raw))
+            # A file from elsewhere never names the keychain's token: an entry that says "token": true
+            # under a name kept here would have that server's token sent to its own url.
+            good.append(replace(parse_server(str(name), raw), has_token=False))
         except ConfigError as err:
             refused.append(err.message)
     return McpImport(good, refused)

@@ -33,6 +33,8 @@ LAST_WORDS = 20  # output lines quoted in an error
 
 OutputListener = Callable[[str], None]
 
+MAX_LINE = 1 << 16  # bytes of output held waiting for its line's end (a child can print without one)
+
 
 class ChildProcess:
     """A child program's process, output and stop. Use it from the app's event loop."""
@@ -112,6 +114,9 @@ class ChildProcess:
         rest = b""
         while chunk := await stream.read(1 << 16):
             *lines, rest = (rest + chunk).split(b"\n")
+            if len(rest) >= MAX_LINE:  # output that never ends a line is taken a piece at a time
+                lines.append(rest)
+                rest = b""
             if lines:
                 self.emit([line.decode("utf-8", "replace").rstrip("\r") for line in lines])
         if rest:

@@ -1,6 +1,9 @@
 """The next turn of a long chat after an unload and a reload: time to first token with instant resume
 (the chat's slot saved at the unload, restored before the turn) against without (the same prompt on a
 freshly loaded engine, which processes all of it). Target: with ÷ without <= 0.05.
+Then a follow-up turn with a warm cache (the engine loaded, the chat's prompt in its slot): time to
+first token through the router (the window's client: its slot, pacing and relay) against the same
+request sent straight to the engine with ``cache_prompt``. Target: through ÷ direct <= 1.1.
 
 Each round, through the router on the real llama-server and SmolLM2-135M (the ``system`` backend
 pointed at the test cache's build): load, one turn of a ~3,000-token conversation as a window chat
@@ -9,19 +12,22 @@ both, "resume": load, the chat's next turn; and "prefill": load, the same messag
 conversation (no slot, nothing restored). Each is timed from the router's ``stream_chat`` call to its
 first content, so the restore (which happens before the request goes out) counts; the loads do not.
 
-    .venv/bin/python tests/bench/resume.py [--rounds N] [--facts N]
+    .venv/bin/python tests/bench/resume.py [--rounds N] [--facts N] [--follow-ups N]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
@@ -61,7 +67,51 @@ async def turn(
     return first - start, reply, telemetry
 
 
-async def bench(rounds: int, facts: int) -> None:
+async def direct(base_url: str, messages: list[dict[str, str]]) -> float:
+    """Seconds to the first content of the same request sent straight to the engine (its prompt cache
+    on: llama-server takes the slot whose cached prompt is most like it)."""
+    body = {"messages": messages, "stream": True, "cache_prompt": True, **SAMPLING}
+    async with httpx.AsyncClient(timeout=600) as client:
+        start = time.perf_counter()
+        async with client.stream("POST", f"{base_url}/v1/chat/completions", json=body) as response:
+            async for line in response.aiter_lines():
+                if line.startswith("data: {"):
+                    choices = json.loads(line[6:]).get("choices") or [{}]
+                    if choices[0].get("delta", {}).get("content"):
+                        return time.perf_counter() - start
+    raise RuntimeError("the engine sent no content")
+
+
+async def follow_ups(router: Router, name: str, facts: int, count: int) -> None:
+    """A warm chat's next turn, through the router and straight to the engine, alternating."""
+    chat, messages = "bench-follow-up", conversation(facts)
+    await router.load(name, OPTIONS)
+    _, reply, _ = await turn(router, name, messages, chat)
+    messages += [
+        {"role": "assistant", "content": reply},
+        {"role": "user", "content": "Which box holds 14 marbles?"},
+    ]
+    engine = router.engines.get(name)
+    assert engine is not None and engine.base_url
+    await turn(router, name, messages, chat)  # the slot now holds this very prompt
+    through: list[float] = []
+    straight: list[float] = []
+    for n in range(count):
+        for way in ("through", "direct") if n % 2 == 0 else ("direct", "through"):
+            if way == "through":
+                through.append((await turn(router, name, messages, chat))[0])
+            else:
+                straight.append(await direct(engine.base_url, messages))
+    await router.unload(name)
+    ratio = statistics.median(through) / statistics.median(straight)
+    print(
+        f"follow-up, direct      : median TTFT {statistics.median(straight) * 1000:.1f} ms  ({ms(straight)})"
+    )
+    print(f"follow-up, through app : median TTFT {statistics.median(through) * 1000:.1f} ms  ({ms(through)})")
+    print(f"ratio through / direct : {ratio:.3f}  (target <= 1.1: {'met' if ratio <= 1.1 else 'NOT met'})")
+
+
+async def bench(rounds: int, facts: int, follow: int) -> None:
     server_dir, gguf = llama_server_dir(), smollm_gguf()
     async with Router(Settings(llama_server_path=str(server_dir / "llama-server"))) as router:
         name = router.library.import_path(gguf).name
@@ -92,6 +142,8 @@ async def bench(rounds: int, facts: int) -> None:
             for run in (with_resume, without) if n % 2 == 0 else (without, with_resume):
                 await run()
             print(f"round {n + 1}: conversation {first.prompt_tokens} tokens, load average {_load()}")
+        if follow:
+            await follow_ups(router, name, facts, follow)
     with_s = statistics.median(t for t, _ in resumed)
     without_s = statistics.median(t for t, _ in prefilled)
     ratio = with_s / without_s
@@ -103,6 +155,10 @@ async def bench(rounds: int, facts: int) -> None:
         f"ratio resumed / prefilled : {ratio:.4f}  (target <= 0.05: {'met' if ratio <= 0.05 else 'NOT met'})"
     )
     print(f"paired ratio (median)     : {paired:.4f}")
+
+
+def ms(seconds: list[float]) -> str:
+    return " ".join(f"{s * 1000:.1f}" for s in seconds)
 
 
 def _runs(results: list[tuple[float, Telemetry]]) -> str:
@@ -122,11 +178,12 @@ def main() -> None:
     parser.add_argument(
         "--facts", type=int, default=185, help="about 16 tokens each (185: about 3,000 tokens)"
     )
+    parser.add_argument("--follow-ups", type=int, default=10, help="warm follow-up turns each way")
     args = parser.parse_args()
     # The library, options, saved KV caches and logs go to a throwaway app folder, not the user's.
     with tempfile.TemporaryDirectory(prefix="lemon-desk-bench-") as home:
         os.environ["LEMON_DESK_HOME"] = home
-        asyncio.run(bench(args.rounds, args.facts))
+        asyncio.run(bench(args.rounds, args.facts, args.follow_ups))
 
 
 if __name__ == "__main__":

@@ -372,3 +372,25 @@ def test_each_dialects_requests_are_tagged_with_it_in_stats_and_events(
     assert stats == ["openai", "lemonade", "anthropic", "ollama", "ollama"]
     dialects = [Dialect.OPENAI, Dialect.LEMONADE, Dialect.ANTHROPIC, Dialect.OLLAMA]
     assert finished == [(d, d.value) for d in dialects]  # each with its run card, tagged the same
+
+
+def test_a_pull_paused_in_the_app_ends_with_an_error_not_success(
+    standin_settings: Settings, hub: LoopbackHub, tmp_path: Path
+) -> None:
+    """Paused in the app mid-pull (the download is kept, to resume): the pull's client is told so in
+    Ollama's shape, not told "success" for a model that is not there."""
+    for revision in ("main", hub.repos[BIG].commit):
+        hub.served.throttle[hub.file_path(BIG, "Big-Q8_0.gguf", revision)] = 20_000
+
+    async def body(router: Router, client: httpx.AsyncClient) -> list[dict[str, Any]]:
+        lines: list[dict[str, Any]] = []
+        async with client.stream("POST", "/api/pull", json={"model": f"hf.co/{BIG}:Q8_0"}) as response:
+            async for line in response.aiter_lines():
+                lines.append(json.loads(line))
+                if lines[-1].get("completed"):
+                    await router.pause_download("user.Big-GGUF-Q8_0")
+        return lines
+
+    lines = run_api(standin_settings, body)
+    assert not any(line.get("status") == "success" for line in lines), lines
+    assert "paused in the app" in lines[-1]["error"] and "Resume it" in lines[-1]["error"]

@@ -156,3 +156,11 @@ def test_a_server_typed_in_settings_is_a_command_line_or_a_url_with_key_value_pa
     ]:
         with pytest.raises(ConfigError, match=why):
             spec_from_fields("s", target, pairs)
+
+
+def test_an_imported_entry_never_uses_a_token_kept_here() -> None:
+    """An mcp.json from elsewhere that says "token": true under a name kept here would have that
+    server's keychain token sent to the file's own url."""
+    found = parse_mcp_json({"mcpServers": {"work": {"url": "https://elsewhere.example/mcp", "token": True}}})
+    (spec,) = found.servers
+    assert spec.url == "https://elsewhere.example/mcp" and spec.has_token is False

@@ -102,7 +102,7 @@ def test_an_allowed_call_runs_its_result_goes_back_and_the_reply_continues(
 
     first, second = run(standin_settings, tmp_path, body, **calling("echo", {"text": "hi"}))
     started = [e for e in first if isinstance(e, ToolCallStarted)]
-    assert [s.request for s in started] == [ToolRequest("call_standin", "t", "echo", {"text": "hi"})]
+    assert [s.request for s in started] == [ToolRequest("1:call_standin", "t", "echo", {"text": "hi"})]
     [result] = finished(first)
     assert (result.outcome, result.result) == (ToolOutcome.OK, "echo: hi")
     assert first.index(started[0]) < first.index(result)
@@ -152,6 +152,8 @@ def test_rounds_are_bounded_by_the_setting(standin_settings: Settings, tmp_path:
     events = run(settings, tmp_path, body, **calling("echo", {"text": "again"}, rounds=None))
     assert [r.outcome for r in finished(events)] == [ToolOutcome.OK, ToolOutcome.OK, ToolOutcome.NOT_RUN]
     assert "limit of 2 tool rounds" in finished(events)[-1].result
+    # Each round's call is told under an id of its own, though the engine gives every round's the same.
+    assert len({r.request.call_id for r in finished(events)}) == 3
     assert len(calls_made(tmp_path)) == 2
     done = events[-1]
     assert isinstance(done, ChatDone) and done.finish_reason == "tool_calls"

@@ -34,7 +34,7 @@ from app.supervisor.api.options import (
     resolved_ctx_size,
     saved_json,
 )
-from app.supervisor.api.pulling import followed
+from app.supervisor.api.pulling import followed, pulled
 from app.supervisor.api.system import model_storage, system_info_json
 
 if TYPE_CHECKING:
@@ -138,7 +138,7 @@ class LemonadeRoutes:
             )
         model, files = await self.router.plan_pull(self._to_pull(body, name))
         if not stream:
-            await self.router.download(model, files)
+            await pulled(self.router, model, files)
             return _success(f"Installed model: {model.name}")
         return await self._pull_streamed(request, model.name, model, files)
 

@@ -40,7 +40,7 @@ from app.store.model_options import ModelOptions
 from app.supervisor.api.bodies import optional, parse_object
 from app.supervisor.api.errors import NOT_FOUND, ApiError, bad_request, from_app_error
 from app.supervisor.api.ollama_chat import NDJSON, ndjson_line
-from app.supervisor.api.pulling import followed
+from app.supervisor.api.pulling import followed, pulled
 
 if TYPE_CHECKING:
     from app.supervisor.router import Router
@@ -152,7 +152,7 @@ class OllamaModels:
         # Asked before the first line: a refusal (no such repo, a gated one) keeps its own status.
         model, files = await self.router.plan_pull(asked)
         if not streamed:
-            await self.router.download(model, files)
+            await pulled(self.router, model, files)
             return web.json_response({"status": "success"})
         response = web.StreamResponse(headers={"Content-Type": NDJSON})
         await response.prepare(request)

@@ -148,6 +148,8 @@ class McpHost:
         running = old is not None and old.state is not McpState.OFF
         if old is not None:
             await old.stop()
+            if (old.spec.command, old.spec.args, old.spec.url) != (spec.command, spec.args, spec.url):
+                await self.permissions.forget(spec.name)  # another program: its tools ask again
         self._servers[spec.name] = self._make(spec)
         await self._save()
         if running or (self._running and spec.enabled):

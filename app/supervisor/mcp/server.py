@@ -249,13 +249,15 @@ class McpServer:
     async def _stop_child(self, child: ChildProcess, failed: type[BaseException] | None, *_: object) -> None:
         """Stop the server; when its connection failed (``failed``, not a cancel), first wait briefly for
         an exit of its own: its pipe closes before its exit is seen, and its exit code says more."""
-        if child.exited is not None:
-            if failed is not None and not issubclass(failed, asyncio.CancelledError):
-                await asyncio.wait([child.exited], timeout=EXIT_GRACE_S)
-            if child.exited.done():
-                self._exit_code = child.exited.result()
-        await asyncio.shield(child.terminate(STOP_GRACE_S))
-        child.close_log()
+        try:
+            if child.exited is not None:
+                if failed is not None and not issubclass(failed, asyncio.CancelledError):
+                    await asyncio.wait([child.exited], timeout=EXIT_GRACE_S)
+                if child.exited.done():
+                    self._exit_code = child.exited.result()
+        finally:  # a stop that comes during that wait still stops it
+            await asyncio.shield(child.terminate(STOP_GRACE_S))
+            child.close_log()
 
     # --- calls ----------------------------------------------------------------------------------------
 
@@ -276,6 +278,10 @@ class McpServer:
         except broken as err:
             self._broken.set()
             raise McpCallError(f"The connection to {self.name} broke: {_describe(err)}") from None
+        except Exception as err:  # whatever else the SDK or a server's answer raises: a broken call
+            log.debug("MCP call %s of %s failed", tool, self.name, exc_info=True)
+            self._broken.set()
+            raise McpCallError(f"The call to {self.name} failed: {_describe(err)}") from None
         return ToolOutput(output_text(result), bool(result.is_error))
 
 

@@ -13,6 +13,7 @@ The window and ``lemon-desk run`` use it; the local API does not (its clients ru
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import time
 from collections.abc import AsyncIterator, Callable, Iterable
@@ -20,6 +21,7 @@ from typing import Any, Protocol
 
 from app.client.chat import Messages
 from app.client.events import ChatDelta, ChatDone, ChatEvent, ToolCall
+from app.core.errors import LemonDeskError
 from app.core.tools import (
     Ask,
     Permission,
@@ -109,11 +111,14 @@ class ToolLoop:
                 }
             )
             for call in done.tool_calls:
+                # Told to the user under an id of this round's: an engine that gives none numbers each
+                # round's calls from 0 again, and the question must not land on an earlier call's view.
+                shown = dataclasses.replace(call, id=f"{rounds + 1}:{call.id}")
                 if rounds >= limit:
                     why = f"Not run: this reply reached its limit of {limit} tool rounds (Settings)."
-                    yield ToolCallFinished(_named(call, offered), ToolOutcome.NOT_RUN, why)
+                    yield ToolCallFinished(_named(shown, offered), ToolOutcome.NOT_RUN, why)
                     continue
-                async for step in self._run(call, offered, ask):
+                async for step in self._run(shown, offered, ask):
                     yield step
                     if isinstance(step, ToolCallFinished):
                         history.append({"role": "tool", "tool_call_id": call.id, "content": step.result})
@@ -156,7 +161,7 @@ class ToolLoop:
                 output = await host.server(tool.server).call(tool.tool.name, arguments)
         except TimeoutError:
             result, outcome = f"Error: the tool did not answer within {timeout_s:g} s.", ToolOutcome.TIMED_OUT
-        except McpCallError as err:
+        except (McpCallError, LemonDeskError) as err:  # broken, or the server removed meanwhile
             result, outcome = f"Error: {err}", ToolOutcome.ERROR
         else:
             outcome = ToolOutcome.ERROR if output.is_error else ToolOutcome.OK

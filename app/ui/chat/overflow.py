@@ -105,6 +105,7 @@ class ContextGuard(QObject):
         self._count: ContextCount | None = None
         self._counted_for: str | None = None
         self._held = False  # a send waits for a count or a way out
+        self._chat = ""  # the conversation a held send or an asked summary is for
         self._timer = QTimer(self)
         self._timer.setSingleShot(True)
         self._timer.setInterval(COUNT_DELAY_MS)
@@ -119,7 +120,14 @@ class ContextGuard(QObject):
     def changed(self) -> None:
         """The chat, the message being written or the reply's share changed: count again soon."""
         if self.enabled:
+            self._counted_for = None  # the model or its engine may have changed: no count decides a send
             self._timer.start()
+
+    def reset(self) -> None:
+        """Another chat is shown: what was held or offered for the last one is dropped."""
+        self._held = False
+        self._counted_for = None
+        self.choices.hide()
 
     def stop(self) -> None:
         """Count no more (the window is going)."""
@@ -142,7 +150,8 @@ class ContextGuard(QObject):
         self.meter.show_count(count)
         if self._held:
             self._held = False
-            self._pane.submit()
+            if self._chat == self._pane.conversation_id:  # not sent into a chat shown since
+                self._pane.submit()
 
     def allows_send(self) -> bool:
         """Whether the message in the composer may go now: its count is known and it fits, or nothing
@@ -158,7 +167,7 @@ class ContextGuard(QObject):
             estimate = estimate_tokens(self._pane.prospective()) + reply_share(self._pane.params())
             if estimate <= known.context * CLEAR_SHARE:
                 return True
-            self._held = True
+            self._held, self._chat = True, self._pane.conversation_id
             self.meter.counting()
             self.count_now()
             return False
@@ -187,14 +196,20 @@ class ContextGuard(QObject):
             self.reload_wanted.emit(count.larger)
         elif way is Overflow.SUMMARY:
             self.meter.counting()
+            self._chat = self._pane.conversation_id
             self.summary_wanted.emit(self._pane.sent_messages(), self._pane.params())
 
     def start_from_summary(self, summary: str) -> None:
         """Go on in a new chat that starts with ``summary`` (the model's, of this one), with the same
         system prompt, and send the message in the composer there."""
         pane = self._pane
+        if self._chat != pane.conversation_id:
+            return  # the user went to another chat meanwhile: this one's summary is not for it
+        attached = list(pane.tray.items)  # the message's attachments go with it to the new chat
         opening = ChatMessage("assistant", f"{SUMMARY_HEADING}: {summary}")
         pane.show_conversation(uuid.uuid4().hex, "New chat", pane.system_prompt.toPlainText(), [opening])
+        for pending in attached:
+            pane.tray.add(pending.taken, pending.count)
         pane.submit()
 
     def reloaded(self) -> None:

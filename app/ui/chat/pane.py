@@ -374,6 +374,7 @@ class ChatPane(QWidget):
         self.system_toggle.setChecked(bool(system_prompt))
         self.transcript.clear()
         self.tray.clear()
+        self.guard.reset()
         for message in messages:
             self._add(message)
         self._show_tools()  # this chat's choice of servers
