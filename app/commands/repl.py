@@ -49,12 +49,14 @@ def _asking(lines: asyncio.Queue[str | None]) -> Callable[[], Awaitable[str | No
 
 
 def _answer(lines: asyncio.Queue[str | None]) -> Callable[[], Awaitable[str | None]]:
-    """The line typed after a tool call's question: lines typed ahead of it (while the reply ran) are
-    not its answer, and the end of input is left for the chat to end on."""
+    """The line typed after a tool call's question; the end of input is left for the chat to end on.
+    At a terminal, lines typed ahead of the question (while the reply ran) are not its answer (piped
+    input is a script's, answers and all)."""
     ask = _asking(lines)
+    typed = sys.stdin.isatty()
 
     async def answer() -> str | None:
-        while not lines.empty():
+        while typed and not lines.empty():
             if lines.get_nowait() is None:
                 lines.put_nowait(None)
                 return None

@@ -82,6 +82,25 @@ def test_always_is_saved_and_end_of_input_denies(tmp_path: Path, standin_setting
     assert "wants to run" not in again.stderr and "[tool] t/add: ok" in again.stderr
 
 
+def test_the_chat_ends_at_end_of_input_after_a_tool_question(
+    tmp_path: Path, standin_settings: Settings
+) -> None:
+    """The interactive chat: input ends at the question (denied), and the chat ends there too, as at
+    its prompt (it once waited for a line that could never come)."""
+    model = setup(tmp_path, standin_settings, "add", {"a": 1, "b": 2})
+    done = subprocess.run(
+        [sys.executable, "-m", "app", "run", str(model), "--backend", "llamacpp:system", "--mcp", "t"],
+        input="go\n",
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "t wants to run add" in done.stderr and "[tool] t/add: denied" in done.stderr
+    assert calls_made(tmp_path) == []
+
+
 def test_allow_tools_asks_nothing_for_scripts(tmp_path: Path, standin_settings: Settings) -> None:
     model = setup(tmp_path, standin_settings, "echo", {"text": "scripted"})
     done = lemon_desk(

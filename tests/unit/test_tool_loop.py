@@ -33,7 +33,7 @@ from app.store.model_options import ModelOptions
 from app.store.settings import Settings, load_settings, save_settings, settings_path
 from app.supervisor.api import ApiServer
 from app.supervisor.router import Router
-from tests.support.mcp_servers import stdio_spec
+from tests.support.mcp_servers import SERVER, stdio_spec
 from tests.support.standin import make_standin_model
 
 T = TypeVar("T")
@@ -126,6 +126,28 @@ def test_a_tool_allowed_always_asks_no_more_and_is_remembered(
     assert run(standin_settings, tmp_path, body, **calling("add", {"a": 1, "b": 2})) == [ToolOutcome.OK] * 2
     assert len(ask.asked) == 1
     assert load_always_allowed().items == {"t": frozenset({"add"})}
+
+
+def test_a_server_replaced_by_another_program_asks_again(standin_settings: Settings, tmp_path: Path) -> None:
+    """Always allowed, then the server's definition names another program (an edit, an mcp.json
+    imported over it): its tools ask again; the same program put again keeps the grant."""
+    ask = Asker(Permission.ALWAYS, Permission.ALLOW_ONCE)
+
+    async def body(router: Router, model: str) -> int:
+        await turn(router, model, ask)
+        await router.mcp.put(stdio_spec("t", calls=tmp_path / "calls.jsonl"))  # the same again
+        assert await router.mcp.wait_ready(["t"], 60)
+        await turn(router, model, ask)
+        asked = len(ask.asked)
+        other = tmp_path / "other-server.py"
+        other.write_text(SERVER.read_text())
+        await router.mcp.put(stdio_spec("t", calls=tmp_path / "calls.jsonl", script=other))
+        assert await router.mcp.wait_ready(["t"], 60)
+        await turn(router, model, ask)
+        return asked
+
+    assert run(standin_settings, tmp_path, body, **calling("add", {"a": 1, "b": 2})) == 1
+    assert len(ask.asked) == 2
 
 
 def test_a_denied_call_is_not_run_and_the_model_is_told(standin_settings: Settings, tmp_path: Path) -> None:
