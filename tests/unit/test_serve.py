@@ -110,3 +110,14 @@ def test_a_taken_ollama_port_is_refused_saying_who_holds_it(standin_models: list
     assert f"could not listen on Ollama's port 127.0.0.1:{port}: the port is taken" in said
     assert f"(pid {os.getpid()})" in said and "--ollama-port" in said  # this test holds it
     assert refused.stdout == ""  # nothing said it listened: it did not answer on either port
+
+
+def test_ollamas_port_the_same_as_the_apis_is_refused_as_such(standin_models: list[str]) -> None:
+    """Not "the port is taken by python (pid of this very serve)": the two ports are the same."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    command = [sys.executable, "-m", "app", "serve", "--port", str(port), "--ollama-port", str(port)]
+    refused = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
+    assert refused.returncode == 1 and "Traceback" not in refused.stderr, refused.stderr
+    assert f"Ollama's port cannot be {port}: the local API itself listens there" in refused.stderr

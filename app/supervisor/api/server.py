@@ -208,6 +208,11 @@ class ApiServer:
         the port when that can be told, when it cannot be had. The first listener is left as it is."""
         if self._runner is None:
             raise RuntimeError("listen_ollama before start")
+        if port and port == self.port:
+            raise ConfigError(
+                f"Ollama's port cannot be {port}: the local API itself listens there.",
+                "Choose another port for Ollama's clients, such as 11434.",
+            )
         if self._ollama is not None:
             if port == self.ollama_port:
                 return
