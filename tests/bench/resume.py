@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import os
 import statistics
@@ -67,33 +68,39 @@ async def turn(
     return first - start, reply, telemetry
 
 
-async def direct(base_url: str, messages: list[dict[str, str]]) -> float:
+async def direct(base_url: str, key: str | None, messages: list[dict[str, str]]) -> float:
     """Seconds to the first content of the same request sent straight to the engine (its prompt cache
     on: llama-server takes the slot whose cached prompt is most like it)."""
     body = {"messages": messages, "stream": True, "cache_prompt": True, **SAMPLING}
-    async with httpx.AsyncClient(timeout=600) as client:
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    async with httpx.AsyncClient(timeout=600, headers=headers) as client:
         start = time.perf_counter()
         async with client.stream("POST", f"{base_url}/v1/chat/completions", json=body) as response:
+            seen = []
             async for line in response.aiter_lines():
+                seen.append(line)
                 if line.startswith("data: {"):
                     choices = json.loads(line[6:]).get("choices") or [{}]
                     if choices[0].get("delta", {}).get("content"):
                         return time.perf_counter() - start
-    raise RuntimeError("the engine sent no content")
+    raise RuntimeError(f"the engine sent no content: HTTP {response.status_code} {seen[:5]}")
 
 
 async def follow_ups(router: Router, name: str, facts: int, count: int) -> None:
     """A warm chat's next turn, through the router and straight to the engine, alternating."""
     chat, messages = "bench-follow-up", conversation(facts)
-    await router.load(name, OPTIONS)
+    # Room for the prompt twice: the direct requests may take another slot than the chat's, whose
+    # cache then holds a copy of its own (the slots share one KV cache).
+    await router.load(name, dataclasses.replace(OPTIONS, ctx_size=2 * OPTIONS.ctx_size))
     _, reply, _ = await turn(router, name, messages, chat)
     messages += [
         {"role": "assistant", "content": reply},
         {"role": "user", "content": "Which box holds 14 marbles?"},
     ]
-    engine = router.engines.get(name)
+    engine = router.supervisor.engines.get(name)  # the live engine: its per-launch key
     assert engine is not None and engine.base_url
-    await turn(router, name, messages, chat)  # the slot now holds this very prompt
+    await turn(router, name, messages, chat)  # the chat's slot now holds this very prompt
+    await direct(engine.base_url, engine.api_key, messages)  # and the slot the direct ones take
     through: list[float] = []
     straight: list[float] = []
     for n in range(count):
@@ -101,7 +108,7 @@ async def follow_ups(router: Router, name: str, facts: int, count: int) -> None:
             if way == "through":
                 through.append((await turn(router, name, messages, chat))[0])
             else:
-                straight.append(await direct(engine.base_url, messages))
+                straight.append(await direct(engine.base_url, engine.api_key, messages))
     await router.unload(name)
     ratio = statistics.median(through) / statistics.median(straight)
     print(
