@@ -109,7 +109,7 @@ def desktop_quitter(app: DesktopApp) -> Quitter:
         if app.started:
             app.bridge.blockSignals(True)  # the window is going: what the engines do now is for no one
             app.bridge.stop_accepting()
-        app.window.chat.guard.stop()
+        app.window.chat.stop_timers()
         state.update(app.window.state())
         app.tray.hide()
         app.window.hide()

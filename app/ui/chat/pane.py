@@ -692,6 +692,12 @@ class ChatPane(QWidget):
         if self._reply.has_pending():  # the rest after this paint, and a gap for the loop
             self._after_paint.post()
 
+    def stop_timers(self) -> None:
+        """The window is going: nothing more is counted or drawn (the reply in flight stays as shown)."""
+        self.guard.stop()
+        self._after_paint.reached.disconnect(self._catch_up)
+        self._frame.stop()
+
     def _catch_up(self) -> None:
         wanted = self.transcript.is_fit_wanted()
         if self._reply is not None and (wanted or self._reply.has_pending()):
