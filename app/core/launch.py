@@ -142,6 +142,11 @@ LLAMACPP_RESERVED: dict[str, str] = {
     "--slot-save-path": "Lemon Desk saves conversations' KV caches itself. " + _REMOVE,
 }
 GPU_LAYERS_FLAGS = ("-ngl", "--gpu-layers", "--n-gpu-layers")
+# The CPU threads each llama-server computes with (unset: llama.cpp's own choice, the physical cores).
+# llama.cpp's threads spin while they wait for each other, so when other work keeps the cores busy a
+# thread per core can fall to almost nothing: on two cores beside two busy loops, SmolLM2 decoded at
+# 0 tok/s with two threads and 26-31 with one. A model's own ``--threads`` still wins (it comes after).
+ENGINE_THREADS = "LEMON_DESK_ENGINE_THREADS"
 VERBOSITY_FLAGS = ("-lv", "--verbosity", "--log-verbosity", "-v", "--verbose", "--log-verbose")
 
 
@@ -193,6 +198,19 @@ def library_env(os_name: str, library_dir: str, parent_env: Mapping[str, str]) -
     return {"LD_LIBRARY_PATH": f"{library_dir}:{existing}" if existing else library_dir}
 
 
+def engine_threads(parent_env: Mapping[str, str]) -> tuple[str, ...]:
+    """``--threads N`` when the app's environment sets ``LEMON_DESK_ENGINE_THREADS``, else nothing."""
+    value = parent_env.get(ENGINE_THREADS, "").strip()
+    if not value:
+        return ()
+    if not value.isdigit() or int(value) < 1:
+        raise ConfigError(
+            f"{ENGINE_THREADS} is {value!r}, not a number of threads.",
+            "Set it to a whole number from 1 up, or unset it to let llama.cpp choose.",
+        )
+    return ("--threads", str(int(value)))
+
+
 def llamacpp_plan(
     req: LaunchRequest, hw: Hardware, port: str, key_file: str, parent_env: Mapping[str, str]
 ) -> LaunchPlan:
@@ -220,6 +238,7 @@ def llamacpp_plan(
         # llama-server splits its aliases at commas: a name with one keeps the default.
         *(("--alias", req.alias) if req.alias and "," not in req.alias else ()),
         *rpc_args(req.rpc, req.user_args),
+        *engine_threads(parent_env),
         *req.user_args,
     )
     env = {**library_env(hw.os, req.library_dir, parent_env), **QUIET_ABORT}

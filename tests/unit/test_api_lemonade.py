@@ -473,7 +473,7 @@ def test_a_null_option_on_load_ignores_the_saved_value_for_that_load_only(
     async def body(router: Router, client: httpx.AsyncClient) -> list[Any]:
         (name,) = models(router, tmp_path, "alpha")
         path = f"/api/v1/models/{name}/options"
-        await client.post(path, json={"ctx_size": 1024, "llamacpp_args": "--threads 1"})
+        await client.post(path, json={"ctx_size": 1024, "llamacpp_args": "--batch-size 64"})
 
         async def launched() -> list[str]:
             health = (await client.get("/api/v1/health")).json()
@@ -497,13 +497,13 @@ def test_a_null_option_on_load_ignores_the_saved_value_for_that_load_only(
     assert error_of(too_big)["message"].startswith(
         "'ctx_size' must be a positive number of tokens, at most 16,777,216, or -1 for automatic."
     )
-    assert defaults[defaults.index("--ctx-size") + 1] == "4096" and "--threads" in defaults
-    assert overridden[overridden.index("--ctx-size") + 1] == "512" and "--threads" not in overridden
+    assert defaults[defaults.index("--ctx-size") + 1] == "4096" and "--batch-size" in defaults
+    assert overridden[overridden.index("--ctx-size") + 1] == "512" and "--batch-size" not in overridden
     # save_options keeps the values given; a null leaves the saved one as it was.
-    assert saved == {"ctx_size": 512, "llamacpp_backend": "system", "llamacpp_args": "--threads 1"}
+    assert saved == {"ctx_size": 512, "llamacpp_backend": "system", "llamacpp_args": "--batch-size 64"}
     assert reserved.status_code == 400 and "--port" in error_of(reserved)["message"]
     # On the options route a null removes what was saved.
-    assert cleared == {"llamacpp_backend": "system", "llamacpp_args": "--threads 1"}
+    assert cleared == {"llamacpp_backend": "system", "llamacpp_args": "--batch-size 64"}
 
 
 @pytest.mark.parametrize("args", ["--foo \u0000", "--threads\u001b1"])

@@ -10,6 +10,7 @@ from app.core.errors import ConfigError, UnsupportedError
 from app.core.hardware import Hardware, hardware_from_json
 from app.core.launch import (
     DEFAULT_CTX_SIZE,
+    ENGINE_THREADS,
     LLAMACPP_RESERVED,
     QUIET_ABORT,
     LaunchRequest,
@@ -62,6 +63,22 @@ def test_llamacpp_arguments_in_order_with_user_args_last() -> None:
         "99",
     )
     assert plan.api_key_file == "/run/key"
+
+
+def test_the_environments_engine_threads_come_before_the_models_own() -> None:
+    env = {ENGINE_THREADS: "1"}
+    argv = plan_launch(request(), hw("cpu_only_x86"), "1", "k", env).argv
+    assert argv[-2:] == ("--threads", "1")
+    own = plan_launch(request(user_args=("--threads", "2")), hw("cpu_only_x86"), "1", "k", env).argv
+    assert own[-4:] == ("--threads", "1", "--threads", "2")  # llama-server takes the last one
+    assert "--threads" not in plan_launch(request(), hw("cpu_only_x86"), "1", "k", {ENGINE_THREADS: " "}).argv
+
+
+@pytest.mark.parametrize("value", ["0", "two", "-1", "1.5"])
+def test_engine_threads_that_are_no_number_of_threads_are_refused_saying_so(value: str) -> None:
+    with pytest.raises(ConfigError, match=f"{ENGINE_THREADS} is '{value}'") as caught:
+        plan_launch(request(), hw("cpu_only_x86"), "1", "k", {ENGINE_THREADS: value})
+    assert "whole number" in str(caught.value.hint)
 
 
 def test_default_context_size_and_vulkan_cap() -> None:

@@ -8,9 +8,16 @@ from pathlib import Path
 import pytest
 
 from app.cli import main
+from app.core.launch import ENGINE_THREADS
 from app.store.installs import install_dir
 from app.store.paths import home
 from tests.conftest import profile_path
+
+
+@pytest.fixture(autouse=True)
+def users_threads(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The plans as a user sees them: without the suite's one thread per engine (tests/conftest.py)."""
+    monkeypatch.delenv(ENGINE_THREADS)
 
 
 @pytest.fixture
