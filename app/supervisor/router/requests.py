@@ -176,6 +176,17 @@ class Requests:
             return Turn(params)
         return await self._resume.turn(engine, conversation, params)
 
+    @contextlib.asynccontextmanager
+    async def request_slot(self, name: str) -> AsyncIterator[int | None]:
+        """The slot a request without a chat goes to on ``name``'s running engine, held while the block
+        runs (None: none is chosen here)."""
+        engine = None if is_remote(name) else self._supervisor.engines.get(name)
+        if engine is None:
+            yield None
+            return
+        async with self._resume.request_slot(engine) as slot:
+            yield slot
+
     async def stream_chat(
         self, name: str, messages: Messages, *, conversation: str | None = None, **params: Any
     ) -> AsyncIterator[ChatEvent]:

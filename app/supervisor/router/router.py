@@ -221,6 +221,14 @@ class Router:
         with self._requests.reply_streaming(name):
             yield
 
+    @contextlib.asynccontextmanager
+    async def request_slot(self, name: str) -> AsyncIterator[int | None]:
+        """The engine slot a request without a chat (the local API's) to ``name``'s running engine goes
+        to, held while the block runs: one no chat holds first, else the least recently used chat's, saved
+        first (``app.supervisor.resume``). None: llama-server chooses (an engine that does not resume)."""
+        async with self._requests.request_slot(name) as slot:
+            yield slot
+
     def load_options(self, name: str) -> LoadOptions | None:
         """The options a running model was loaded with (None when it is not loaded)."""
         return self.engines.launched_with(name)
