@@ -34,6 +34,7 @@ from app.core.attachments import (
 )
 from app.core.backends import BackendKey
 from app.core.bench import BenchSpec
+from app.core.context import Summary
 from app.core.engine_state import EngineState
 from app.core.errors import AttachmentError, FitError, LemonDeskError
 from app.core.mcp import McpServerSpec
@@ -106,7 +107,7 @@ class Bridge(QObject):
     mcp_failed = Signal(str)  # why an MCP server could not be added, changed or removed
     context_counted = Signal(int, object)  # the count's ask id, ContextCount | None (nothing known)
     context_reloaded = Signal(bool)  # the model runs with its larger context (False: the reload failed)
-    summary_ready = Signal(str)  # the summary the model wrote, for a new chat (empty: it failed)
+    summary_ready = Signal(object)  # the Summary the model wrote, for a new chat (None: it failed)
     notify = Signal(str, str, bool)  # title, message, is an error
     error = Signal(str)  # something the user must be told
     api_changed = Signal(str, str)  # the local API's URL ("" when off), why it is off when it should be on
@@ -540,21 +541,30 @@ class Bridge(QObject):
             return
         self._chat = self.spawn(self._stream(target, messages, params, conversation, servers))
 
-    def count_context(self, asked: int, messages: list[dict[str, str]], params: dict[str, Any]) -> None:
-        """Count what ``messages`` take of the context of the model a send goes to, in a task (the
-        engine's tokenizer answers over HTTP); ``context_counted`` carries the count with ``asked``."""
+    def count_context(
+        self, asked: int, messages: list[dict[str, Any]], params: dict[str, Any], servers: list[str]
+    ) -> None:
+        """Count what ``messages`` (their attachments read as a send reads them) and the tools of the MCP
+        servers ``servers`` take of the context of the model a send goes to, in a task (the engine's
+        tokenizer answers over HTTP); ``context_counted`` carries the count with ``asked``."""
         if self._count is not None:
             self._count.cancel()  # a newer question replaces it
         target = self.chat_target() if self.started else ""
-        self._count = self.spawn(self._count_context(asked, target, messages, params))
+        self._count = self.spawn(self._count_context(asked, target, messages, params, servers))
 
     async def _count_context(
-        self, asked: int, target: str, messages: list[dict[str, str]], params: dict[str, Any]
+        self,
+        asked: int,
+        target: str,
+        messages: list[dict[str, Any]],
+        params: dict[str, Any],
+        servers: list[str],
     ) -> None:
         count = None
         if target:
             try:
-                count = await self.router.count_context(target, messages, params)
+                sent = await self._expanded(messages)
+                count = await self.router.count_context(target, sent, params, servers)
             except LemonDeskError as err:
                 log.info("the context of %s was not counted: %s", target, err)
         self.context_counted.emit(asked, count)
@@ -571,17 +581,25 @@ class Bridge(QObject):
             self.notify.emit(f"{name} did not load with {ctx_size:,} tokens of context", str(err), True)
         self.context_reloaded.emit(err is None and not task.cancelled())
 
-    def summarize(self, messages: list[dict[str, str]], params: dict[str, Any]) -> asyncio.Task[None]:
-        """Have the model a send goes to summarize the chat ``messages``; ``summary_ready`` has it."""
+    def summarize(self, messages: list[dict[str, Any]], params: dict[str, Any]) -> asyncio.Task[None]:
+        """Have the model a send goes to summarize the chat ``messages`` (their attachments read as a send
+        reads them); ``summary_ready`` has it."""
         return self.spawn(self._summarize(self.chat_target(), messages, params))
 
-    async def _summarize(self, name: str, messages: list[dict[str, str]], params: dict[str, Any]) -> None:
+    async def _summarize(self, name: str, messages: list[dict[str, Any]], params: dict[str, Any]) -> None:
+        summary: Summary | None = None
         try:
-            summary = await self.router.summarize(name, messages, params)
+            summary = await self.router.summarize(name, await self._expanded(messages), params)
         except LemonDeskError as err:
             self.notify.emit("The chat was not summarized", self.router.failure_message(name, err), True)
-            summary = ""
         self.summary_ready.emit(summary)
+
+    async def _expanded(self, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """``messages`` with their attachments read into their content, as the engine gets them (the
+        kept files are read in a worker thread)."""
+        if any("attachments" in m for m in messages):
+            return await asyncio.to_thread(expand_messages, self._attachments, messages)
+        return messages
 
     def stop_reply(self) -> None:
         """Cancel the reply in flight; its stream is closed as the task unwinds."""
@@ -598,8 +616,7 @@ class Bridge(QObject):
         servers: list[str] | None,
     ) -> None:
         self.reply_started.emit()  # before a load on demand, which may take a while
-        if any("attachments" in m for m in messages):  # the kept files are read in a worker thread
-            messages = await asyncio.to_thread(expand_messages, self._attachments, messages)
+        messages = await self._expanded(messages)
         try:
             async for event in self.router.chat_with_tools(
                 target, messages, ask=self._ask_tool, servers=servers, conversation=conversation, **params

@@ -1,7 +1,8 @@
 """The terminal chat's rule for a message that would not fit the model's context: nothing is cut
 silently. The chat is counted before each send (``Router.count_context``); one that would not fit is
 said in plain words, and the user chooses a way out (or ``run --on-overflow`` chose one beforehand):
-reload with a larger context that fits the memory free now, go on from a summary the model writes, or
+reload with a larger context that fits the memory free now, go on from a summary the model writes (which
+says so when the chat was too long to summarize whole and its oldest messages were left out of it), or
 leave out the oldest turns (the chat keeps them; they are no longer sent)."""
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.core.context import SUMMARY_HEADING, ContextCount, Overflow
+from app.core.context import ContextCount, Overflow
 from app.supervisor.router import Router
 
 KEYS = {Overflow.RELOAD: "r", Overflow.SUMMARY: "s", Overflow.LEAVE_OUT: "l"}
@@ -66,9 +67,9 @@ async def make_room(
         await router.reload_with_context(name, count.larger)
     elif way is Overflow.SUMMARY:
         *before, question = chat.sent()
-        summary = await router.summarize(name, before, {})
-        print(f"{SUMMARY_HEADING}: {summary}", file=sys.stderr)
-        chat.messages = [{"role": "assistant", "content": f"{SUMMARY_HEADING}: {summary}"}, question]
+        opening = (await router.summarize(name, before, {})).opening()
+        print(opening, file=sys.stderr)
+        chat.messages = [{"role": "assistant", "content": opening}, question]
         chat.left_out = 0
     else:
         chat.left_out += count.leave_out

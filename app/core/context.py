@@ -1,17 +1,24 @@
 """How much of a model's context a chat takes, and what may be done when the next send would not fit.
 
 A count comes from the engine's own tokenizer where it has one (llama-server's ``/apply-template`` and
-``/tokenize``: the prompt exactly as the engine will see it), else it is an estimate from the text's
-length, labelled as such. The reply's share is ``max_tokens`` when the chat sets one. Nothing is cut
-silently: a send that would not fit is held, and the user chooses one of the ``Overflow`` ways out.
+``/tokenize``: the prompt exactly as the engine will see it, the tools offered with it included), else it
+is an estimate from the text's length, labelled as such. The context is the running engine's, else the
+one the model would load with: its options', else for llama.cpp the launch's default, else what the model
+says it holds (an MLX folder's ``max_position_embeddings``); when nothing says, an assumed default,
+labelled as one. The reply's share is ``max_tokens`` when the chat sets one. Nothing is cut silently: a
+send that would not fit is held, and the user chooses one of the ``Overflow`` ways out; a summary that
+had to leave out the oldest messages says so (``Summary``).
 """
 
 from __future__ import annotations
 
 import enum
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from app.core.attachments import ATTACHMENT_OVERHEAD, IMAGE_TOKENS_ESTIMATE, AttachmentKind, AttachmentRef
 
 CHARS_PER_TOKEN = 4  # an estimate's rule: English text is about four characters a token
 TOKENS_PER_MESSAGE = 4  # an estimate's allowance for a chat template's markers around each message
@@ -40,6 +47,7 @@ class ContextCount:
     source: CountSource
     larger: int | None = None  # a context that holds it and fits the memory free now (None: none does)
     leave_out: int = 0  # the oldest messages to leave out so it fits (0: leaving out cannot help)
+    assumed: bool = False  # the context is a default assumed: neither the engine nor the model says it
 
     @property
     def needed(self) -> int:
@@ -64,10 +72,12 @@ class ContextCount:
         return ways
 
     def describe(self) -> str:
-        """``1,234 of 4,096 tokens (+256 for the reply)``, with ``about`` for an estimate."""
+        """``1,234 of 4,096 tokens (+256 for the reply)``, with ``about`` for an estimate and for a context
+        assumed."""
         about = "about " if self.source is CountSource.ESTIMATE else ""
+        assumed = "about " if self.assumed else ""
         reply = f" (+{self.reply:,} for the reply)" if self.reply else ""
-        return f"{about}{self.used:,} of {self.context:,} tokens{reply}"
+        return f"{about}{self.used:,} of {assumed}{self.context:,} tokens{reply}"
 
     def problem(self) -> str:
         """Why a send would not fit, in plain words ("" when it fits)."""
@@ -88,13 +98,33 @@ class ContextCount:
             "source": self.source.value,
             "larger": self.larger,
             "leave_out": self.leave_out,
+            "assumed": self.assumed,
         }
 
 
-def estimate_tokens(messages: Sequence[dict[str, Any]]) -> int:
-    """A prompt's tokens, estimated from its text's length: for engines without a tokenizer to ask."""
-    text = sum(len(str(m.get("content") or "")) for m in messages)
-    return -(-text // CHARS_PER_TOKEN) + TOKENS_PER_MESSAGE * len(messages)
+def estimate_tokens(messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] = ()) -> int:
+    """A prompt's tokens, estimated from its text's length: for engines without a tokenizer to ask. An
+    image (an ``image_url`` part, or an attachment not read yet) counts as a small projector's share; a
+    file attached and not read yet as the characters it sends; a tool as its definition's JSON."""
+    chars, images = 0, 0
+    for message in messages:
+        content = message.get("content") or ""
+        parts = content if isinstance(content, list) else [{"type": "text", "text": str(content)}]
+        for part in parts:
+            if isinstance(part, dict) and part.get("type") == "text":
+                chars += len(str(part.get("text") or ""))
+            else:
+                images += 1
+        for ref in message.get("attachments") or ():
+            if isinstance(ref, AttachmentRef) and ref.kind is AttachmentKind.IMAGE:
+                images += 1
+            elif isinstance(ref, AttachmentRef):
+                sent = ref.sent_chars if ref.sent_chars is not None else ref.size
+                if ref.sent_spans is not None:
+                    sent = sum(end - start for start, end in ref.sent_spans)
+                chars += sent + ATTACHMENT_OVERHEAD * CHARS_PER_TOKEN
+    chars += sum(len(json.dumps(tool)) for tool in tools)
+    return -(-chars // CHARS_PER_TOKEN) + TOKENS_PER_MESSAGE * len(messages) + IMAGE_TOKENS_ESTIMATE * images
 
 
 def reply_share(params: dict[str, Any]) -> int:
@@ -137,3 +167,22 @@ SUMMARY_REQUEST = (
     "someone needs to go on with it. Write only the summary."
 )
 SUMMARY_HEADING = "Summary of the earlier chat"
+
+
+@dataclass(frozen=True)
+class Summary:
+    """A summary the model wrote of a chat, and how many of the chat's oldest messages it could not
+    see: the chat with the request to summarize it did not fit the context whole."""
+
+    text: str
+    left_out: int = 0  # the oldest messages (not the system prompt) the summary was written without
+
+    def opening(self) -> str:
+        """The new chat's first message: the summary, saying what it leaves out."""
+        if not self.left_out:
+            return f"{SUMMARY_HEADING}: {self.text}"
+        those = "message" if self.left_out == 1 else f"{self.left_out} messages"
+        return (
+            f"{SUMMARY_HEADING}, without its oldest {those} (the whole chat was too long for the model "
+            f"to summarize at once): {self.text}"
+        )

@@ -8,18 +8,23 @@ later engine of the same model file, context, backend and arguments restores it 
 before it is sent, so only the new tokens are processed. A restore is safe even when the chat changed
 meanwhile: llama-server reuses only the prefix its cache shares with the new prompt.
 
-Slots go to chats least recently used first: a chat that needs a slot when every one is held saves the
-chat it displaces. Requests without a conversation (the API's) are left to llama-server's own choice of
-slot; one can land on a chat's slot, and that chat's next turn then processes its prompt again. A crashed
-engine saves nothing (its process is gone); its chats start over on the restarted one.
+Chats and requests without a conversation (the local API's) get slots through the same rule
+(``_pick``): a slot no chat holds and no request is using first, then one only requests use (llama-server
+queues a request for a busy slot), and when every slot is held by a chat, the least recently used chat's,
+saved first (its next turn restores it). So an API request never lands on a chat's slot unseen, and the
+only file it can cost a chat is one the disk budget drops, as any save does. A request holds its slot
+only while it runs (``request_slot``). A crashed engine saves nothing (its process is gone); its chats
+start over on the restarted one.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import weakref
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -47,6 +52,7 @@ class _EngineSlots:
     count: int  # the engine's slots (llama-server's ``total_slots``)
     model: tuple[str, int, int]  # the model file's identity (``model_identity``)
     held: dict[str, int] = field(default_factory=dict)  # conversation -> slot, least recently used first
+    serving: Counter[int] = field(default_factory=Counter)  # slot -> requests without a chat running on it
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
 
@@ -83,10 +89,28 @@ class Resume:
         async with slots.lock:
             slot = slots.held.pop(conversation, None)
             if slot is None:
-                slot = await self._free_slot(engine, slots)
+                slot = await self._pick(engine, slots)
                 restored = await self._restore(engine, slots, slot, conversation)
             slots.held[conversation] = slot
         return Turn({**params, "id_slot": slot, "cache_prompt": True}, restored)
+
+    @contextlib.asynccontextmanager
+    async def request_slot(self, engine: Engine) -> AsyncIterator[int | None]:
+        """The slot a request without a chat (the local API's) goes to on ``engine``, held for as long as
+        the block runs (None: this engine's slots are not managed; llama-server chooses)."""
+        slots = await self._slots(engine) if resumable(engine) and engine not in self._unreadable else None
+        if slots is None:
+            yield None
+            return
+        async with slots.lock:
+            slot = await self._pick(engine, slots)
+            slots.serving[slot] += 1
+        try:
+            yield slot
+        finally:
+            slots.serving[slot] -= 1
+            if slots.serving[slot] <= 0:
+                del slots.serving[slot]
 
     async def _slots(self, engine: Engine) -> _EngineSlots | None:
         slots = self._engines.get(engine)
@@ -111,12 +135,13 @@ class Resume:
         engine.add_stop_hook(self.save_all)
         return slots
 
-    async def _free_slot(self, engine: Engine, slots: _EngineSlots) -> int:
-        """A slot no chat holds, else the least recently used chat's, saved first."""
+    async def _pick(self, engine: Engine, slots: _EngineSlots) -> int:
+        """A slot no chat holds and no request uses, else the one of those only requests use that the
+        fewest use, else the least recently used chat's, saved first."""
         taken = set(slots.held.values())
-        for slot in range(slots.count):
-            if slot not in taken:
-                return slot
+        free = [slot for slot in range(slots.count) if slot not in taken]
+        if free:
+            return min(free, key=lambda slot: slots.serving[slot])
         displaced, slot = next(iter(slots.held.items()))
         del slots.held[displaced]
         await self._save(engine, slots, slot, displaced)

@@ -8,6 +8,7 @@ from PySide6.QtWidgets import QLabel
 from pytestqt.qtbot import QtBot
 
 from app.core.chat import ChatMessage, MessageState
+from app.core.context import ContextCount, CountSource, Overflow
 from app.ui.chat.markdown_view import BLOCKS_PER_FRAME, CodeBlockView, MarkdownView
 from app.ui.chat.pane import ChatPane, PaneState
 
@@ -250,3 +251,27 @@ def test_a_frame_shows_at_most_a_few_finished_blocks_and_the_rest_follows(qtbot:
     labels = [w for w in view.findChildren(QLabel) if w.isVisibleTo(view)]
     assert [label.text() for label in labels][-1] == "<p>Tail</p>\n"
     assert view.height() > 11 * view.fontMetrics().lineSpacing()
+
+
+def test_leaving_out_n_oldest_messages_leaves_out_n_sent_ones_past_replies_with_no_text(qtbot: QtBot) -> None:
+    """The guard's count (given by the test, as the bridge would) says how many of the oldest messages
+    sent must go; a reply that ended with no text is not sent, so it does not count as one of them."""
+    pane = make_pane(qtbot)
+    guard = pane.guard
+    guard.enabled = True
+    said = ["one", "", "two", "", "three", "four"]  # two replies with no text (stopped before any)
+    roles = ["user", "assistant", "user", "assistant", "user", "assistant"]
+    pane.show_conversation("c", "Chat", "", [ChatMessage(r, t) for r, t in zip(roles, said, strict=True)])
+    pane.composer.setPlainText("five")
+    with qtbot.waitSignal(guard.count_wanted) as asked:
+        guard.count_now()
+    asked_id, messages, _, servers = asked.args
+    assert [m["content"] for m in messages] == ["one", "two", "three", "four", "five"] and servers == []
+    guard.show_count(asked_id, ContextCount(1200, 1000, 0, CountSource.TOKENIZER, leave_out=2))
+    pane.submit()
+    assert guard.choices.isVisible()
+    with qtbot.waitSignal(pane.send_requested) as sent:
+        guard.choices.buttons[Overflow.LEAVE_OUT].click()  # clearly fits now: it goes
+    assert [m["content"] for m in sent.args[1]] == ["three", "four", "five"]
+    assert [v.message.left_out for v in pane.transcript.views()[:6]] == [True] * 3 + [False] * 3
+    guard.stop()

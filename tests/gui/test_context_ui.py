@@ -2,8 +2,10 @@
 with a context of 512 tokens: the meter counts as the engine does (the reply's own ``prompt_tokens``) and
 warns near full; a send that would not fit is held, and each way out does what it says (a larger context
 reloads the model, a new chat starts with the model's summary, the oldest turns are left out, marked and
-kept in the history); the run card says what a turn resumed from disk. The meter near full and the choices
-are saved as PNGs in the light and the dark palette (in ``LEMON_DESK_SCREENSHOTS`` when set)."""
+kept in the history, and a summary of a chat too long to summarize whole says what it left out); the
+count holds the earlier messages' attachments and the tools offered; the run card says what a turn
+resumed from disk. The meter near full and the choices are saved as PNGs in the light and the dark
+palette (in ``LEMON_DESK_SCREENSHOTS`` when set)."""
 
 from __future__ import annotations
 
@@ -17,12 +19,15 @@ from pytestqt.qtbot import QtBot
 from app.core.chat import ChatMessage, MessageState
 from app.core.context import SUMMARY_HEADING, ContextCount, CountSource, Overflow
 from app.core.engine_state import EngineState
+from app.store.mcp_servers import save_mcp_servers
 from app.store.model_options import ModelOptions
 from app.ui.chat.pane import ChatPane
 from app.ui.desktop import DesktopApp
 from app.ui.main_window import DEFAULT_SPLIT
 from tests.gui.test_engine_ui import LOAD_MS, NAME, REPLY_MS, engine_desktop, import_smollm
 from tests.gui.test_look import SIZE, save, scheme
+from tests.support.mcp_servers import stdio_spec
+from tests.support.tool_calls import TEMPLATE_ARGS
 
 pytestmark = [
     pytest.mark.integration,
@@ -190,8 +195,10 @@ def test_a_new_chat_starts_with_the_models_summary_and_the_question(
     qtbot.waitUntil(lambda: chat.conversation_id != "boxes", timeout=REPLY_MS)
     reply = replied(qtbot, chat, 1)
     summary, question, _ = chat.messages()
-    assert summary.role == "assistant" and summary.content.startswith(f"{SUMMARY_HEADING}: ")
-    assert len(summary.content) > len(SUMMARY_HEADING) + 3, "the model wrote it"
+    assert summary.role == "assistant"
+    assert summary.content.startswith(f"{SUMMARY_HEADING}, without its oldest ")
+    assert "too long for the model to summarize at once): " in summary.content, "said, not cut silently"
+    assert not summary.content.endswith("at once): "), "the model wrote it"
     assert (question.role, question.content) == ("user", QUESTION) and reply.content
     assert chat.system_prompt.toPlainText() == "You answer in a few words."
     stored = app.history.conversation(chat.conversation_id)
@@ -223,3 +230,40 @@ def test_the_run_card_says_what_a_turn_resumed_from_disk_after_an_unload(
     view = chat.transcript.views()[-1]
     view.status.linkActivated.emit("card")
     assert f"resumed {card['restored_tokens']:,} tokens from disk" in view.card.text()
+
+
+def test_the_meter_counts_earlier_attachments_and_the_tools_offered_as_the_engine_does(
+    qtbot: QtBot, engine_desktop: Callable[[], DesktopApp], tmp_path: Path
+) -> None:
+    """A chat whose first message carries a file, with an MCP server's tools offered (a real server
+    over stdio; the engine runs the tool-call template): the meter's count of the next send is the
+    prompt the engine then processes. No tool is called (allowed or not, the test would say)."""
+    save_mcp_servers({"files": stdio_spec("files", calls=tmp_path / "calls.jsonl")})
+    app = engine_desktop()
+    import_smollm(qtbot, app)
+    app.bridge.router.save_options(NAME, ModelOptions(ctx_size=2048, args=TEMPLATE_ARGS))
+    app.bridge.load(NAME)
+    qtbot.waitUntil(lambda: app.bridge.loaded() == [NAME], timeout=LOAD_MS)
+    chat = app.window.chat
+    qtbot.waitUntil(lambda: chat.chosen_servers() == ["files"], timeout=LOAD_MS)
+    chat.temperature.setValue(0.0)
+    chat.max_tokens.setValue(REPLY)
+    notes = tmp_path / "notes.md"
+    notes.write_text("".join(f"- box {n} holds {n * 7} red marbles\n" for n in range(30)))
+    chat.attach_files([str(notes)])
+    qtbot.waitUntil(lambda: len(chat.tray.items) == 1, timeout=REPLY_MS)
+    chat.composer.setPlainText("Here are my notes.")
+    chat.submit()
+    first = replied(qtbot, chat, 0)
+    assert first.run_card is not None and not first.tool_calls
+    assert chat.messages()[0].attachments, "the file went with the first message"
+
+    chat.composer.setPlainText(QUESTION)
+    count = counted(qtbot, chat)
+    tools = app.bridge.router.mcp.offered(["files"])
+    assert tools, "the server's tools are offered"
+    chat.submit()
+    reply = replied(qtbot, chat, 2)
+    assert reply.run_card is not None and not reply.tool_calls
+    assert reply.run_card["prompt_tokens"] == count.used, "the engine's own count, file and tools in it"
+    assert count.used > first.run_card["prompt_tokens"] > 30 * 10, "the file is in both"

@@ -1,7 +1,8 @@
 """The context a chat takes, on the real llama-server and SmolLM2 at a context of 512 tokens: the count is
 the engine's own (the reply's ``usage.prompt_tokens``), a send that would not fit says how to get out
 (a larger context that fits, or how many of the oldest turns to leave out), each way out does what it
-says, and the engine's own refusal reads in plain words."""
+says (a summary of a chat too long to summarize whole says what it left out, in ``run``'s terminal too),
+and the engine's own refusal reads in plain words."""
 
 from __future__ import annotations
 
@@ -9,7 +10,16 @@ from pathlib import Path
 
 import pytest
 
-from app.core.context import ContextCount, CountSource, Overflow, estimate_tokens, without_oldest
+from app.commands.overflow import TerminalChat, make_room
+from app.core.context import (
+    SUMMARY_HEADING,
+    SUMMARY_REQUEST,
+    ContextCount,
+    CountSource,
+    Overflow,
+    estimate_tokens,
+    without_oldest,
+)
 from app.core.errors import ContextError
 from app.store.model_options import ModelOptions
 from app.store.settings import Settings
@@ -110,7 +120,32 @@ def test_the_summary_is_written_by_the_model_even_for_a_chat_that_does_not_fit(
         messages = chat_of(14)
         assert not (await count(router, name, messages, max_tokens=48)).fits
         summary = await router.summarize(name, messages, {"max_tokens": 48, "temperature": 0.0})
-        assert summary, "the model wrote something"
+        assert summary.text, "the model wrote something"
+        # Too long to summarize whole: the oldest messages were left out of it, and it says so.
+        asked = [*messages, {"role": "user", "content": SUMMARY_REQUEST}]
+        whole = await count(router, name, asked, max_tokens=48)
+        assert not whole.fits and summary.left_out == whole.leave_out > 0
+        assert summary.opening().startswith(f"{SUMMARY_HEADING}, without its oldest {summary.left_out} ")
+
+    run(Settings(), smol_gguf, job, SMALL)
+
+
+def test_runs_summary_says_what_it_left_out(
+    installed: None, smol_gguf: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``run``'s terminal chat (``make_room``, its way out chosen beforehand with ``--on-overflow``)."""
+
+    async def job(router: Router, name: str) -> None:
+        await router.ensure_loaded(name)
+        chat = TerminalChat(chat_of(14)[1:])  # the terminal chat has no system prompt
+
+        async def nobody() -> str | None:
+            raise AssertionError("the way out was chosen beforehand")
+
+        assert await make_room(router, name, chat, nobody, Overflow.SUMMARY)
+        [opening, question] = chat.messages
+        assert question == chat_of(14)[-1] and opening["content"].startswith(f"{SUMMARY_HEADING}, without")
+        assert opening["content"] in capsys.readouterr().err, "said in the terminal"
 
     run(Settings(), smol_gguf, job, SMALL)
 

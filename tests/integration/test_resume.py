@@ -1,7 +1,7 @@
 """Instant resume on the real llama-server and SmolLM2: a chat keeps its prompt cache across turns and,
 through an unload and a reload, processes only its new tokens (the engine's own ``timings.prompt_n``);
-a saved file for another model or context is never restored, a damaged one falls back to a prefill, and
-the disk budget drops the oldest first."""
+a saved file for another model or context is never restored, a damaged one falls back to a prefill, the
+disk budget drops the oldest first, and the local API's requests get slots as fairly as chats do."""
 
 from __future__ import annotations
 
@@ -14,12 +14,14 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from app.client.events import ChatDone
 from app.core.telemetry import Telemetry
 from app.store.model_options import ModelOptions
 from app.store.settings import Settings
+from app.supervisor.api import ApiServer
 from app.supervisor.router import Router
 from tests.integration.conftest import Mirror
 
@@ -229,3 +231,46 @@ def test_a_chat_displaced_from_the_only_slot_is_saved_and_restored(
         assert processed(await first.turn("Which box holds 14 marbles?")) <= NEW_TOKENS_AT_MOST
 
     run(Settings(), smol_gguf, job, ModelOptions(args="-np 1"))
+
+
+def test_api_requests_get_slots_fairly_and_never_take_a_chats_unsaved(
+    installed: None, smol_gguf: Path, kvcache: Path
+) -> None:
+    """Two slots. An API request (no conversation) that shares the start of a chat's prompt, which
+    llama-server alone would put on that chat's slot, goes to the free one; when both are held by
+    chats, it takes the least recently used chat's, saved first: that chat's next turn resumes. The
+    engine's own prompt cache in RAM (``--cache-ram``, which would hide a lost slot while the engine
+    runs) is off: the slots alone are tested."""
+
+    async def job(router: Router, name: str) -> None:
+        server = ApiServer(router, "127.0.0.1", 0)
+        await server.start()
+        try:
+            async with httpx.AsyncClient(base_url=server.url, trust_env=False, timeout=600) as api:
+
+                async def request(messages: list[dict[str, str]]) -> None:
+                    asked = {"model": name, "messages": messages, **SAMPLING}
+                    answer = await api.post("/v1/chat/completions", json=asked)
+                    assert answer.status_code == 200, answer.text
+
+                first = Chat(router, name, "chat-one")
+                await first.turn()
+                # The chat's system prompt and first facts, then other text: a prefix llama-server's own
+                # choice of slot goes by.
+                facts = first.messages[1]["content"]
+                start = facts[: len(facts) // 3]
+                await request([first.messages[0], {"role": "user", "content": start + " apple" * 200}])
+                assert processed(await first.turn("Which box holds 14 marbles?")) <= NEW_TOKENS_AT_MOST
+
+                second = Chat(router, name, "chat-two", facts=30)
+                await second.turn()  # the free slot: both are held by chats now
+                assert saved_files(kvcache) == []
+                await request([{"role": "user", "content": "pear " * 400}])
+                assert processed(await first.turn("Which box holds 21 marbles?")) <= NEW_TOKENS_AT_MOST
+                [saved] = saved_files(kvcache)  # the least recently used chat's, before it was taken
+                assert json.loads(saved.with_suffix(".json").read_text())["key"]["conversation"] == "chat-one"
+                assert processed(await second.turn("Which box holds 7 marbles?")) <= NEW_TOKENS_AT_MOST
+        finally:
+            await server.stop()
+
+    run(Settings(), smol_gguf, job, ModelOptions(args="-np 2 --cache-ram 0"))

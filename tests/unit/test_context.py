@@ -1,19 +1,24 @@
 """What a chat takes of a model's context (``app.core.context``), the run card's resume line, and the
 engine's refusal of a prompt too long for its context read as a ContextError (llama-server's own answer,
-served over loopback)."""
+served over loopback); a summary that left messages out says so; an MLX model's context is its config's
+(a folder written here; counting never loads it)."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+from pathlib import Path
 
 import pytest
 
 from app.client.chat import ChatClient
+from app.core.attachments import AttachmentKind, AttachmentRef
 from app.core.context import (
+    SUMMARY_HEADING,
     ContextCount,
     CountSource,
     Overflow,
+    Summary,
     droppable,
     estimate_tokens,
     larger_context,
@@ -22,6 +27,10 @@ from app.core.context import (
 )
 from app.core.errors import ContextError
 from app.core.runcard import RunCard
+from app.store.model_options import ModelOptions
+from app.store.settings import Settings
+from app.supervisor.router import Router
+from tests.support.modelfiles import MLX_CONFIG, mlx_files
 from tests.unit.test_chat_client import collect, engine
 
 CHAT = [
@@ -111,5 +120,57 @@ def test_llama_servers_refusal_of_a_long_prompt_is_a_context_error_in_plain_word
             assert "nothing was cut" in str(streamed.value) and "larger context" in str(streamed.value)
             with pytest.raises(ContextError):
                 await client.chat([])
+
+    asyncio.run(go())
+
+
+def test_a_summary_that_had_to_leave_out_the_oldest_messages_says_so() -> None:
+    assert Summary("The boxes hold marbles.").opening() == f"{SUMMARY_HEADING}: The boxes hold marbles."
+    said = Summary("The boxes hold marbles.", left_out=6).opening()
+    assert said.startswith(f"{SUMMARY_HEADING}, without its oldest 6 messages (the whole chat was too long")
+    assert said.endswith(": The boxes hold marbles.")
+    assert "oldest message (" in Summary("x", left_out=1).opening()
+
+
+def test_an_estimate_counts_attachments_not_read_yet_images_and_the_tools_offered() -> None:
+    text = AttachmentRef("a" * 64, "notes.md", AttachmentKind.TEXT, "text/plain", 4000)
+    image = AttachmentRef("b" * 64, "p.png", AttachmentKind.IMAGE, "image/png", 90_000)
+    plain = [{"role": "user", "content": "hi"}]
+    assert estimate_tokens([{**plain[0], "attachments": [text]}]) == estimate_tokens(plain) + 1000 + 24
+    assert estimate_tokens([{**plain[0], "attachments": [image]}]) == estimate_tokens(plain) + 256
+    parts = [{"role": "user", "content": [{"type": "text", "text": "hi"}, {"type": "image_url"}]}]
+    assert estimate_tokens(parts) == estimate_tokens(plain) + 256, "an image's data URL is not text"
+    tool = {"type": "function", "function": {"name": "f", "parameters": {}}}
+    assert estimate_tokens(plain, [tool]) > estimate_tokens(plain)
+
+
+def mlx_model(router: Router, folder: Path, **config: object) -> str:
+    folder.mkdir()
+    for name, data in mlx_files().items():
+        (folder / name).write_bytes(data)
+    (folder / "config.json").write_text(json.dumps({**MLX_CONFIG, **config}))
+    return router.library.import_path(folder).name
+
+
+def test_an_mlx_model_is_counted_against_the_context_its_config_says_else_an_assumed_one(
+    standin_settings: Settings, tmp_path: Path
+) -> None:
+    """A model not loaded is never loaded to count; lemon-mlx is given no context unless its options
+    set one, and takes the model's own (``max_position_embeddings``)."""
+
+    async def go() -> None:
+        async with Router(standin_settings) as router:
+            long = mlx_model(router, tmp_path / "long", max_position_embeddings=32_768)
+            count = await router.count_context(long, CHAT, {})
+            assert count is not None and (count.context, count.assumed) == (32_768, False)
+            assert (await router.count_tokens(long, "x" * 40)).context == 32_768, "the tray's is the same"
+            unsaid = mlx_model(router, tmp_path / "unsaid", max_position_embeddings=None)
+            count = await router.count_context(unsaid, CHAT, {})
+            assert count is not None and (count.context, count.assumed) == (4096, True)
+            assert count.describe() == f"about {count.used} of about 4,096 tokens"
+            router.save_options(unsaid, ModelOptions(ctx_size=8192))
+            count = await router.count_context(unsaid, CHAT, {})
+            assert count is not None and (count.context, count.assumed) == (8192, False)
+            assert router.loaded() == []
 
     asyncio.run(go())

@@ -58,6 +58,7 @@ PENDING_LIMIT = 1 << 20  # an event longer than this is not one we read figures 
 # A whole (not streamed) reply is held here before it is passed on. Embeddings of many long inputs run to
 # tens of MB (each float is some 20 bytes of JSON); a reply past this is no engine's, and is refused.
 MAX_WHOLE_REPLY_BYTES = 256 << 20
+SLOTTED = (Route.CHAT, Route.COMPLETIONS)  # the routes a llama-server slot (its KV cache) serves
 
 
 def find_model(router: Router, name: str) -> Model:
@@ -317,7 +318,12 @@ class OpenAIRoutes:
         watch = _Watch()
         answered = False
         try:
-            async with self.router.client(name) as client:
+            # A slot of its own (never a chat's unsaved) unless the client chose one.
+            slotted = route in SLOTTED and "id_slot" not in body
+            held = self.router.request_slot(name) if slotted else contextlib.nullcontext(None)
+            async with self.router.client(name) as client, held as slot:
+                if slot is not None:
+                    body = {**body, "id_slot": slot}
                 # Not paced (``app.client.pacing``) for now: paced, one of 8 concurrent streams through
                 # the relay was left waiting for good on the real llama-server, twice (its engine
                 # connection closed and unread), and once the cause is found it is one argument here.

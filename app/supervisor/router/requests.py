@@ -18,7 +18,7 @@ from typing import Any, cast
 
 from app.client.chat import ChatClient, Messages
 from app.client.events import ChatDone, ChatEvent, ChatReply
-from app.core.attachments import TokenCount, chunk_spans, cosine, estimate_tokens, pick_spans
+from app.core.attachments import chunk_spans, cosine, pick_spans
 from app.core.bench import hardware_summary, known_version
 from app.core.engine_state import EngineState
 from app.core.errors import EngineError, LemonDeskError, RequestError
@@ -176,6 +176,17 @@ class Requests:
             return Turn(params)
         return await self._resume.turn(engine, conversation, params)
 
+    @contextlib.asynccontextmanager
+    async def request_slot(self, name: str) -> AsyncIterator[int | None]:
+        """The slot a request without a chat goes to on ``name``'s running engine, held while the block
+        runs (None: none is chosen here)."""
+        engine = None if is_remote(name) else self._supervisor.engines.get(name)
+        if engine is None:
+            yield None
+            return
+        async with self._resume.request_slot(engine) as slot:
+            yield slot
+
     async def stream_chat(
         self, name: str, messages: Messages, *, conversation: str | None = None, **params: Any
     ) -> AsyncIterator[ChatEvent]:
@@ -216,27 +227,6 @@ class Requests:
                 reply = await client.chat(messages, **(await self._turn(name, conversation, params)).params)
         self.request_finished(name, reply.telemetry, RequestSource.CHAT)
         return reply
-
-    async def count_tokens(self, name: str, text: str) -> TokenCount:
-        """``text``'s tokens as ``name``'s running llama.cpp engine counts them (``/tokenize``), with the
-        context it was loaded with; when no such engine runs (it never loads one to count), or it does
-        not answer, an estimate from the length, with the context the model's options ask for."""
-        engine = None if is_remote(name) else self._supervisor.engines.get(name)
-        request = engine.request if engine is not None else None
-        if engine is not None and request is not None and request.recipe == "llamacpp":
-            context = request.ctx_size or DEFAULT_CTX_SIZE
-            try:
-                async with engine.chat_client(self._settings().request_timeout_s) as client:
-                    answer = await client.post_json("/tokenize", {"content": text, "add_special": False})
-                tokens = answer.get("tokens") if isinstance(answer, dict) else None
-                if isinstance(tokens, list):
-                    return TokenCount(len(tokens), exact=True, context=context)
-                log.warning("%s's engine sent no tokens for /tokenize: counted by length", name)
-            except LemonDeskError as err:
-                log.warning("%s's engine could not count tokens (%s): counted by length", name, err)
-            return dataclasses.replace(estimate_tokens(text), context=context)
-        options = None if is_remote(name) else self._runtime.options(name)
-        return dataclasses.replace(estimate_tokens(text), context=options.ctx_size if options else None)
 
     async def embed(self, name: str, texts: list[str]) -> list[list[float]]:
         """``texts`` embedded by ``name`` (a model labelled ``embeddings``, loaded on demand), in order;

@@ -16,7 +16,7 @@ from typing import Any
 from app.client.chat import ChatClient, Messages
 from app.client.events import ChatEvent, ChatReply
 from app.core.attachments import TokenCount
-from app.core.context import ContextCount
+from app.core.context import ContextCount, Summary
 from app.core.downloads import DownloadRecord
 from app.core.engine_state import EngineState
 from app.core.errors import LemonDeskError
@@ -140,6 +140,7 @@ class Router:
             runtime=self._runtime,
             loading=self._loading,
             requests=self._requests,
+            tools=lambda servers: [tool.to_openai() for tool in self.mcp.offered(servers)],
         )
         self._views = Views(
             library_now, self.supervisor, self._runtime, self._pulls, self._discover, self.pinned
@@ -219,6 +220,14 @@ class Router:
         """Mark a reply of ``name`` as streaming for as long as the block runs."""
         with self._requests.reply_streaming(name):
             yield
+
+    @contextlib.asynccontextmanager
+    async def request_slot(self, name: str) -> AsyncIterator[int | None]:
+        """The engine slot a request without a chat (the local API's) to ``name``'s running engine goes
+        to, held while the block runs: one no chat holds first, else the least recently used chat's, saved
+        first (``app.supervisor.resume``). None: llama-server chooses (an engine that does not resume)."""
+        async with self._requests.request_slot(name) as slot:
+            yield slot
 
     def load_options(self, name: str) -> LoadOptions | None:
         """The options a running model was loaded with (None when it is not loaded)."""
@@ -416,8 +425,9 @@ class Router:
 
     async def count_tokens(self, name: str, text: str) -> TokenCount:
         """``text``'s tokens by ``name``'s running engine (llama-server's ``/tokenize``) and the context
-        it runs with; an estimate (``exact`` False) when it cannot count. Never loads the model."""
-        return await self._requests.count_tokens(name, text)
+        ``count_context`` counts against; an estimate (``exact`` False) when it cannot count. Never loads
+        the model."""
+        return await self._context.count_text(name, text)
 
     async def embed(self, name: str, texts: list[str]) -> list[list[float]]:
         """``texts`` embedded by an embeddings model (loaded on demand under the loading policy)."""
@@ -436,12 +446,13 @@ class Router:
     # --- the context a chat takes (app.core.context) -------------------------------------------------
 
     async def count_context(
-        self, name: str, messages: Messages, params: dict[str, Any]
+        self, name: str, messages: Messages, params: dict[str, Any], servers: Collection[str] = ()
     ) -> ContextCount | None:
-        """What ``messages`` take of ``name``'s context, with ``params``' max_tokens kept for the reply:
+        """What ``messages`` take of ``name``'s context, with ``params``' max_tokens kept for the reply
+        and the tools of the MCP servers ``servers`` offered (as ``chat_with_tools`` offers them):
         counted by a running llama.cpp engine's own tokenizer, else estimated (and labelled so); when
         they do not fit, the ways out. Never loads a model; None for a remote's model."""
-        return await self._context.count(name, messages, params)
+        return await self._context.count(name, messages, params, servers)
 
     def reload_with_context(self, name: str, ctx_size: int) -> asyncio.Task[Engine]:
         """Keep ``ctx_size`` as the model's context option and load it again with it (the normal load:
@@ -452,8 +463,9 @@ class Router:
         # A file run where it is (``run FILE``) is in no catalog: its last load knows it.
         return self.load(record.model if record is not None and record.model else name, options)
 
-    async def summarize(self, name: str, messages: Messages, params: dict[str, Any]) -> str:
-        """A summary of the chat ``messages`` written by ``name``, for a new chat to start with."""
+    async def summarize(self, name: str, messages: Messages, params: dict[str, Any]) -> Summary:
+        """A summary of the chat ``messages`` written by ``name``, for a new chat to start with; it says
+        how many of the oldest messages it was written without, when the whole chat did not fit."""
         return await self._context.summarize(name, messages, params)
 
     def chat_target(self, selected: str, on_disk: Collection[str]) -> str:

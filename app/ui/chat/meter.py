@@ -1,6 +1,7 @@
 """The context meter under the chat: what the chat and the message being written take of the model's
-context, the share kept for the reply, and a warning when a send would not fit. It shows counts it is
-given (``app.core.context.ContextCount``); counting is the router's, off the UI thread."""
+context (``about`` one assumed, when the model does not say it), the share kept for the reply, and a
+warning when a send would not fit. It shows counts it is given (``app.core.context.ContextCount``);
+counting is the router's, off the UI thread."""
 
 from __future__ import annotations
 
@@ -61,6 +62,8 @@ class ContextMeter(QWidget):
             "is not loaded yet."
         )
         reply = f" {count.reply:,} tokens are kept for the reply (Max tokens)." if count.reply else ""
+        if count.assumed:
+            how += f" The model does not say its context: {count.context:,} tokens is assumed."
         self.setToolTip(f"The chat and the message being written take {count.used:,} tokens.{reply} {how}")
         self.show()
 

@@ -1,11 +1,14 @@
 """Nothing cut silently: the chat pane's guard over its model's context.
 
-``ContextGuard`` asks for a count of the chat and the message being written (``count_wanted``; the
-bridge counts it off the UI thread and answers with ``show_count``) a moment after the typing stops,
-and shows it in the meter. A send that would not fit is held and ``OverflowChoices`` offers the ways out
-the count allows: reload with a larger context (``reload_wanted``), go on in a new chat that starts with
-a summary the model writes (``summary_wanted``), or leave out the oldest turns (done here: they stay in
-the transcript and the history, marked). The held message is sent once the way out is taken.
+``ContextGuard`` asks for a count of the chat and the message being written (``count_wanted``: the
+messages with their attachments' references, which the bridge reads as a send does, and the MCP servers
+whose tools are offered; it counts them off the UI thread and answers with ``show_count``) a moment after
+the typing stops, and shows it in the meter. The composer's attachments are the tray's to count and
+check; the rest of the send is this count (``used``). A send that would not fit is held and
+``OverflowChoices`` offers the ways out the count allows: reload with a larger context
+(``reload_wanted``), go on in a new chat that starts with a summary the model writes (``summary_wanted``;
+its first message says what the summary left out), or leave out the oldest turns (done here: they stay
+in the transcript and the history, marked). The held message is sent once the way out is taken.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from PySide6.QtCore import QObject, Qt, QTimer, Signal
 from PySide6.QtWidgets import QFrame, QGridLayout, QLabel, QPushButton, QVBoxLayout, QWidget
 
 from app.core.chat import ChatMessage
-from app.core.context import SUMMARY_HEADING, ContextCount, Overflow, estimate_tokens, reply_share
+from app.core.context import ContextCount, Overflow, Summary, estimate_tokens, reply_share
 from app.core.fit import Verdict
 from app.ui.chat.meter import ContextMeter
 from app.ui.look import fit_colour
@@ -89,7 +92,8 @@ class OverflowChoices(QFrame):
 
 
 class ContextGuard(QObject):
-    count_wanted = Signal(int, list, dict)  # ask id, the OpenAI messages a send would make, sampling params
+    # ask id, the OpenAI messages a send would make (with ``attachments``), sampling params, MCP servers
+    count_wanted = Signal(int, list, dict, list)
     reload_wanted = Signal(int)  # the context size to load the model again with
     summary_wanted = Signal(list, dict)  # the chat's OpenAI messages, sampling params
 
@@ -137,10 +141,11 @@ class ContextGuard(QObject):
     def count_now(self) -> None:
         self._timer.stop()
         self._counted_for = None
-        messages, params = self._pane.prospective(), self._pane.params()
+        pane = self._pane
+        messages, params, servers = pane.prospective(), pane.params(), pane.chosen_servers()
         self._asked += 1
-        self._asked_for = _key(messages, params)
-        self.count_wanted.emit(self._asked, messages, params)
+        self._asked_for = _key(messages, params, servers)
+        self.count_wanted.emit(self._asked, messages, params, servers)
 
     def show_count(self, asked: int, count: ContextCount | None) -> None:
         """The answer to ``count_wanted`` number ``asked`` (None: the model's context is not known)."""
@@ -179,7 +184,15 @@ class ContextGuard(QObject):
 
     def is_current(self) -> bool:
         """Whether the count shown is of what a send would make now."""
-        return self._counted_for == _key(self._pane.prospective(), self._pane.params())
+        pane = self._pane
+        return self._counted_for == _key(pane.prospective(), pane.params(), pane.chosen_servers())
+
+    def used(self) -> int:
+        """The tokens a send takes besides the composer's attachments: the count when it is of this send,
+        else an estimate."""
+        if self._count is not None and self.is_current():
+            return self._count.used
+        return estimate_tokens(self._pane.prospective())
 
     def _choose(self, way: Overflow) -> None:
         count = self._count
@@ -187,9 +200,13 @@ class ContextGuard(QObject):
         if count is None:
             return
         if way is Overflow.LEAVE_OUT:
-            sent = [v for v in self._pane.transcript.views() if not v.message.left_out]
-            for view in sent[: count.leave_out]:
-                view.set_left_out()  # kept, and marked
+            views = self._pane.transcript.views()
+            sent = [n for n, view in enumerate(views) if self._pane.sends(view)]
+            # The count is of messages sent: replies with no text (not sent) among them go out with them.
+            last = sent[min(count.leave_out, len(sent)) - 1] if sent and count.leave_out else -1
+            for view in views[: last + 1]:
+                if not view.message.left_out:
+                    view.set_left_out()  # kept, and marked
             self._pane.submit()  # counted again first, then sent
         elif way is Overflow.RELOAD and count.larger:
             self.meter.counting()
@@ -199,14 +216,14 @@ class ContextGuard(QObject):
             self._chat = self._pane.conversation_id
             self.summary_wanted.emit(self._pane.sent_messages(), self._pane.params())
 
-    def start_from_summary(self, summary: str) -> None:
-        """Go on in a new chat that starts with ``summary`` (the model's, of this one), with the same
-        system prompt, and send the message in the composer there."""
+    def start_from_summary(self, summary: Summary) -> None:
+        """Go on in a new chat that starts with ``summary`` (the model's, of this one; it says what it
+        left out), with the same system prompt, and send the message in the composer there."""
         pane = self._pane
         if self._chat != pane.conversation_id:
             return  # the user went to another chat meanwhile: this one's summary is not for it
         attached = list(pane.tray.items)  # the message's attachments go with it to the new chat
-        opening = ChatMessage("assistant", f"{SUMMARY_HEADING}: {summary}")
+        opening = ChatMessage("assistant", summary.opening())
         pane.show_conversation(uuid.uuid4().hex, "New chat", pane.system_prompt.toPlainText(), [opening])
         for pending in attached:
             pane.tray.add(pending.taken, pending.count)
@@ -222,5 +239,6 @@ class ContextGuard(QObject):
         self._pane.composer.setFocus()
 
 
-def _key(messages: list[dict[str, Any]], params: dict[str, Any]) -> str:
-    return json.dumps([messages, params.get("max_tokens")], sort_keys=True)
+def _key(messages: list[dict[str, Any]], params: dict[str, Any], servers: list[str]) -> str:
+    # An attachment's reference (a frozen dataclass) by its fields.
+    return json.dumps([messages, params.get("max_tokens"), servers], sort_keys=True, default=repr)

@@ -48,17 +48,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.core.attachments import (
-    ATTACHMENT_OVERHEAD,
-    PROMPT_OVERHEAD,
-    REPLY_RESERVE,
-    AttachmentKind,
-    AttachmentRef,
-    TokenCount,
-    Unreadable,
-    estimate_tokens,
-    kind_of,
-)
+from app.core.attachments import REPLY_RESERVE, AttachmentKind, AttachmentRef, TokenCount, Unreadable, kind_of
 from app.core.chat import ChatMessage, MessageState
 from app.core.tools import ToolCallFinished, ToolCallStarted, ToolRequest
 from app.store.attachments import Ingested
@@ -320,6 +310,7 @@ class ChatPane(QWidget):
         """The MCP servers that are ready now (the bridge's word)."""
         self._tool_servers = list(names)
         self._show_tools()
+        self.guard.changed()  # the tools offered are counted
 
     def _show_tools(self) -> None:
         self.tools_menu.clear()
@@ -337,17 +328,22 @@ class ChatPane(QWidget):
         (off.discard if on else off.add)(name)
         chosen = self.chosen_servers()
         self.tools_button.setText(f"Tools: {len(chosen)} of {len(self._tool_servers)}")
+        self.guard.changed()
 
-    def sent_messages(self) -> list[dict[str, str]]:
-        """The chat's text as it sends it (without the message being written), for the context guard
-        and a summary; attachments are left out (the composer's tray counts the new ones)."""
-        return _text_only(self._api_messages())
+    def sent_messages(self) -> list[dict[str, Any]]:
+        """The chat as it sends it (without the message being written), for a summary."""
+        return self._api_messages()
 
-    def prospective(self) -> list[dict[str, str]]:
-        """``sent_messages`` as a send of the composer's text would make them (an edit replacing its tail)."""
-        sent = _text_only(self._api_messages(until=self._editing))
+    def prospective(self) -> list[dict[str, Any]]:
+        """What a send of the composer's text would send (an edit replacing its tail, its attachments
+        going with it), for the context guard; the composer's attachments are the tray's to count."""
+        sent = self._api_messages(until=self._editing)
         text = self.composer.toPlainText().strip()
-        return [*sent, {"role": "user", "content": text}] if text else sent
+        editing = self._editing
+        carried = self.transcript.views()[editing].message.attachments if editing is not None else []
+        if not text and not carried:
+            return sent
+        return [*sent, {"role": "user", "content": text, **({"attachments": carried} if carried else {})}]
 
     def reply_snapshot(self) -> tuple[str, str] | None:
         """The reply in flight (text, reasoning), or None."""
@@ -415,7 +411,7 @@ class ChatPane(QWidget):
         if images and self._vision_refusal:
             self.tray.say(self._vision_refusal)
             return
-        if self.tray.overflow(self._tokens_used(text)):
+        if self.tray.overflow(self._tokens_used()):
             return
         self.state = PaneState.KEEPING
         self._update_actions()
@@ -439,13 +435,10 @@ class ChatPane(QWidget):
             self.attachments_shown.emit(carried)
         self._request_reply()
 
-    def _tokens_used(self, text: str) -> int:
-        """What the chat so far, the text being written and the reply take of the context (an
-        estimate: the engine counts the whole prompt only when it gets it)."""
-        chars = len(self.system_prompt.toPlainText()) + len(text)
-        chars += sum(len(view.message.content) for view in self.transcript.views())
-        overhead = PROMPT_OVERHEAD + ATTACHMENT_OVERHEAD * len(self.tray.items)
-        return estimate_tokens("x" * chars).tokens + overhead + (self.max_tokens.value() or REPLY_RESERVE)
+    def _tokens_used(self) -> int:
+        """What the send takes of the context besides the composer's attachments (the context guard's
+        count), with room for the reply."""
+        return self.guard.used() + (self.max_tokens.value() or REPLY_RESERVE)
 
     # Attachments
 
@@ -494,12 +487,12 @@ class ChatPane(QWidget):
             self.tray.say(f"{taken.ref.name} was not attached: {self._vision_refusal}")
             return
         self.tray.add(taken, count)
-        self.tray.overflow(self._tokens_used(self.composer.toPlainText()))
+        self.tray.overflow(self._tokens_used())
 
     def set_attachment_count(self, sha256: str, count: TokenCount) -> None:
         """An attachment counted again (the model loaded): its chip and the fit check follow."""
         if self.tray.set_count(sha256, count):
-            self.tray.overflow(self._tokens_used(self.composer.toPlainText()))
+            self.tray.overflow(self._tokens_used())
 
     def refuse_attachment(self, why: str) -> None:
         """A file could not be attached, or the message's attachments not kept (it did not go)."""
@@ -670,16 +663,19 @@ class ChatPane(QWidget):
         sent: list[dict[str, Any]] = [{"role": "system", "content": system}] if system else []
         for view in self.transcript.views()[:until]:
             message = view.message
-            if (
-                view is self._reply
-                or message.left_out
-                or (message.role == "assistant" and not message.content)
-            ):
+            if not self.sends(view):
                 continue
             sent.append({"role": message.role, "content": message.content})
             if message.attachments:
                 sent[-1]["attachments"] = list(message.attachments)
         return sent
+
+    def sends(self, view: MessageView) -> bool:
+        """Whether a send carries this message: not the reply in flight, one left out or a reply with
+        no text."""
+        message = view.message
+        empty = message.role == "assistant" and not message.content
+        return view is not self._reply and not message.left_out and not empty
 
     def _render_frame(self) -> None:
         if self._reply is None:
@@ -747,7 +743,3 @@ class ChatPane(QWidget):
     def _toggle_system_prompt(self, shown: bool) -> None:
         self.system_prompt.setVisible(shown)
         self.system_toggle.setArrowType(Qt.ArrowType.DownArrow if shown else Qt.ArrowType.RightArrow)
-
-
-def _text_only(messages: list[dict[str, Any]]) -> list[dict[str, str]]:
-    return [{"role": m["role"], "content": m["content"]} for m in messages]
