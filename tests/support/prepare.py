@@ -6,10 +6,11 @@
 ``platformdirs.user_cache_dir("lemon-desk-tests")`` and takes no time once done; a first run builds
 llama-server (10-15 minutes on two cores), the mlx-lm venv (about a minute), the real lemon-mlx engine
 where its pinned sources are at hand (8-20 minutes) and the packaged app (about three minutes); the made
-vision projector takes a second. A build is set-up, not a test: none runs under a test's timeout, and
-tests only find what is here (``NotBuilt`` says to run this when it is not). Every step says what it
-does, one line at a time, and how long it took; a step that fails says why, and the steps after it still
-run, so one failure does not hide another. Exit 1 when any step failed.
+vision projector and the tiny Qwen3's GGUF take a second each. A build is set-up, not a test: none
+runs under a test's timeout, and tests only find what is here (``NotBuilt`` says to run this when it is
+not). Every step says what it does, one line at a time, and how long it took; a step that fails says
+why, and the steps after it still run, so one failure does not hide another. Exit 1 when any step
+failed.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from tests.support.lemon_mlx_engine import build_lemon_mlx_engine
 from tests.support.llama import BuildFailed, build_llama_server, fetch_smollm_gguf
 from tests.support.mlx_env import build_mlx
 from tests.support.projector import make_projector
+from tests.support.qwen3_gguf import make_qwen3_gguf
 
 Step = Callable[[Callable[[str], None]], object]
 
@@ -32,6 +34,7 @@ STEPS: dict[str, tuple[str, Step]] = {
     "smollm": ("the SmolLM2-135M test model", fetch_smollm_gguf),
     "projector": ("a vision projector for SmolLM2, made with random weights", make_projector),
     "mlx": ("the mlx-lm venv and the tiny MLX model", build_mlx),
+    "qwen3-gguf": ("the tiny Qwen3 as a GGUF, for llama.cpp (from the mlx step's model)", make_qwen3_gguf),
     "lemon-mlx-engine": (
         "the real lemon-mlx engine, where its pinned sources are at hand",
         build_lemon_mlx_engine,
