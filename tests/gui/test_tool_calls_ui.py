@@ -136,3 +136,31 @@ def test_a_chat_can_leave_a_servers_tools_out(
     assert asked == [] and reply.tools == {} and not (tmp_path / "calls.jsonl").exists()
     chat.new_conversation()  # another chat offers them again
     assert chat.chosen_servers() == ["files"] and chat.tools_menu.actions()[0].isChecked()
+
+
+def test_a_model_that_takes_no_tools_is_offered_none_and_its_reply_says_why(
+    qtbot: QtBot, desktop: Callable[[], DesktopApp], standin_settings: Settings, tmp_path: Path
+) -> None:
+    save_settings(standin_settings)
+    save_mcp_servers({"files": stdio_spec("files", calls=tmp_path / "calls.jsonl")})
+    call = {"name": "files__echo", "arguments": json.dumps({"text": "x"})}
+    caps = {"supports_tools": False, "supports_tool_calls": False}
+    model = make_standin_model(tmp_path, "helper", tokens=2, tool_call=call, template_caps=caps)
+    app = desktop()
+    bridge, window = app.bridge, app.window
+    chat = window.chat
+    qtbot.waitUntil(lambda: chat.tools_button.text() == "Tools: 1 of 1", timeout=WAIT_MS)
+    with qtbot.waitSignal(bridge.model_added, timeout=WAIT_MS):
+        window.models.add(str(model))
+    window.options.backend.setCurrentIndex(window.options.backend.findData("system"))
+    window.options.save_button.click()
+    asked: list[object] = []
+    bridge.tool_permission.connect(asked.append)
+    chat.composer.setPlainText("go")
+    with qtbot.waitSignal(chat.reply_finished, timeout=WAIT_MS):
+        chat.submit()
+    reply = chat.transcript.views()[-1]
+    assert reply.note.isVisible()
+    assert reply.note.text().startswith("No tools for user.helper: its chat template does not take tools.")
+    assert asked == [] and reply.tools == {} and not (tmp_path / "calls.jsonl").exists()
+    assert chat.chosen_servers() == ["files"]  # the chat's choice stays as it was

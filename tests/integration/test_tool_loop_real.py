@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from app.client.events import ChatDone
-from app.core.tools import Permission, ToolCallFinished, ToolOutcome, ToolRequest
+from app.core.tools import Permission, ToolCallFinished, ToolOutcome, ToolRequest, ToolsWithheld
 from app.store.library import Library
 from app.store.model_options import ModelOptions, save_model_options
 from app.store.settings import Settings
@@ -67,4 +67,39 @@ def test_a_real_call_runs_on_a_real_mcp_server_and_its_result_goes_back_to_the_e
     done = events[-1]
     assert isinstance(done, ChatDone) and done.finish_reason == "tool_calls"
     assert done.telemetry.cached_tokens and done.telemetry.prompt_tokens > done.telemetry.cached_tokens
+    assert engines_of(lemon_home) == []
+
+
+def test_a_model_whose_own_template_takes_no_tools_is_offered_none_and_the_reply_says_why(
+    llama_dir: Path, smol_gguf: Path, lemon_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SmolLM2's own chat template describes no tools: the real llama-server's ``/props`` says
+    ``supports_tools: false``, so the loop offers none (the engine would have taken them and put them
+    in a prompt the model never learned), says why, and the reply comes in text."""
+    monkeypatch.setenv("LEMON_DESK_MOCK_HARDWARE", str(profile_path("cpu_only_x86")))
+    monkeypatch.setenv("LD_LIBRARY_PATH", str(llama_dir))
+    settings = Settings(llama_server_path=str(llama_dir / "llama-server"))
+    Library(settings).import_path(smol_gguf, name=MODEL)
+    save_model_options({MODEL: ModelOptions(backend="system", ctx_size=2048)})
+    asked: list[ToolRequest] = []
+
+    async def ask(request: ToolRequest) -> Permission:
+        asked.append(request)
+        return Permission.ALLOW_ONCE
+
+    async def go() -> list[Any]:
+        async with Router(settings) as router:
+            await router.mcp.put(stdio_spec("weather", calls=tmp_path / "calls.jsonl"))
+            router.mcp.start()
+            assert await router.mcp.wait_ready(["weather"], 120)
+            params = {"max_tokens": 8, "temperature": 0}
+            return [e async for e in router.chat_with_tools(MODEL, QUESTION, ask=ask, **params)]
+
+    events = asyncio.run(go())
+    withheld = events[0]
+    assert isinstance(withheld, ToolsWithheld)
+    assert withheld.why.startswith(f"No tools for {MODEL}: its chat template does not take tools.")
+    assert asked == [] and not (tmp_path / "calls.jsonl").exists()
+    done = events[-1]
+    assert isinstance(done, ChatDone) and done.tool_calls == () and done.telemetry.completion_tokens > 0
     assert engines_of(lemon_home) == []

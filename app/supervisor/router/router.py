@@ -53,6 +53,7 @@ from app.supervisor.router.pulls import Pulls
 from app.supervisor.router.recovery import Recovery
 from app.supervisor.router.requests import Requests
 from app.supervisor.router.runtime import Runtime
+from app.supervisor.router.tool_support import ToolSupportCheck
 from app.supervisor.router.tools import ToolLoop
 from app.supervisor.router.usage import Usage
 from app.supervisor.router.views import ModelView, Views
@@ -132,7 +133,10 @@ class Router:
             clock=clock,
         )
         self._tools = ToolLoop(
-            stream=self._requests.stream_chat, host=lambda: self.mcp, settings=settings_now
+            stream=self._requests.stream_chat,
+            host=lambda: self.mcp,
+            settings=settings_now,
+            support=ToolSupportCheck(self._requests, self._runtime, library_now),
         )
         self._context = Context(
             library=library_now,
@@ -410,8 +414,9 @@ class Router:
     ) -> AsyncIterator[ChatEvent | ToolEvent]:
         """A streamed reply that may call the tools of the ready MCP servers (those in ``servers``, when
         given): each call asks first through ``ask`` unless allowed always, runs, and its result goes back
-        to the model, which continues (``app.supervisor.router.tools``). For the window and ``run``; the
-        local API uses ``stream_chat``."""
+        to the model, which continues (``app.supervisor.router.tools``). A model that cannot call tools
+        gets none, and a ``ToolsWithheld`` first says why. For the window and ``run``; the local API uses
+        ``stream_chat``."""
         return self._tools.chat(name, messages, ask=ask, servers=servers, conversation=conversation, **params)
 
     async def count_tokens(self, name: str, text: str) -> TokenCount:

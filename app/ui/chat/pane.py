@@ -60,7 +60,7 @@ from app.core.attachments import (
     kind_of,
 )
 from app.core.chat import ChatMessage, MessageState
-from app.core.tools import ToolCallFinished, ToolCallStarted, ToolRequest
+from app.core.tools import ToolCallStarted, ToolEvent, ToolRequest, ToolsWithheld
 from app.store.attachments import Ingested
 from app.ui.chat.attachments import AttachmentTray
 from app.ui.chat.markdown_view import current_theme
@@ -617,9 +617,13 @@ class ChatPane(QWidget):
         view = self._reply.tool_view(request.call_id, request.server, request.tool, request.arguments)
         view.ask()
 
-    def show_tool(self, event: ToolCallStarted | ToolCallFinished) -> None:
-        """A tool call of the reply in flight started or ended; an ended one is kept with the reply."""
+    def show_tool(self, event: ToolEvent) -> None:
+        """A tool call of the reply in flight started or ended (an ended one is kept with the reply), or
+        the model was offered no tools: the reply says why."""
         if self._reply is None:
+            return
+        if isinstance(event, ToolsWithheld):
+            self._reply.show_note(event.why)
             return
         r = event.request
         view = self._reply.tool_view(r.call_id, r.server, r.tool, r.arguments)
