@@ -2,8 +2,9 @@
 
 It is the one place the chat UI touches ``History``; it is not a widget. Each call is a short SQLite
 write on the UI thread (WAL mode: well under a millisecond). A reply in flight is written when it starts,
-then at most every ``SAVE_INTERVAL_MS`` while it streams, then once more when it ends, so a crash loses
-at most that much of the reply and nothing before it.
+then at most every ``SAVE_INTERVAL_MS`` while it streams, and at once when one of its tool calls ends
+(a call may have changed something: a crash must not lose that it ran), then once more when it ends, so
+a crash loses at most that much of the reply and nothing before it.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ class HistoryKeeper(QObject):
         self._saver.timeout.connect(self._saving(self._save_reply))
         pane.send_requested.connect(self._saving(self._sent))
         pane.reply_finished.connect(self._saving(self._finished))
+        pane.reply_tools_done.connect(self._saving(self._save_tools))
         pane.conversation_changed.connect(self._shown)
         sidebar.conversation_selected.connect(self.open)
         sidebar.new_chat_requested.connect(pane.new_conversation)
@@ -117,6 +119,13 @@ class HistoryKeeper(QObject):
         if self._reply_id is None or snapshot is None or snapshot == self._saved:
             return
         self.history.update_message(self._reply_id, *snapshot)
+        self._saved = snapshot
+
+    def _save_tools(self, calls: list[dict[str, Any]]) -> None:
+        snapshot = self.pane.reply_snapshot()
+        if self._reply_id is None or snapshot is None:
+            return
+        self.history.update_message(self._reply_id, *snapshot, tool_calls=calls)
         self._saved = snapshot
 
     def flush(self) -> None:

@@ -159,6 +159,7 @@ class ChatPane(QWidget):
     context_wanted = Signal(int)  # tokens of context the message with its attachments needs
     stop_requested = Signal()
     reply_finished = Signal(str, object)  # conversation id, the ChatMessage as it ended
+    reply_tools_done = Signal(list)  # the reply in flight's tool calls so far, one more just ended
     tool_answered = Signal(str, object)  # call id, Permission: the user's answer to ``ask_tool``
     conversation_changed = Signal(str)  # a new or another conversation is shown
 
@@ -633,6 +634,7 @@ class ChatPane(QWidget):
             view.finished(event.outcome, event.result, event.elapsed_s)
             self._reply.message.tool_calls.append(event.to_json())
             self._after_tools = True
+            self.reply_tools_done.emit(list(self._reply.message.tool_calls))
 
     def finish_reply(self, telemetry: dict[str, Any] | None = None) -> None:
         if self._reply is not None:
