@@ -155,6 +155,7 @@ class ChatPane(QWidget):
     # [(Ingested, its AttachmentRef, a budget or None)], the question, the embeddings model: keep them
     # (one with a budget as its parts related to the question); the message goes on ``attachments_kept``
     keep_requested = Signal(list, str, str)
+    keep_dropped = Signal(list)  # [sha256]: files kept (or being kept) for a message that did not go
     attachments_shown = Signal(list)  # [AttachmentRef] in the transcript: their bytes are wanted
     context_wanted = Signal(int)  # tokens of context the message with its attachments needs
     stop_requested = Signal()
@@ -507,6 +508,7 @@ class ChatPane(QWidget):
         if self.state is PaneState.KEEPING:
             self.state = PaneState.IDLE
             self._update_actions()
+            self.keep_dropped.emit([p.ref.sha256 for p in self.tray.items])
         self.tray.say(why)
 
     def set_embedder(self, name: str) -> None:
@@ -515,7 +517,8 @@ class ChatPane(QWidget):
 
     def attachments_kept(self, refs: list[AttachmentRef]) -> None:
         """The attachments are kept (``refs``: the tray's, as they go): the message goes with them."""
-        if self.state is not PaneState.KEEPING:
+        if self.state is not PaneState.KEEPING:  # stopped meanwhile: what was kept for it goes
+            self.keep_dropped.emit([ref.sha256 for ref in refs])
             return
         self.state = PaneState.IDLE
         data = {p.ref.sha256: p.taken.data for p in self.tray.items}
@@ -578,6 +581,7 @@ class ChatPane(QWidget):
         if self.state is PaneState.KEEPING:
             self.state = PaneState.IDLE
             self._update_actions()
+            self.keep_dropped.emit([p.ref.sha256 for p in self.tray.items])
             return
         self.stop_requested.emit()
         self._end_reply(MessageState.STOPPED)
