@@ -9,7 +9,7 @@ import contextlib
 import dataclasses
 import functools
 import time
-from collections.abc import AsyncIterator, Callable, Collection, Iterator
+from collections.abc import AsyncIterator, Callable, Collection, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -410,14 +410,23 @@ class Router:
         ask: Ask,
         servers: Collection[str] | None = None,
         conversation: str | None = None,
+        first_round: Mapping[str, Any] | None = None,
         **params: Any,
     ) -> AsyncIterator[ChatEvent | ToolEvent]:
         """A streamed reply that may call the tools of the ready MCP servers (those in ``servers``, when
         given): each call asks first through ``ask`` unless allowed always, runs, and its result goes back
         to the model, which continues (``app.supervisor.router.tools``). A model that cannot call tools
-        gets none, and a ``ToolsWithheld`` first says why. For the window and ``run``; the local API uses
-        ``stream_chat``."""
-        return self._tools.chat(name, messages, ask=ask, servers=servers, conversation=conversation, **params)
+        gets none, and a ``ToolsWithheld`` first says why. ``first_round``: fields for its first request
+        alone (a forced call). For the window and ``run``; the local API uses ``stream_chat``."""
+        return self._tools.chat(
+            name,
+            messages,
+            ask=ask,
+            servers=servers,
+            conversation=conversation,
+            first_round=first_round,
+            **params,
+        )
 
     async def count_tokens(self, name: str, text: str) -> TokenCount:
         """``text``'s tokens by ``name``'s running engine (llama-server's ``/tokenize``) and the context

@@ -20,7 +20,7 @@ import asyncio
 import dataclasses
 import json
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from typing import Any, Protocol
 
 from app.client.chat import Messages
@@ -94,9 +94,13 @@ class ToolLoop:
         ask: Ask,
         servers: Iterable[str] | None = None,
         conversation: str | None = None,
+        first_round: Mapping[str, Any] | None = None,
         **params: Any,
     ) -> AsyncIterator[ChatEvent | ToolEvent]:
-        """A streamed reply that may call the tools of the READY servers (of ``servers``, when given)."""
+        """A streamed reply that may call the tools of the READY servers (of ``servers``, when given).
+        ``first_round``: request fields of its first round alone, such as a call forced to start the
+        reply (``tool_choice: "required"``, a ``logit_bias``); the rounds after its tools ran go without
+        them, or the model could never answer in text."""
         offered = {tool.name: tool for tool in self._host().offered(servers)}
         if offered:
             support = await self._support(name)
@@ -111,7 +115,8 @@ class ToolLoop:
         while True:
             text: list[str] = []
             done: ChatDone | None = None
-            async for event in self._stream(name, history, conversation=conversation, **params):
+            asked = {**params, **(first_round or {})} if rounds == 0 else params
+            async for event in self._stream(name, history, conversation=conversation, **asked):
                 if isinstance(event, ChatDelta):
                     text.append(event.content)
                     yield event
