@@ -39,7 +39,7 @@ from app.core.engine_state import EngineState
 from app.core.errors import AttachmentError, FitError, LemonDeskError
 from app.core.mcp import McpServerSpec
 from app.core.remotes import RemoteModelStatus, is_remote_model
-from app.core.tools import Permission, ToolCallFinished, ToolCallStarted, ToolRequest
+from app.core.tools import TOOL_EVENTS, Permission, ToolRequest
 from app.store.attachments import AttachmentStore, Ingested, expand_messages, ingest, ingest_data, still_there
 from app.store.history import attachment_store
 from app.store.mcp_servers import read_mcp_json
@@ -101,7 +101,9 @@ class Bridge(QObject):
     reply_card = Signal(object)  # RunCard: what produced the reply, just before reply_finished
     reply_finished = Signal(object)  # ChatDone: how the reply ended, with its telemetry
     reply_failed = Signal(str)  # the error, with the engine's last words when it does not quote them
-    reply_tool = Signal(object)  # ToolCallStarted | ToolCallFinished: a tool call of the reply in flight
+    reply_tool = Signal(
+        object
+    )  # a ToolEvent of the reply in flight: a call started or ended, or none offered
     tool_permission = Signal(object)  # ToolRequest: ask the user; answer with answer_tool(call_id, ...)
     mcp_changed = Signal(list)  # [McpServerView]: every MCP server as it is now, after a change
     mcp_failed = Signal(str)  # why an MCP server could not be added, changed or removed
@@ -623,7 +625,7 @@ class Bridge(QObject):
             ):
                 if isinstance(event, ChatDelta):
                     self.reply_delta.emit(event)
-                elif isinstance(event, ToolCallStarted | ToolCallFinished):
+                elif isinstance(event, TOOL_EVENTS):
                     self.reply_tool.emit(event)
                 else:
                     self.reply_card.emit(

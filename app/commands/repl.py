@@ -22,7 +22,7 @@ from app.commands.tools import TerminalAsk, ToolUse, show_tool_event
 from app.core.context import Overflow
 from app.core.engine_state import EngineState
 from app.core.errors import EngineError, LemonDeskError
-from app.core.tools import ToolCallFinished, ToolCallStarted
+from app.core.tools import TOOL_EVENTS
 from app.supervisor.router import Router
 
 PROMPT = "> "
@@ -86,7 +86,7 @@ async def _reply(
         else router.stream_chat(name, history)
     )
     async for event in stream:
-        if isinstance(event, ToolCallStarted | ToolCallFinished):
+        if isinstance(event, TOOL_EVENTS):
             show_tool_event(event)
         elif isinstance(event, ChatDelta):
             text.append(event.content)

@@ -27,7 +27,7 @@ from app.core.errors import ConfigError
 from app.core.launch import AUTO_CTX_SIZE, ctx_size_problem
 from app.core.models import Model
 from app.core.remotes import is_remote_model
-from app.core.tools import ToolCallFinished, ToolCallStarted
+from app.core.tools import TOOL_EVENTS, ToolsWithheld
 from app.store.model_options import ModelOptions
 from app.supervisor.router import Router
 
@@ -198,8 +198,8 @@ async def _answer(
         else router.stream_chat(engine_id, messages)
     )
     async for event in stream:
-        if isinstance(event, ToolCallStarted | ToolCallFinished):
-            if echo:
+        if isinstance(event, TOOL_EVENTS):
+            if echo or isinstance(event, ToolsWithheld):  # said on stderr: --json's answer stays whole
                 show_tool_event(event)
         elif isinstance(event, ChatDelta):
             reply.append(event.content)

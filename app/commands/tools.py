@@ -13,7 +13,14 @@ from dataclasses import dataclass
 
 from app.core.errors import ConfigError
 from app.core.mcp import McpState
-from app.core.tools import Permission, ToolCallFinished, ToolCallStarted, ToolEvent, ToolRequest
+from app.core.tools import (
+    Permission,
+    ToolCallFinished,
+    ToolCallStarted,
+    ToolEvent,
+    ToolRequest,
+    ToolsWithheld,
+)
 from app.supervisor.router import Router
 
 READY_TIMEOUT_S = 120.0  # for the servers named to list their tools
@@ -85,6 +92,9 @@ class TerminalAsk:
 
 
 def show_tool_event(event: ToolEvent) -> None:
+    if isinstance(event, ToolsWithheld):
+        print(f"[tools] {event.why}", file=sys.stderr, flush=True)
+        return
     request = event.request
     where = f"{request.server}/{request.tool}" if request.server else request.tool
     if isinstance(event, ToolCallStarted):

@@ -11,8 +11,11 @@ A server's states and the legal moves between them::
 
 from __future__ import annotations
 
+import hashlib
 import re
 import shlex
+from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Any
@@ -214,3 +217,21 @@ def tool_name(server: str, tool: str) -> str:
     """The name a model sees for ``tool`` of ``server``: ``SERVER__TOOL`` in the alphabet function names
     allow, cut to their length."""
     return f"{server}{TOOL_NAME_SEPARATOR}{_UNSAFE_IN_TOOL_NAME.sub('_', tool)}"[:MAX_TOOL_NAME]
+
+
+def _hashed(name: str, server: str, tool: str) -> str:
+    digest = hashlib.sha256(f"{server}\0{tool}".encode()).hexdigest()[:8]
+    return f"{name[: MAX_TOOL_NAME - 9]}_{digest}"
+
+
+def tool_names(tools: Sequence[tuple[str, str]]) -> list[str]:
+    """The names a model sees for ``(server, tool)`` pairs: each one's ``tool_name``, unless two come out
+    the same (``_`` for what the alphabet refuses, ``a`` + ``_b`` beside ``a_`` + ``b``, or cut to
+    length): then each of those ends in the start of a hash of its server and tool instead (the same
+    whatever the pairs' order)."""
+    plain = [tool_name(server, tool) for server, tool in tools]
+    seen = Counter(plain)
+    return [
+        name if seen[name] == 1 else _hashed(name, server, tool)
+        for name, (server, tool) in zip(plain, tools, strict=True)
+    ]

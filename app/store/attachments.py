@@ -1,8 +1,11 @@
 """Attachments kept by content: ``attachments/<first two hex>/<sha256>`` under the history's folder.
 
 A file is written once (atomically) whatever number of messages and chats refer to it; the chat history
-(``app.store.history``) counts those references and removes a file when the last one goes. A kept file
-is checked against its hash when read: a damaged or missing one is said (``Unreadable``), not raised.
+(``app.store.history``) counts those references and removes a file when the last one goes. A file kept
+for a message not saved yet is held (``hold``) from before it is written until that message is saved or
+dropped (``release``): no reference names it meanwhile, and deleting another chat that used it must not
+take it. A kept file is checked against its hash when read: a damaged or missing one is said
+(``Unreadable``), not raised.
 
 ``ingest`` reads what a user attached (in a worker thread: it reads files and decodes images): a text
 file as UTF-8 text (a binary under a text name is refused), a PDF as its text layer (pypdf), an image
@@ -16,7 +19,8 @@ import hashlib
 import io
 import logging
 import re
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -47,8 +51,24 @@ def sha256_of(data: bytes) -> str:
 
 
 class AttachmentStore:
+    """Hold and release on the thread that collects (the UI's, as ``History``); ``put`` may run in a
+    worker thread once its hash is held."""
+
     def __init__(self, root: Path) -> None:
         self.root = root
+        self._held: Counter[str] = Counter()  # hashes kept for messages not saved yet, by holder
+
+    def hold(self, hashes: Iterable[str]) -> None:
+        """Keep these from being collected until ``release``: they are for a message on its way."""
+        self._held.update(hashes)
+
+    def release(self, hashes: Iterable[str]) -> None:
+        """The message they were held for is saved (its references now keep them) or did not go."""
+        self._held.subtract(hashes)
+        self._held = +self._held  # a hash held no more leaves the count
+
+    def held(self, sha256: str) -> bool:
+        return self._held[sha256] > 0
 
     def path(self, sha256: str) -> Path:
         if not SHA256_HEX.fullmatch(sha256):

@@ -613,9 +613,28 @@ class History:
         )
         return {_text(row[0]) for row in rows}
 
+    def release_attachments(self, hashes: Sequence[str], others: Sequence[str] = ()) -> None:
+        """The message ``hashes`` were held for (``AttachmentStore.hold``) is saved, or did not go: they
+        are held no more, and the files of these and of ``others`` that no message refers to (and none
+        holds) are deleted."""
+        self.attachments.release(hashes)
+        self._drop_unused({*hashes, *others})
+
+    def collect_unused(self) -> None:
+        """Delete every kept file that no message refers to and none is held for: those of messages that
+        never went (the app ended before they were saved)."""
+        try:
+            kept = self.attachments.kept()
+        except OSError as err:
+            log.warning("Could not list the attachments in %s: %s", self.attachments.root, err)
+            return
+        self._drop_unused(kept)
+
     def _drop_unused(self, hashes: set[str]) -> None:
-        """Delete the kept files of ``hashes`` that no message refers to any more."""
+        """Delete the kept files of ``hashes`` that no message refers to any more, and none is held for."""
         for sha in hashes:
+            if self.attachments.held(sha):
+                continue
             if self._db.execute("SELECT 1 FROM message_attachments WHERE sha256 = ?", (sha,)).fetchone():
                 continue
             try:

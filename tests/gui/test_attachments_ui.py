@@ -268,6 +268,33 @@ def test_attachments_are_kept_listed_shown_again_said_when_damaged_and_deleted_w
     assert history.attachments.kept() == set()
 
 
+def test_files_are_held_while_their_message_is_on_its_way_and_go_when_it_is_stopped_there(
+    qtbot: QtBot, desktop: Desktop, standin_settings: Settings, tmp_path: Path
+) -> None:
+    """Held from the send until the message is saved, so deleting another chat that used the same file
+    cannot take it meanwhile; a message stopped while its files are kept never goes, and they go."""
+    app = _with_model(qtbot, desktop, standin_settings, tmp_path)
+    chat, history = app.window.chat, app.history
+    doc = tmp_path / "plan.md"
+    doc.write_text("# The plan\n")
+    with qtbot.waitSignal(app.bridge.attachment_ready):
+        chat.attach_files([str(doc)])
+    (sha,) = [item.ref.sha256 for item in chat.tray.items]
+    chat.composer.setPlainText("Read the plan")
+    chat.submit()
+    assert chat.state is PaneState.KEEPING and history.attachments.held(sha)
+    with qtbot.waitSignal(app.bridge.attachments_kept, timeout=30_000):
+        chat.stop()  # before the bridge kept them: it keeps them after, for a message that did not go
+    assert not history.attachments.held(sha) and history.attachments.kept() == set()
+    assert chat.messages() == [] and not history.list_conversations()
+
+    chat.submit()  # sent this time: held until saved, then its reference keeps it
+    assert history.attachments.held(sha)
+    qtbot.waitUntil(lambda: len(chat.messages()) == 2, timeout=30_000)
+    assert not history.attachments.held(sha) and history.attachments.kept() == {sha}
+    qtbot.waitUntil(lambda: chat.messages()[-1].state is not MessageState.STREAMING, timeout=120_000)
+
+
 def test_an_edited_message_keeps_its_attachments(qtbot: QtBot, tmp_path: Path) -> None:
     pane = make_pane(qtbot)
     (tmp_path / "spec.md").write_text("# Spec\n")

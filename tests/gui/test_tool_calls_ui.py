@@ -15,7 +15,7 @@ from pytestqt.qtbot import QtBot
 from app.core.chat import MessageState
 from app.core.mcp import McpState
 from app.core.tools import ToolOutcome
-from app.store.history import History
+from app.store.history import History, StoredMessage
 from app.store.mcp_servers import save_mcp_servers
 from app.store.settings import Settings, save_settings
 from app.ui.desktop import DesktopApp
@@ -136,3 +136,77 @@ def test_a_chat_can_leave_a_servers_tools_out(
     assert asked == [] and reply.tools == {} and not (tmp_path / "calls.jsonl").exists()
     chat.new_conversation()  # another chat offers them again
     assert chat.chosen_servers() == ["files"] and chat.tools_menu.actions()[0].isChecked()
+
+
+def _stored_reply() -> StoredMessage:
+    """The chat's reply as the history file has it now (read through a connection of its own)."""
+    history = History()
+    try:
+        [conversation] = history.list_conversations()
+        found = history.conversation(conversation.id)
+        assert found is not None
+        return found.messages[-1]
+    finally:
+        history.close()
+
+
+def test_each_tool_call_is_saved_as_it_ends_not_only_with_the_reply(
+    qtbot: QtBot, desktop: Callable[[], DesktopApp], standin_settings: Settings, tmp_path: Path
+) -> None:
+    """A crash mid-reply keeps the calls that ran: the first round's call is in the history while the
+    second round's question still waits (the reply has not ended)."""
+    save_settings(standin_settings)
+    save_mcp_servers({"files": stdio_spec("files", calls=tmp_path / "calls.jsonl")})
+    call = {"name": "files__echo", "arguments": json.dumps({"text": "x"})}
+    model = make_standin_model(tmp_path, "helper", tokens=2, tool_call=call, tool_rounds=2)
+    app = desktop()
+    bridge, window = app.bridge, app.window
+    qtbot.waitUntil(lambda: [v.state for v in bridge.mcp_servers()] == [McpState.READY], timeout=WAIT_MS)
+    with qtbot.waitSignal(bridge.model_added, timeout=WAIT_MS):
+        window.models.add(str(model))
+    window.options.backend.setCurrentIndex(window.options.backend.findData("system"))
+    window.options.save_button.click()
+    chat = window.chat
+    chat.composer.setPlainText("go")
+    with qtbot.waitSignal(bridge.tool_permission, timeout=WAIT_MS) as first:
+        chat.submit()
+    reply = chat.transcript.views()[-1]
+    with qtbot.waitSignal(bridge.tool_permission, timeout=WAIT_MS) as second:
+        reply.tools[first.args[0].call_id].allow_once.click()
+    assert second.args[0].call_id != first.args[0].call_id
+    stored = _stored_reply()
+    assert stored.state is MessageState.STREAMING  # the reply goes on
+    assert [(c["call_id"], c["outcome"]) for c in stored.tool_calls] == [
+        (first.args[0].call_id, ToolOutcome.OK.value)
+    ]
+    with qtbot.waitSignal(chat.reply_finished, timeout=WAIT_MS):
+        reply.tools[second.args[0].call_id].deny.click()
+    assert [c["outcome"] for c in _stored_reply().tool_calls] == ["ok", "denied"]
+
+
+def test_a_model_that_takes_no_tools_is_offered_none_and_its_reply_says_why(
+    qtbot: QtBot, desktop: Callable[[], DesktopApp], standin_settings: Settings, tmp_path: Path
+) -> None:
+    save_settings(standin_settings)
+    save_mcp_servers({"files": stdio_spec("files", calls=tmp_path / "calls.jsonl")})
+    call = {"name": "files__echo", "arguments": json.dumps({"text": "x"})}
+    caps = {"supports_tools": False, "supports_tool_calls": False}
+    model = make_standin_model(tmp_path, "helper", tokens=2, tool_call=call, template_caps=caps)
+    app = desktop()
+    bridge, window = app.bridge, app.window
+    chat = window.chat
+    qtbot.waitUntil(lambda: chat.tools_button.text() == "Tools: 1 of 1", timeout=WAIT_MS)
+    with qtbot.waitSignal(bridge.model_added, timeout=WAIT_MS):
+        window.models.add(str(model))
+    window.options.backend.setCurrentIndex(window.options.backend.findData("system"))
+    window.options.save_button.click()
+    asked: list[object] = []
+    bridge.tool_permission.connect(asked.append)
+    chat.composer.setPlainText("go")
+    with qtbot.waitSignal(chat.reply_finished, timeout=WAIT_MS):
+        chat.submit()
+    reply = chat.transcript.views()[-1]
+    assert reply.note.isVisible()
+    assert reply.note.text().startswith("No tools for user.helper: its chat template does not take tools.")
+    assert asked == [] and reply.tools == {} and not (tmp_path / "calls.jsonl").exists()
+    assert chat.chosen_servers() == ["files"]  # the chat's choice stays as it was

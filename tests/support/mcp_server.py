@@ -15,7 +15,8 @@ Its tools:
 
 ``--calls PATH``: each call is appended to PATH as a JSON line ``{"tool", "arguments"}`` as it starts, so a
 test can tell which calls reached the server. ``--crash-at-start``: says ``fatal: bad config`` on stderr
-and exits with code 2 before answering anything.
+and exits with code 2 before answering anything. ``--echo-as NAME``: ``echo`` is offered under ``NAME`` too
+(a name another server's tool may clash with once the app names it SERVER__TOOL).
 """
 
 from __future__ import annotations
@@ -111,7 +112,10 @@ def main() -> None:
     parser.add_argument("--token", default="")
     parser.add_argument("--calls")
     parser.add_argument("--crash-at-start", action="store_true")
+    parser.add_argument("--echo-as")
     args = parser.parse_args()
+    if args.echo_as:
+        server.add_tool(echo, name=args.echo_as, description="Say the text back.")
     if args.calls:
         CALLS.append(args.calls)
     if args.crash_at_start:

@@ -33,6 +33,8 @@ BEHAVIOUR_KEYS = frozenset(
         "http10",
         "tool_call",
         "tool_rounds",
+        "template_caps",
+        "calls_at_once",
     }
 )
 CONTROLS = frozenset({"crash", "hang", "ignore_sigterm", "slow"})
@@ -61,7 +63,7 @@ def standin_binary(directory: Path, name: str = "llama-server") -> Path:
 def make_standin_model(directory: Path, name: str, **behaviour: Any) -> Path:
     """A tiny valid llama GGUF ``directory/name.gguf`` and its sidecar ``<path>.standin.json`` with
     ``behaviour`` (keys: load_delay_s, crash_on_load, tokens, token_delay_s, prompt_delay_s, reply, http10,
-    tool_call, tool_rounds, reasoning)."""
+    tool_call, tool_rounds, calls_at_once, template_caps, reasoning)."""
     unknown = set(behaviour) - BEHAVIOUR_KEYS
     if unknown:
         raise TypeError(f"unknown stand-in behaviour {sorted(unknown)}; known: {sorted(BEHAVIOUR_KEYS)}")

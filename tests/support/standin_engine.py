@@ -25,6 +25,11 @@ llama-server checks. How it behaves comes from an optional sidecar ``<model path
     tool_rounds    with tool_call: the reply calls the tool only while the conversation holds fewer
                    than this many ``tool`` messages; a reply to a conversation that ends in one says
                    ``tool said: `` and that message's first 200 characters (default: null, calls always)
+    calls_at_once  with tool_call: how many calls of it a streamed reply makes (ids call_standin,
+                   call_standin1, ...; default 1)
+    template_caps  what ``/props`` says of the chat template (``chat_template_caps``, as llama-server says
+                   it): default ``supports_tools`` and ``supports_tool_calls`` true with ``tool_call``;
+                   without either, ``/props`` is not served
     reasoning      text a reasoning model thinks before its reply, sent a word at a time as
                    ``reasoning_content``, or inside ``content`` as ``<think>...</think>`` when the request
                    says ``reasoning_format: "none"`` (llama-server's two ways)
@@ -69,6 +74,8 @@ DEFAULTS: dict[str, Any] = {
     "http10": False,
     "tool_call": None,
     "tool_rounds": None,
+    "template_caps": None,
+    "calls_at_once": 1,
     "reasoning": None,
 }
 CONTROL = "/__standin__/"
@@ -137,6 +144,12 @@ class Standin:
             same += 1
         self.last_prompt = words
         return same
+
+    def template_caps(self) -> dict[str, bool] | None:
+        caps = self.behaviour["template_caps"]
+        if caps is None and self.behaviour["tool_call"]:
+            return {"supports_tools": True, "supports_tool_calls": True}
+        return caps if isinstance(caps, dict) else None
 
     def tool_call(self, body: dict[str, Any]) -> dict[str, Any] | None:
         """The call this reply makes, if any (``tool_call``, bounded by ``tool_rounds``)."""
@@ -264,6 +277,8 @@ class Handler(BaseHTTPRequestHandler):
             self._error(401, "Invalid API Key", "authentication_error")
         elif not s.ready.is_set():
             self._error(503, "Loading model", "unavailable_error")
+        elif path == "/props" and (caps := s.template_caps()) is not None:
+            self._json(200, {"chat_template_caps": caps})
         elif path in ("/models", "/v1/models"):
             model = {"id": s.model_id, "object": "model", "created": 0, "owned_by": "llamacpp"}
             self._json(200, {"object": "list", "data": [model]})
@@ -394,8 +409,9 @@ class Handler(BaseHTTPRequestHandler):
             for piece in pieces:
                 self._pause()
                 self._sse(chunk({"content": piece} if chat else piece, None))
-            if call:
-                start = {"index": 0, "id": "call_standin", "type": "function"}
+            for n in range(int(s.behaviour["calls_at_once"]) if call else 0):
+                assert call is not None
+                start = {"index": n, "id": f"call_standin{n or ''}", "type": "function"}
                 self._sse(
                     chunk(
                         {"tool_calls": [{**start, "function": {"name": call["name"], "arguments": ""}}]}, None
@@ -403,7 +419,7 @@ class Handler(BaseHTTPRequestHandler):
                 )
                 arguments = str(call["arguments"])
                 for at in range(0, len(arguments), 5):
-                    part = {"index": 0, "function": {"arguments": arguments[at : at + 5]}}
+                    part = {"index": n, "function": {"arguments": arguments[at : at + 5]}}
                     self._sse(chunk({"tool_calls": [part]}, None))
                 finish = "tool_calls"
             predicted_ms = (time.perf_counter() - started) * 1000.0

@@ -194,6 +194,50 @@ def test_one_file_shared_by_two_chats_is_deleted_with_the_last(history: History,
     assert history.attachments.kept() == set()
 
 
+def test_a_file_held_for_a_message_on_its_way_survives_another_chat_deleted_meanwhile(
+    history: History, tmp_path: Path
+) -> None:
+    source = tmp_path / "notes.md"
+    source.write_text("# Shared notes\n")
+    ref = _attach(history, source)
+    history.create_conversation("old")
+    history.sync_messages("old", [("user", "look"), ("assistant", "ok")], [[ref]])
+    # A new message carries the same file: held (as the keeper does when it asks to keep it), kept (as
+    # the bridge does), and the old chat deleted before the new message is saved.
+    history.attachments.hold([ref.sha256])
+    history.attachments.put(source.read_bytes())
+    history.delete("old")
+    assert history.attachments.kept() == {ref.sha256}
+    history.create_conversation("new")
+    history.sync_messages("new", [("user", "look again")], [[ref]])
+    history.release_attachments([ref.sha256])  # saved: its reference keeps it now
+    assert history.attachments.kept() == {ref.sha256}
+    history.delete("new")
+    assert history.attachments.kept() == set()
+
+
+def test_files_of_a_message_that_never_went_are_collected(history: History, tmp_path: Path) -> None:
+    (tmp_path / "a.txt").write_text("dropped at send")
+    (tmp_path / "b.txt").write_text("kept by a run that ended")
+    (tmp_path / "c.txt").write_text("in a saved chat")
+    c = _attach(history, tmp_path / "c.txt")
+    history.create_conversation("chat")
+    history.sync_messages("chat", [("user", "read")], [[c]])
+    a = ingest(tmp_path / "a.txt").ref.sha256
+    history.attachments.hold([a])
+    history.attachments.put((tmp_path / "a.txt").read_bytes())
+    history.release_attachments([a])  # stopped before it went
+    assert history.attachments.kept() == {c.sha256}
+    b = _attach(history, tmp_path / "b.txt")  # written, and the app ended before its message was saved
+    again = History(history.path)  # the next run's
+    try:
+        assert again.attachments.kept() == {b.sha256, c.sha256}
+        again.collect_unused()
+        assert again.attachments.kept() == {c.sha256}
+    finally:
+        again.close()
+
+
 def test_an_edit_that_drops_the_message_drops_its_attachment(history: History, tmp_path: Path) -> None:
     (tmp_path / "a.txt").write_text("first file")
     (tmp_path / "b.txt").write_text("second file")

@@ -4,6 +4,7 @@ its reason), the app's own file (saved atomically, set aside when unreadable), a
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,7 @@ from app.core.mcp import (
     parse_mcp_json,
     spec_from_fields,
     tool_name,
+    tool_names,
 )
 from app.store.mcp_servers import (
     load_always_allowed,
@@ -86,6 +88,23 @@ def test_tool_names_offered_to_a_model_are_valid_function_names() -> None:
     assert tool_name("files", "read_file") == "files__read_file"
     assert tool_name("web", "search.v2 (beta)") == "web__search_v2__beta_"
     assert len(tool_name("s", "t" * 100)) == 64
+
+
+def test_tool_names_that_would_clash_are_made_unique_the_same_way_in_any_order() -> None:
+    pairs = [
+        ("web", "search.v2"),
+        ("web", "search_v2"),
+        ("a", "_b"),
+        ("a_", "b"),
+        ("s", "t" * 70),
+        ("s", "t" * 71),
+    ]
+    names = tool_names(pairs)
+    assert len(set(names)) == len(names) and all(len(n) <= 64 for n in names)
+    assert all(re.fullmatch(r"[A-Za-z0-9_-]+_[0-9a-f]{8}", n) for n in names)  # every clashing one hashed
+    assert names[0].startswith("web__search_v2_") and names[2].startswith("a___b_")
+    assert tool_names(pairs[::-1]) == names[::-1]
+    assert tool_names([("web", "search.v2"), ("a", "b")]) == ["web__search_v2", "a__b"]  # no clash: plain
 
 
 def test_servers_are_saved_atomically_without_their_token_and_read_back(lemon_home: Path) -> None:

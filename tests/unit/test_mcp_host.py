@@ -6,6 +6,7 @@ failed with its last words; enable and disable; no orphan process after the app 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 import signal
@@ -280,3 +281,60 @@ def test_a_stdio_server_has_a_run_record_while_it_runs_and_one_left_by_a_dead_ap
         orphan.wait()
         assert orphan.stdin is not None
         orphan.stdin.close()
+
+
+def test_tool_names_that_clash_once_named_server__tool_are_made_unique_and_the_servers_say_so() -> None:
+    """``t``'s ``_echo`` and ``t_``'s ``echo`` would both be offered as ``t___echo``."""
+
+    async def go() -> tuple[list[dict[str, object]], dict[str, str], str]:
+        host = McpHost(backoff_s=FAST)
+        await host.put(stdio_spec("t", "--echo-as", "_echo"))
+        await host.put(stdio_spec("t_"))
+        host.start()
+        await host.wait_ready(["t", "t_"], 60)
+        try:
+            offered = host.offered()
+            by_name = {o.name: o for o in offered}
+            clashing = [o for o in offered if o.name.startswith("t___echo")]
+            answers = {
+                o.name: (await host.server(o.server).call(o.tool.name, {"text": o.server})).text
+                for o in clashing
+            }
+            messages = {v.spec.name: v.message for v in host.servers()}
+            assert len(by_name) == len(offered)  # no two alike
+            return (
+                [o.to_openai() for o in host.offered(["t_"])],
+                answers,
+                messages["t"] + " | " + messages["t_"],
+            )
+        finally:
+            await host.shutdown()
+
+    only_t_, answers, messages = go_run(go)
+    assert len(answers) == 2 and sorted(answers.values()) == ["echo: t", "echo: t_"]
+    # Each clashing name ends in 8 hex digits of a hash, and is the same whichever servers a chat chose.
+    assert all(len(name) == len("t___echo") + 9 and name[-9] == "_" for name in answers)
+    renamed_t_ = next(name for name, answer in answers.items() if answer == "echo: t_")
+    assert renamed_t_ in {t["function"]["name"] for t in only_t_}  # type: ignore[index]
+    assert "t___add" in {t["function"]["name"] for t in only_t_}  # t_'s others keep their plain names
+    assert f"offered as {renamed_t_}: another server's tool would have had the same name" in messages
+
+
+def test_concurrent_changes_of_one_server_never_start_one_the_host_no_longer_keeps() -> None:
+    """Enabled and replaced at once: the enable waits for the save, and the replacement must not slip
+    in between and leave the enable starting the server it replaced."""
+
+    async def go() -> tuple[bool, McpState, McpState]:
+        host = McpHost(backoff_s=FAST)
+        await host.put(dataclasses.replace(stdio_spec("t"), enabled=False))
+        old = host.server("t")
+        await asyncio.gather(host.set_enabled("t", True), host.put(stdio_spec("t", "--echo-as", "again")))
+        kept = host.server("t") is not old
+        states = old.state, host.server("t").state
+        await host.shutdown()
+        await old.stop()  # when it ran unkept, the test cleans up after it
+        return kept, *states
+
+    kept, old_state, new_state = go_run(go)
+    assert kept and old_state is McpState.OFF
+    assert new_state in (McpState.STARTING, McpState.READY)  # it replaced a running server: started

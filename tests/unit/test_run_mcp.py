@@ -21,7 +21,7 @@ from app.store.mcp_servers import load_always_allowed
 from app.store.settings import Settings, save_settings
 from app.supervisor.mcp import McpHost
 from tests.support.mcp_servers import SERVER, stdio_spec
-from tests.support.standin import make_standin_model
+from tests.support.standin import make_standin_model, set_behaviour
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -67,6 +67,24 @@ def test_a_call_allowed_on_the_terminal_runs_and_the_reply_uses_its_result(
     assert "[tool] t/echo: ok" in done.stderr
     assert done.stdout.strip().endswith("tool said: echo: from the cli")
     assert calls_made(tmp_path) == [{"tool": "echo", "arguments": {"text": "from the cli"}}]
+
+
+def test_a_model_that_takes_no_tools_gets_none_and_the_terminal_says_why(
+    tmp_path: Path, standin_settings: Settings
+) -> None:
+    model = setup(tmp_path, standin_settings, "echo", {"text": "from the cli"})
+    set_behaviour(
+        model,
+        tokens=2,
+        tool_call={"name": "t__echo", "arguments": "{}"},
+        template_caps={"supports_tools": False, "supports_tool_calls": True},
+    )
+    args = (str(model), "--backend", "llamacpp:system", "--mcp", "t", "--allow-tools", "--prompt", "go")
+    done = lemon_desk(*args, "--json")
+    assert done.returncode == 0, done.stderr
+    assert "[tools] No tools for " in done.stderr and "its chat template does not take tools" in done.stderr
+    assert json.loads(done.stdout)  # the answer on stdout stays whole
+    assert calls_made(tmp_path) == []
 
 
 def test_always_is_saved_and_end_of_input_denies(tmp_path: Path, standin_settings: Settings) -> None:

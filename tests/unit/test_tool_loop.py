@@ -21,12 +21,14 @@ import pytest
 from app.client.events import ChatDelta, ChatDone
 from app.core.mcp import McpState
 from app.core.tools import (
+    MAX_CALLS_PER_ROUND,
     MAX_RESULT_CHARS,
     Permission,
     ToolCallFinished,
     ToolCallStarted,
     ToolOutcome,
     ToolRequest,
+    ToolsWithheld,
 )
 from app.store.mcp_servers import load_always_allowed
 from app.store.model_options import ModelOptions
@@ -179,6 +181,44 @@ def test_rounds_are_bounded_by_the_setting(standin_settings: Settings, tmp_path:
     assert len(calls_made(tmp_path)) == 2
     done = events[-1]
     assert isinstance(done, ChatDone) and done.finish_reason == "tool_calls"
+
+
+def test_one_round_runs_at_most_the_cap_of_calls_and_the_model_is_told_the_rest_were_not(
+    standin_settings: Settings, tmp_path: Path
+) -> None:
+    ask = Asker(Permission.ALWAYS)
+
+    async def body(router: Router, model: str) -> Events:
+        return await turn(router, model, ask)
+
+    many = MAX_CALLS_PER_ROUND + 3
+    events = run(standin_settings, tmp_path, body, **calling("echo", {"text": "x"}), calls_at_once=many)
+    outcomes = [r.outcome for r in finished(events)]
+    assert outcomes == [ToolOutcome.OK] * MAX_CALLS_PER_ROUND + [ToolOutcome.NOT_RUN] * 3
+    assert all(f"at most {MAX_CALLS_PER_ROUND} tool calls" in r.result for r in finished(events)[-3:])
+    assert len(calls_made(tmp_path)) == MAX_CALLS_PER_ROUND
+    # Every call had its answer: the last one (not run) is what the model was told last.
+    told = f"tool said: Not run: a reply may make at most {MAX_CALLS_PER_ROUND} tool calls at once."
+    assert reply_text(events).endswith(told)
+
+
+def test_a_model_whose_template_takes_no_tools_is_offered_none_and_the_chat_says_why(
+    standin_settings: Settings, tmp_path: Path
+) -> None:
+    ask = Asker()
+
+    async def body(router: Router, model: str) -> Events:
+        return await turn(router, model, ask)
+
+    caps = {"supports_tools": False, "supports_tool_calls": False}
+    events = run(standin_settings, tmp_path, body, **calling("echo", {"text": "hi"}), template_caps=caps)
+    withheld = events[0]
+    assert isinstance(withheld, ToolsWithheld)
+    assert withheld.why.startswith("No tools for user.caller: its chat template does not take tools.")
+    assert "--chat-template-file" in withheld.why
+    # The model (the stand-in calls whatever it is offered) asked for a call; none ran, none was asked.
+    assert finished(events) == [] and ask.asked == [] and calls_made(tmp_path) == []
+    assert isinstance(events[-1], ChatDone)
 
 
 def test_a_call_that_does_not_answer_in_time_goes_back_as_an_error(

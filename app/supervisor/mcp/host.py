@@ -1,6 +1,10 @@
 """The MCP host: the collection of configured servers (``McpServer`` each), kept in the app's folder;
 add, replace, remove, enable and disable them, import an ``mcp.json``, and the tools they offer a model
-(named ``SERVER__TOOL``: ``app.core.mcp.tool_name``) with the call that runs one.
+(named ``SERVER__TOOL``, made unique where two would be the same: ``app.core.mcp.tool_names``; the
+servers' views say so) with the call that runs one.
+
+Changes to the set run one at a time (one lock): a change that waits (a stop, the save) must not let
+another replace the server it then starts, which the host would no longer know to stop.
 
 Building it reads the file and starts nothing; ``start()`` connects the enabled servers (or those named),
 ``shutdown()`` stops every one (stdio processes terminated and reaped).
@@ -14,7 +18,15 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from app.core.errors import ConfigError
-from app.core.mcp import McpImport, McpServerSpec, McpState, McpTransport, check_server_name, tool_name
+from app.core.mcp import (
+    McpImport,
+    McpServerSpec,
+    McpState,
+    McpTransport,
+    check_server_name,
+    tool_name,
+    tool_names,
+)
 from app.store import secrets
 from app.store.mcp_servers import load_mcp_servers, save_mcp_servers
 from app.store.paths import logs_dir
@@ -43,9 +55,10 @@ class McpServerView:
 class OfferedTool:
     """A tool as a model is offered it, and where a call of it goes."""
 
-    name: str  # SERVER__TOOL
+    name: str  # SERVER__TOOL, unless another tool's would be the same (``renamed``)
     server: str
     tool: McpTool
+    renamed: bool = False  # its plain SERVER__TOOL is another tool's too: it ends in a hash instead
 
     def to_openai(self) -> dict[str, Any]:
         schema = self.tool.input_schema or {"type": "object", "properties": {}}
@@ -66,6 +79,7 @@ class McpHost:
         self._backoff_s = backoff_s
         self.permissions = Permissions()  # the tools allowed always
         self._running = False  # start() ran for every enabled server: one added later starts too
+        self._changing = asyncio.Lock()  # put, remove, enable: one at a time
         loaded = load_mcp_servers()
         self.warnings = [w for w in (loaded.warning, self.permissions.warning) if w]
         self._servers: dict[str, McpServer] = {name: self._make(spec) for name, spec in loaded.items.items()}
@@ -92,7 +106,14 @@ class McpHost:
     # --- what there is --------------------------------------------------------------------------------
 
     def servers(self) -> list[McpServerView]:
-        return [McpServerView(s.spec, s.state, s.tools, s.message) for s in self._servers.values()]
+        renamed: dict[str, list[str]] = {}
+        for tool in self._every_offered():
+            if tool.renamed:
+                renamed.setdefault(tool.server, []).append(tool.name)
+        return [
+            McpServerView(s.spec, s.state, s.tools, _with_renames(s.message, renamed.get(s.name, [])))
+            for s in self._servers.values()
+        ]
 
     def server(self, name: str) -> McpServer:
         if name not in self._servers:
@@ -101,13 +122,17 @@ class McpHost:
         return self._servers[name]
 
     def offered(self, names: Iterable[str] | None = None) -> list[OfferedTool]:
-        """The tools of the READY servers (of those in ``names``, when given), as a model is offered them."""
+        """The tools of the READY servers (of those in ``names``, when given), as a model is offered them.
+        Names are made unique over every ready server, so a chat's choice of servers does not rename."""
         wanted = None if names is None else set(names)
+        return [t for t in self._every_offered() if wanted is None or t.server in wanted]
+
+    def _every_offered(self) -> list[OfferedTool]:
+        pairs = [(s, t) for s in self._servers.values() if s.state is McpState.READY for t in s.tools]
+        names = tool_names([(s.name, t.name) for s, t in pairs])
         return [
-            OfferedTool(tool_name(s.name, t.name), s.name, t)
-            for s in self._servers.values()
-            if s.state is McpState.READY and (wanted is None or s.name in wanted)
-            for t in s.tools
+            OfferedTool(name, s.name, t, renamed=name != tool_name(s.name, t.name))
+            for name, (s, t) in zip(names, pairs, strict=True)
         ]
 
     # --- running --------------------------------------------------------------------------------------
@@ -128,13 +153,18 @@ class McpHost:
 
     async def shutdown(self) -> None:
         self._running = False
-        await asyncio.gather(*(s.stop() for s in self._servers.values()))
+        async with self._changing:  # after a change under way: the server it starts is stopped too
+            await asyncio.gather(*(s.stop() for s in self._servers.values()))
 
     # --- changing the set -----------------------------------------------------------------------------
 
     async def put(self, spec: McpServerSpec, token: str | None = None) -> None:
         """Add a server or replace the one of that name (restarted when it ran); saved. ``token``: an
         HTTP server's bearer token, into the keychain ("" removes it; None leaves it as it is)."""
+        async with self._changing:
+            await self._put(spec, token)
+
+    async def _put(self, spec: McpServerSpec, token: str | None) -> None:
         check_server_name(spec.name)
         if token is not None:
             if spec.transport is not McpTransport.HTTP:
@@ -156,27 +186,39 @@ class McpHost:
             self._servers[spec.name].start()
 
     async def remove(self, name: str) -> None:
-        server = self.server(name)
-        await server.stop()
-        del self._servers[name]
-        await self._save()
-        await self.permissions.forget(name)
-        if server.spec.has_token:
-            await asyncio.to_thread(secrets.delete_mcp_token, name)
+        async with self._changing:
+            server = self.server(name)
+            await server.stop()
+            del self._servers[name]
+            await self._save()
+            await self.permissions.forget(name)
+            if server.spec.has_token:
+                await asyncio.to_thread(secrets.delete_mcp_token, name)
 
     async def set_enabled(self, name: str, enabled: bool) -> None:
         """Enabled, it is started; disabled, stopped. Saved."""
-        server = self.server(name)
-        server.spec = replace(server.spec, enabled=enabled)
-        await self._save()
-        if enabled:
-            server.start()
-        else:
-            await server.stop()
+        async with self._changing:
+            server = self.server(name)
+            server.spec = replace(server.spec, enabled=enabled)
+            await self._save()
+            if enabled:
+                server.start()
+            else:
+                await server.stop()
 
     async def import_json(self, found: McpImport) -> list[str]:
         """Add the servers of a parsed ``mcp.json`` (one of a name already here replaces it); returns what
         it refused."""
-        for spec in found.servers:
-            await self.put(spec)
+        async with self._changing:
+            for spec in found.servers:
+                await self._put(spec, None)
         return found.refused
+
+
+def _with_renames(message: str, renamed: list[str]) -> str:
+    """A ready server's message ("N tools"), with the tools offered under another name than
+    SERVER__TOOL and why."""
+    if not renamed:
+        return message
+    names = ", ".join(renamed)
+    return f"{message}; offered as {names}: another server's tool would have had the same name"

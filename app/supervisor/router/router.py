@@ -9,7 +9,7 @@ import contextlib
 import dataclasses
 import functools
 import time
-from collections.abc import AsyncIterator, Callable, Collection, Iterator
+from collections.abc import AsyncIterator, Callable, Collection, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +53,7 @@ from app.supervisor.router.pulls import Pulls
 from app.supervisor.router.recovery import Recovery
 from app.supervisor.router.requests import Requests
 from app.supervisor.router.runtime import Runtime
+from app.supervisor.router.tool_support import ToolSupportCheck
 from app.supervisor.router.tools import ToolLoop
 from app.supervisor.router.usage import Usage
 from app.supervisor.router.views import ModelView, Views
@@ -132,7 +133,10 @@ class Router:
             clock=clock,
         )
         self._tools = ToolLoop(
-            stream=self._requests.stream_chat, host=lambda: self.mcp, settings=settings_now
+            stream=self._requests.stream_chat,
+            host=lambda: self.mcp,
+            settings=settings_now,
+            support=ToolSupportCheck(self._requests, self._runtime, library_now),
         )
         self._context = Context(
             library=library_now,
@@ -415,13 +419,23 @@ class Router:
         ask: Ask,
         servers: Collection[str] | None = None,
         conversation: str | None = None,
+        first_round: Mapping[str, Any] | None = None,
         **params: Any,
     ) -> AsyncIterator[ChatEvent | ToolEvent]:
         """A streamed reply that may call the tools of the ready MCP servers (those in ``servers``, when
         given): each call asks first through ``ask`` unless allowed always, runs, and its result goes back
-        to the model, which continues (``app.supervisor.router.tools``). For the window and ``run``; the
-        local API uses ``stream_chat``."""
-        return self._tools.chat(name, messages, ask=ask, servers=servers, conversation=conversation, **params)
+        to the model, which continues (``app.supervisor.router.tools``). A model that cannot call tools
+        gets none, and a ``ToolsWithheld`` first says why. ``first_round``: fields for its first request
+        alone (a forced call). For the window and ``run``; the local API uses ``stream_chat``."""
+        return self._tools.chat(
+            name,
+            messages,
+            ask=ask,
+            servers=servers,
+            conversation=conversation,
+            first_round=first_round,
+            **params,
+        )
 
     async def count_tokens(self, name: str, text: str) -> TokenCount:
         """``text``'s tokens by ``name``'s running engine (llama-server's ``/tokenize``) and the context

@@ -7,6 +7,10 @@ the user allowed the tool always; a denied call, one that fails, and one that do
 call in flight. The stream yields the reply's deltas, a ``ToolCallStarted`` and ``ToolCallFinished``
 per call, and one ``ChatDone``: the last round's (the earlier rounds' figures are counted as requests).
 
+Tools go only to a model that can call them (``app.supervisor.router.tool_support``); to another, the
+stream says why first (``ToolsWithheld``) and the reply goes without them. One round runs at most
+``MAX_CALLS_PER_ROUND`` calls; the model is told the rest were not run.
+
 The window and ``lemon-desk run`` use it; the local API does not (its clients run their own tools).
 """
 
@@ -16,13 +20,14 @@ import asyncio
 import dataclasses
 import json
 import time
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from typing import Any, Protocol
 
 from app.client.chat import Messages
 from app.client.events import ChatDelta, ChatDone, ChatEvent, ToolCall
 from app.core.errors import LemonDeskError
 from app.core.tools import (
+    MAX_CALLS_PER_ROUND,
     Ask,
     Permission,
     ToolCallFinished,
@@ -30,6 +35,8 @@ from app.core.tools import (
     ToolEvent,
     ToolOutcome,
     ToolRequest,
+    ToolSupport,
+    ToolsWithheld,
     bounded,
 )
 from app.store.settings import Settings
@@ -67,11 +74,17 @@ def _named(call: ToolCall, offered: dict[str, OfferedTool]) -> ToolRequest:
 
 class ToolLoop:
     def __init__(
-        self, *, stream: Stream, host: Callable[[], McpHost], settings: Callable[[], Settings]
+        self,
+        *,
+        stream: Stream,
+        host: Callable[[], McpHost],
+        settings: Callable[[], Settings],
+        support: Callable[[str], Awaitable[ToolSupport]],
     ) -> None:
         self._stream = stream
         self._host = host
         self._settings = settings
+        self._support = support
 
     async def chat(
         self,
@@ -81,19 +94,29 @@ class ToolLoop:
         ask: Ask,
         servers: Iterable[str] | None = None,
         conversation: str | None = None,
+        first_round: Mapping[str, Any] | None = None,
         **params: Any,
     ) -> AsyncIterator[ChatEvent | ToolEvent]:
-        """A streamed reply that may call the tools of the READY servers (of ``servers``, when given)."""
+        """A streamed reply that may call the tools of the READY servers (of ``servers``, when given).
+        ``first_round``: request fields of its first round alone, such as a call forced to start the
+        reply (``tool_choice: "required"``, a ``logit_bias``); the rounds after its tools ran go without
+        them, or the model could never answer in text."""
         offered = {tool.name: tool for tool in self._host().offered(servers)}
         if offered:
-            params = {**params, "tools": [tool.to_openai() for tool in offered.values()]}
+            support = await self._support(name)
+            if support.can:
+                params = {**params, "tools": [tool.to_openai() for tool in offered.values()]}
+            else:
+                yield ToolsWithheld(support.why)
+                offered = {}
         history = list(messages)
         limit = self._settings().tool_rounds
         rounds = 0
         while True:
             text: list[str] = []
             done: ChatDone | None = None
-            async for event in self._stream(name, history, conversation=conversation, **params):
+            asked = {**params, **(first_round or {})} if rounds == 0 else params
+            async for event in self._stream(name, history, conversation=conversation, **asked):
                 if isinstance(event, ChatDelta):
                     text.append(event.content)
                     yield event
@@ -110,13 +133,18 @@ class ToolLoop:
                     "tool_calls": [c.to_openai() for c in done.tool_calls],
                 }
             )
-            for call in done.tool_calls:
+            for index, call in enumerate(done.tool_calls):
                 # Told to the user under an id of this round's: an engine that gives none numbers each
                 # round's calls from 0 again, and the question must not land on an earlier call's view.
                 shown = dataclasses.replace(call, id=f"{rounds + 1}:{call.id}")
+                why = ""
                 if rounds >= limit:
                     why = f"Not run: this reply reached its limit of {limit} tool rounds (Settings)."
+                elif index >= MAX_CALLS_PER_ROUND:
+                    why = f"Not run: a reply may make at most {MAX_CALLS_PER_ROUND} tool calls at once."
+                if why:
                     yield ToolCallFinished(_named(shown, offered), ToolOutcome.NOT_RUN, why)
+                    history.append({"role": "tool", "tool_call_id": call.id, "content": why})
                     continue
                 async for step in self._run(shown, offered, ask):
                     yield step

@@ -2,8 +2,14 @@
 
 It is the one place the chat UI touches ``History``; it is not a widget. Each call is a short SQLite
 write on the UI thread (WAL mode: well under a millisecond). A reply in flight is written when it starts,
-then at most every ``SAVE_INTERVAL_MS`` while it streams, then once more when it ends, so a crash loses
-at most that much of the reply and nothing before it.
+then at most every ``SAVE_INTERVAL_MS`` while it streams, and at once when one of its tool calls ends
+(a call may have changed something: a crash must not lose that it ran), then once more when it ends, so
+a crash loses at most that much of the reply and nothing before it.
+
+The files kept for a message on its way are held from the moment it asks to keep them until it is saved
+or does not go (``AttachmentStore.hold``): deleting another chat meanwhile does not take them, and those
+of a message that did not go are deleted then. Files an earlier run kept for a message it never saved
+are deleted when the keeper starts.
 """
 
 from __future__ import annotations
@@ -35,9 +41,13 @@ class HistoryKeeper(QObject):
         self._saver = QTimer(self)
         self._saver.setInterval(SAVE_INTERVAL_MS)
         self._failing = False  # the last write failed: the user was told once, not at every save
+        self._held: list[str] = []  # the attachments held for the message on its way
         self._saver.timeout.connect(self._saving(self._save_reply))
         pane.send_requested.connect(self._saving(self._sent))
         pane.reply_finished.connect(self._saving(self._finished))
+        pane.reply_tools_done.connect(self._saving(self._save_tools))
+        pane.keep_requested.connect(self._hold)  # before the bridge keeps them (connected later)
+        pane.keep_dropped.connect(self._dropped)
         pane.conversation_changed.connect(self._shown)
         sidebar.conversation_selected.connect(self.open)
         sidebar.new_chat_requested.connect(pane.new_conversation)
@@ -45,6 +55,7 @@ class HistoryKeeper(QObject):
         sidebar.rename_requested.connect(self._saving(self._rename))
         sidebar.delete_requested.connect(self._saving(self._delete))
         sidebar.export_requested.connect(self._export)
+        history.collect_unused()
         self.refresh()
 
     def _saving(self, write: Callable[..., None]) -> Callable[..., None]:
@@ -105,6 +116,7 @@ class HistoryKeeper(QObject):
             conversation_id, [(m.role, m.content) for m in before], [m.attachments for m in before]
         )
         self.history.set_left_out(conversation_id, sum(m.left_out for m in before))
+        self._release()  # saved: its references keep them now
         self._reply_id = self.history.append_message(
             conversation_id, "assistant", state=MessageState.STREAMING
         )
@@ -112,11 +124,33 @@ class HistoryKeeper(QObject):
         self._saver.start()
         self.refresh()
 
+    def _hold(self, items: list[tuple[Any, ...]], _question: str, _embedder: str) -> None:
+        self._release()
+        self._held = [taken.ref.sha256 for taken, *_rest in items]
+        self.history.attachments.hold(self._held)
+
+    def _release(self) -> None:
+        held, self._held = self._held, []
+        if held:
+            self.history.release_attachments(held)
+
+    def _dropped(self, hashes: list[str]) -> None:
+        """A message's files were (or are being) kept, and it did not go."""
+        held, self._held = self._held, []
+        self.history.release_attachments(held, hashes)
+
     def _save_reply(self) -> None:
         snapshot = self.pane.reply_snapshot()
         if self._reply_id is None or snapshot is None or snapshot == self._saved:
             return
         self.history.update_message(self._reply_id, *snapshot)
+        self._saved = snapshot
+
+    def _save_tools(self, calls: list[dict[str, Any]]) -> None:
+        snapshot = self.pane.reply_snapshot()
+        if self._reply_id is None or snapshot is None:
+            return
+        self.history.update_message(self._reply_id, *snapshot, tool_calls=calls)
         self._saved = snapshot
 
     def flush(self) -> None:

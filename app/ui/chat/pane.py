@@ -50,7 +50,7 @@ from PySide6.QtWidgets import (
 
 from app.core.attachments import REPLY_RESERVE, AttachmentKind, AttachmentRef, TokenCount, Unreadable, kind_of
 from app.core.chat import ChatMessage, MessageState
-from app.core.tools import ToolCallFinished, ToolCallStarted, ToolRequest
+from app.core.tools import ToolCallStarted, ToolEvent, ToolRequest, ToolsWithheld
 from app.store.attachments import Ingested
 from app.ui.chat.attachments import AttachmentTray
 from app.ui.chat.markdown_view import current_theme
@@ -145,10 +145,12 @@ class ChatPane(QWidget):
     # [(Ingested, its AttachmentRef, a budget or None)], the question, the embeddings model: keep them
     # (one with a budget as its parts related to the question); the message goes on ``attachments_kept``
     keep_requested = Signal(list, str, str)
+    keep_dropped = Signal(list)  # [sha256]: files kept (or being kept) for a message that did not go
     attachments_shown = Signal(list)  # [AttachmentRef] in the transcript: their bytes are wanted
     context_wanted = Signal(int)  # tokens of context the message with its attachments needs
     stop_requested = Signal()
     reply_finished = Signal(str, object)  # conversation id, the ChatMessage as it ended
+    reply_tools_done = Signal(list)  # the reply in flight's tool calls so far, one more just ended
     tool_answered = Signal(str, object)  # call id, Permission: the user's answer to ``ask_tool``
     conversation_changed = Signal(str)  # a new or another conversation is shown
 
@@ -499,6 +501,7 @@ class ChatPane(QWidget):
         if self.state is PaneState.KEEPING:
             self.state = PaneState.IDLE
             self._update_actions()
+            self.keep_dropped.emit([p.ref.sha256 for p in self.tray.items])
         self.tray.say(why)
 
     def set_embedder(self, name: str) -> None:
@@ -507,7 +510,8 @@ class ChatPane(QWidget):
 
     def attachments_kept(self, refs: list[AttachmentRef]) -> None:
         """The attachments are kept (``refs``: the tray's, as they go): the message goes with them."""
-        if self.state is not PaneState.KEEPING:
+        if self.state is not PaneState.KEEPING:  # stopped meanwhile: what was kept for it goes
+            self.keep_dropped.emit([ref.sha256 for ref in refs])
             return
         self.state = PaneState.IDLE
         data = {p.ref.sha256: p.taken.data for p in self.tray.items}
@@ -570,6 +574,7 @@ class ChatPane(QWidget):
         if self.state is PaneState.KEEPING:
             self.state = PaneState.IDLE
             self._update_actions()
+            self.keep_dropped.emit([p.ref.sha256 for p in self.tray.items])
             return
         self.stop_requested.emit()
         self._end_reply(MessageState.STOPPED)
@@ -610,9 +615,13 @@ class ChatPane(QWidget):
         view = self._reply.tool_view(request.call_id, request.server, request.tool, request.arguments)
         view.ask()
 
-    def show_tool(self, event: ToolCallStarted | ToolCallFinished) -> None:
-        """A tool call of the reply in flight started or ended; an ended one is kept with the reply."""
+    def show_tool(self, event: ToolEvent) -> None:
+        """A tool call of the reply in flight started or ended (an ended one is kept with the reply), or
+        the model was offered no tools: the reply says why."""
         if self._reply is None:
+            return
+        if isinstance(event, ToolsWithheld):
+            self._reply.show_note(event.why)
             return
         r = event.request
         view = self._reply.tool_view(r.call_id, r.server, r.tool, r.arguments)
@@ -622,6 +631,7 @@ class ChatPane(QWidget):
             view.finished(event.outcome, event.result, event.elapsed_s)
             self._reply.message.tool_calls.append(event.to_json())
             self._after_tools = True
+            self.reply_tools_done.emit(list(self._reply.message.tool_calls))
 
     def finish_reply(self, telemetry: dict[str, Any] | None = None) -> None:
         if self._reply is not None:

@@ -131,6 +131,12 @@ class MessageView(QFrame):
         self._tools_layout = QVBoxLayout()
         self._tools_layout.setSpacing(4)
         layout.addLayout(self._tools_layout)
+        self.note = QLabel(self)  # a line about this reply, not of it (why it had no tools)
+        self.note.setStyleSheet(f"color: {theme.muted}; font-style: italic;")
+        self.note.setWordWrap(True)
+        self.note.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.note.hide()
+        layout.addWidget(self.note)
 
         if message.role == "user":
             self.body: MarkdownView | QLabel = QLabel(message.content, self)
@@ -188,6 +194,10 @@ class MessageView(QFrame):
             self._tools_layout.addWidget(view)
             self.tools[call_id] = view
         return view
+
+    def show_note(self, text: str) -> None:
+        self.note.setText(text)
+        self.note.show()
 
     def _show_stored_call(self, call: dict[str, Any]) -> None:
         try:
