@@ -3,11 +3,13 @@
 An adapter says which requests its engine cannot answer (``check``), may rewrite the request body
 (``adapt_body``), may re-split the streamed deltas (``splitter``), names the stop strings the client
 must apply itself (``stops``) and corrects a misreported finish reason (``finish_reason``). llama.cpp
-needs none of it. lemon-mlx (and mlx-lm serving the same recipe) ignores ``max_completion_tokens``,
-rejects a bare-string ``stop`` and content given as parts, does not stream ``/v1/completions``, has no
-Responses or embeddings route, and puts its reasoning inside ``content`` as ``<think>...</think>``;
-lemon-mlx-engine b1050-stable also applies no ``stop`` at all and says "stop" for some replies its
-``max_tokens`` cut (docs/lemon-mlx-engine.md).
+needs one thing: it reads ``tool_choice`` only as a string, and takes OpenAI's choice of one named
+function for "auto" (with a warning in its log); it gets "required" with that tool alone. lemon-mlx
+(and mlx-lm serving the same recipe) ignores ``max_completion_tokens``, rejects a bare-string ``stop``
+and content given as parts, does not stream ``/v1/completions``, has no Responses or embeddings route,
+and puts its reasoning inside ``content`` as ``<think>...</think>``; lemon-mlx-engine b1050-stable
+also applies no ``stop`` at all and says "stop" for some replies its ``max_tokens`` cut
+(docs/lemon-mlx-engine.md).
 """
 
 from __future__ import annotations
@@ -77,6 +79,16 @@ class EngineAdapter(Protocol):
         ...
 
 
+def named_tool(value: Any) -> str | None:
+    """The function's name in OpenAI's ``{"type": "function", "function": {"name": ...}}`` (a tool, or a
+    ``tool_choice`` naming one), else None."""
+    if not isinstance(value, dict) or value.get("type") != "function":
+        return None
+    function = value.get("function")
+    name = function.get("name") if isinstance(function, dict) else None
+    return name if isinstance(name, str) else None
+
+
 class LlamaCppAdapter:
     """llama-server speaks OpenAI's API and streams ``reasoning_content`` itself: nothing to adapt."""
 
@@ -93,6 +105,11 @@ class LlamaCppAdapter:
         return said
 
     def adapt_body(self, body: dict[str, Any], route: Route = Route.CHAT) -> dict[str, Any]:
+        name = named_tool(body.get("tool_choice"))
+        if route is Route.CHAT and name is not None and isinstance(body.get("tools"), list):
+            # Its grammar then allows a call of that tool and nothing else, as OpenAI's choice does.
+            body["tools"] = [t for t in body["tools"] if named_tool(t) == name]
+            body["tool_choice"] = "required"
         return body
 
     def splitter(self) -> DeltaSplitter | None:

@@ -82,8 +82,10 @@ class RemoteAdapter:
         return said
 
     def reasoning(self, body: dict[str, Any], fmt: ReasoningFormat) -> bool:
-        body["reasoning_format"] = fmt.value  # the remote's own API places it
-        return False
+        # In llama-server's names, which a Lemon Desk reads as well (and a Lemonade passes on to its
+        # llama-server): apart, or left in the content. None of them is sure to drop it: done here.
+        body["reasoning_format"] = "none" if fmt is ReasoningFormat.INLINE else "auto"
+        return fmt is ReasoningFormat.HIDDEN
 
 
 def connection_pool(root: str) -> httpx.AsyncClient:

@@ -45,6 +45,10 @@ class StandinRemote:
     usage_json: str | None = (
         None  # the last event's "usage" as this text (a hostile remote's), not the real one
     )
+    # A reasoning model's thought before the reply: apart (reasoning_content) when the request asks
+    # "auto" or "deepseek" (llama-server's names, which Lemon Desk reads), else inside the content as
+    # <think>...</think>, as a Lemon Desk whose model option says "inline" sends it.
+    thought: str | None = None
     loaded: set[str] = field(default_factory=set)
     seen: list[Seen] = field(default_factory=list)
     port: int = 0
@@ -165,14 +169,26 @@ class StandinRemote:
             return web.json_response(error, status=404)
         self.loaded.add(body["model"])
         usage = {"prompt_tokens": 7, "completion_tokens": len(REPLY), "total_tokens": 7 + len(REPLY)}
+        deltas: list[dict[str, str]] = [{"content": token} for token in REPLY]
+        if self.thought is not None:
+            apart = body.get("reasoning_format") in ("auto", "deepseek")
+            thought = (
+                {"reasoning_content": self.thought}
+                if apart
+                else {"content": f"<think>{self.thought}</think>"}
+            )
+            deltas.insert(0, thought)
         if not body.get("stream"):
-            message = {"role": "assistant", "content": "".join(REPLY)}
+            message: dict[str, str] = {"role": "assistant", "content": ""}
+            for delta in deltas:
+                for key, text in delta.items():
+                    message[key] = message.get(key, "") + text
             choice = {"index": 0, "message": message, "finish_reason": "stop"}
             return web.json_response({"choices": [choice], "usage": usage})
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await response.prepare(request)
-        for token in REPLY:
-            chunk = {"choices": [{"index": 0, "delta": {"content": token}, "finish_reason": None}]}
+        for delta in deltas:
+            chunk = {"choices": [{"index": 0, "delta": delta, "finish_reason": None}]}
             await response.write(f"data: {json.dumps(chunk)}\n\n".encode())
         end = {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}], "usage": usage}
         last = json.dumps(end)

@@ -1,4 +1,5 @@
-"""Request adaptation per engine: lemon-mlx's rules, mlx-lm's usage request, llama.cpp untouched."""
+"""Request adaptation per engine: lemon-mlx's rules, mlx-lm's usage request, llama.cpp untouched but for
+a tool_choice naming one function."""
 
 from __future__ import annotations
 
@@ -86,6 +87,17 @@ def test_llama_cpp_passes_requests_through() -> None:
     LlamaCppAdapter().check(Route.COMPLETIONS, stream=True)
     LlamaCppAdapter().check(Route.EMBEDDINGS, stream=False)
     assert LlamaCppAdapter().splitter() is None
+
+
+def test_llama_cpp_gets_a_choice_of_one_named_function_as_required_with_that_tool_alone() -> None:
+    """llama-server reads tool_choice as a string only: an object was taken for "auto" (its log: "Wrong
+    type supplied for parameter 'tool_choice', using default value"), and no grammar held the reply."""
+    tools = [{"type": "function", "function": {"name": n, "parameters": {}}} for n in ("a", "b")]
+    named = chat(tools=tools, tool_choice={"type": "function", "function": {"name": "b"}})
+    out = LlamaCppAdapter().adapt_body(named)
+    assert out["tool_choice"] == "required" and out["tools"] == tools[1:]
+    for choice in ("auto", "required", "none"):
+        assert LlamaCppAdapter().adapt_body(chat(tools=tools, tool_choice=choice))["tools"] == tools
 
 
 def test_adapter_choice() -> None:

@@ -562,6 +562,14 @@ def test_hostile_bodies_get_a_4xx_and_the_server_stays_up(standin_settings: Sett
             json.dumps({"model": name, "messages": HI, "temperature": "hot"}).encode(),
             json.dumps({"model": name, "messages": HI, "stream": "yes"}).encode(),
             json.dumps({"model": name, "messages": HI, "stream_options": []}).encode(),
+            json.dumps({"model": name, "messages": HI, "tool_choice": {"type": "function"}}).encode(),
+            json.dumps(
+                {
+                    "model": name,
+                    "messages": HI,
+                    "tool_choice": {"type": "function", "function": {"name": "f"}},
+                }
+            ).encode(),
             json.dumps({"model_name": ["x"]}).encode(),
             b'{"model": NaN}',
         ]

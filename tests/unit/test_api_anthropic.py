@@ -186,6 +186,9 @@ def test_hostile_bodies_get_a_4xx_in_anthropics_shape(standin_settings: Settings
             json.dumps({**ok, "messages": HI, "temperature": "hot"}).encode(),
             json.dumps({**ok, "messages": HI, "top_k": 2**40}).encode(),
             json.dumps({**ok, "messages": HI, "tools": [{"name": "f", "input_schema": []}]}).encode(),
+            json.dumps({**ok, "messages": HI, "tool_choice": {"type": "tool", "name": "nowhere"}}).encode(),
+            json.dumps({**ok, "messages": HI, "tool_choice": {"type": "tool", "name": 5}}).encode(),
+            json.dumps({**ok, "messages": HI, "tool_choice": "any"}).encode(),
             json.dumps({**ok, "messages": HI, "stream": "yes"}).encode(),
             b'{"model": NaN}',
         ]

@@ -346,6 +346,54 @@ def test_copy_and_create_make_user_models_and_refuse_what_they_cannot_keep(
     assert got["after"] == got["listed"]
 
 
+def test_create_keeps_only_what_a_load_or_a_request_takes_and_num_predict_minus_one_is_no_limit(
+    standin_settings: Settings, tmp_path: Path
+) -> None:
+    refused = {
+        '"num_ctx": 1000000000': "at most 16,777,216",
+        '"num_ctx": 0': "or -1 for automatic",
+        '"num_ctx": 2048.5': "positive number of tokens",
+        '"temperature": NaN': "finite number of at least 0",
+        '"temperature": Infinity': "finite number of at least 0",
+        '"temperature": -1': "finite number of at least 0",
+        '"top_p": NaN': "from 0 to 1",
+        '"top_p": 1.5': "from 0 to 1",
+        '"num_predict": 0': "or -1 (no limit)",
+        '"num_predict": 4294967296': "from 1 to 2147483647",
+    }
+
+    async def body(router: Router, client: httpx.AsyncClient) -> dict[str, Any]:
+        (name,) = models(router, tmp_path, "alpha", tokens=8)
+        got: dict[str, Any] = {}
+        for parameter in refused:
+            raw = f'{{"model": "gamma", "from": "{name}", "parameters": {{{parameter}}}}}'
+            answer = await client.post("/api/create", content=raw)
+            got[parameter] = (answer.status_code, answer.json())
+        got["listed"] = sorted(n for n in router.catalog.models() if n.startswith("user."))
+        async with ollama_client(client) as api:
+            await api.create(model="gamma", from_=name, parameters={"num_predict": 3, "num_ctx": -1})
+            got["options"] = router.options("user.gamma")
+            short = await api.chat(model="gamma", messages=HI)
+            unlimited = await api.chat(model="gamma", messages=HI, options={"num_predict": -1})
+            got["replies"] = [(r.eval_count, r.done_reason) for r in (short, unlimited)]
+        nan = await client.post(
+            "/api/chat",
+            content=f'{{"model": "{name}", "messages": {json.dumps(HI)}, "options": {{"min_p": NaN}}}}',
+        )
+        got["nan in a request"] = (nan.status_code, nan.json())
+        return got
+
+    got = run_api(standin_settings, body)
+    for parameter, allowed in refused.items():
+        status, answer = got[parameter]
+        assert status == 400 and set(answer) == {"error"}, (parameter, answer)
+        assert allowed in answer["error"] and "'parameters." in answer["error"], (parameter, answer)
+    assert got["listed"] == ["user.alpha"]  # nothing was made of a refused create
+    assert got["options"] == ModelOptions(backend="system", max_tokens=3)  # -1: automatic
+    assert got["replies"] == [(3, "length"), (8, "stop")]
+    assert got["nan in a request"] == (400, {"error": "'options.min_p' must be a finite number."})
+
+
 def test_each_dialects_requests_are_tagged_with_it_in_stats_and_events(
     standin_settings: Settings, tmp_path: Path
 ) -> None:

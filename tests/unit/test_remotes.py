@@ -417,6 +417,44 @@ def test_the_local_api_lists_remote_models_and_routes_to_them(lemon_home: Path) 
     with_router(body)
 
 
+def test_the_reasoning_a_request_wants_of_a_remote_model_is_asked_in_words_the_remote_reads(
+    lemon_home: Path,
+) -> None:
+    """The remote here puts its thought inside the content unless asked for it apart (a Lemon Desk whose
+    model option says "inline"): an Anthropic client still gets a thinking block, an OpenAI client the
+    reasoning_format it names (checked here, in the remote's words there), or the remote's own way."""
+
+    async def body(router: Router, remote: StandinRemote) -> dict[str, Any]:
+        server = ApiServer(router, "127.0.0.1", 0)
+        await server.start()
+        got: dict[str, Any] = {}
+        try:
+            async with httpx.AsyncClient(base_url=server.url, trust_env=False, timeout=30) as api:
+                message = {"model": "@box/smol", "max_tokens": 20, "messages": HI}
+                blocks = (await api.post("/v1/messages", json=message)).json()["content"]
+                got["anthropic"] = [(b["type"], b.get("thinking") or b.get("text")) for b in blocks]
+                for fmt in (None, "hidden", "inline", "deepseek", "bogus"):
+                    chat = {"model": "@box/smol", "messages": HI, "reasoning_format": fmt}
+                    answer = await api.post("/v1/chat/completions", json=chat)
+                    choice = answer.json()["choices"][0] if answer.status_code == 200 else answer.json()
+                    got[fmt] = (answer.status_code, choice.get("message") or choice["error"]["code"])
+                got["asked"] = [s.body and s.body.get("reasoning_format") for s in remote.seen if s.body]
+        finally:
+            await server.stop()
+        return got
+
+    got = with_router(body, thought="Let me see.")
+    said = "".join(REPLY)
+    assert got["anthropic"] == [("thinking", "Let me see."), ("text", said)]
+    assert got[None] == (200, {"role": "assistant", "content": f"<think>Let me see.</think>{said}"})
+    assert got["hidden"] == (200, {"role": "assistant", "content": said})
+    assert got["inline"] == got[None]
+    separate = {"role": "assistant", "content": said, "reasoning_content": "Let me see."}
+    assert got["deepseek"] == (200, separate)
+    assert got["bogus"] == (400, "invalid_reasoning_format")  # the remote was not asked
+    assert got["asked"] == ["auto", None, "auto", "none", "auto"]
+
+
 async def streamed_through_api(router: Router) -> tuple[httpx.Response, dict[str, Any]]:
     """A streamed chat with ``@box/smol`` through the local API, and the API's stats after it."""
     server = ApiServer(router, "127.0.0.1", 0)

@@ -12,6 +12,7 @@ import json
 import math
 from typing import Any
 
+from app.client.adapters import named_tool
 from app.supervisor.api.errors import bad_request
 
 
@@ -122,6 +123,21 @@ def _check_inputs(body: dict[str, Any], route: str) -> None:
     _whole_number(body, "top_n", 0, C_INT_MAX)
 
 
+def _check_tool_choice(body: dict[str, Any]) -> None:
+    """A ``tool_choice`` that is an object names a function of ``tools``, as OpenAI's must."""
+    choice = body.get("tool_choice")
+    if not isinstance(choice, dict):
+        return  # a string is the engine's to read ("auto", "none", "required")
+    name = named_tool(choice)
+    if name is None:
+        raise bad_request(
+            '\'tool_choice\' must be "auto", "none", "required" or {"type": "function", "function": '
+            '{"name": ...}}.'
+        )
+    if name not in [named_tool(t) for t in body.get("tools") or []]:
+        raise bad_request(f"'tool_choice' names the function {name!r}, which is not one of 'tools'.")
+
+
 def check_generation(body: dict[str, Any], route: str) -> None:
     """Check a request body before the engine sees it (``route``: chat, completions, responses,
     embeddings or reranking); raises a 400 naming the bad field."""
@@ -140,6 +156,7 @@ def check_generation(body: dict[str, Any], route: str) -> None:
         ok = isinstance(stop, list) and all(isinstance(s, str) for s in stop)
         _expect(body, "stop", ok, "a string or a list of strings")
     if route == "chat":
+        _check_tool_choice(body)
         messages = body.get("messages")
         if messages is None:
             raise bad_request("'messages' is required.", "missing_field")

@@ -79,11 +79,10 @@ async def reply(
     """Send ``chat`` (an OpenAI chat body, streamed) through the one chat path. With ``headers`` the
     reply is streamed through ``codec`` and the response given; without, the events are fed to
     ``codec`` and the end given, for the dialect to build its whole reply from."""
+    # The dialect has a place of its own for the reasoning (a thinking block): the engine's (or the
+    # remote's) comes apart from the text, whatever a model's option says for OpenAI's clients.
+    chat["reasoning_format"] = ReasoningFormat.SEPARATE.value
     model = openai.router.catalog.models().get(chat["model"])
-    if model is not None:
-        # The dialect has a place of its own for the reasoning (a thinking block): the engine's comes
-        # apart from the text, whatever a model's option says for OpenAI's clients.
-        chat["reasoning_format"] = ReasoningFormat.SEPARATE.value
     if stops and model is not None and model.recipe == "llamacpp":
         # A reply cut at a stop sequence ends before the engine's usage: llama-server's figures come
         # with every token instead (see chat_events).

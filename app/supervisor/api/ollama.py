@@ -15,7 +15,7 @@ Nothing else is guessed: another tag is a 404 that says to list the models.
 
 A model's saved sampling options (``temperature``, ``top_p``, ``max_tokens``: what ``create`` keeps
 from a Modelfile's parameters) are the defaults of a ``chat`` or ``generate`` that does not set them,
-as a Modelfile's are in Ollama.
+as a Modelfile's are in Ollama: a request's ``num_predict`` of -1 is no limit, whatever the default.
 
 ``pull``, ``copy`` and ``create`` are ``ollama_models``'s, with ``push`` and ``blobs`` (a 501 that
 says what to use instead). Errors take Ollama's shape, ``{"error": "..."}``, with our statuses.
@@ -54,6 +54,8 @@ if TYPE_CHECKING:
 # arrived by 0.5), so it is the version whose API this module follows, not this app's own.
 OLLAMA_VERSION = "0.12.0"
 FAR_FUTURE = "2318-11-24T00:00:00Z"  # Ollama's expires_at for a model kept loaded for good
+# A model's saved sampling options, each with the request option that overrides it.
+SAVED_DEFAULTS = {"temperature": "temperature", "top_p": "top_p", "max_tokens": "num_predict"}
 
 
 def is_ollama_path(path: str) -> bool:
@@ -261,8 +263,9 @@ class OllamaRoutes:
         chat["model"] = model.name
         stops = sampling(body, chat)
         saved = self.router.options(model.name)
-        for field in ("temperature", "top_p", "max_tokens"):  # the model's defaults (``create``'s)
-            if chat.get(field) is None and getattr(saved, field) is not None:
+        named = optional(body, "options", "object") or {}
+        for field, theirs in SAVED_DEFAULTS.items():  # the model's defaults (``create``'s)
+            if named.get(theirs) is None and getattr(saved, field) is not None:
                 chat[field] = getattr(saved, field)
         chat.update(stream=True, stream_options={"include_usage": True})
         built = Reply(str(body["model"]), as_chat, time.perf_counter())

@@ -6,6 +6,7 @@ as Ollama's reply (``Reply``: NDJSON lines, or one object). The routes that use 
 from __future__ import annotations
 
 import json
+import math
 import time
 from datetime import UTC, datetime
 from typing import Any
@@ -37,6 +38,10 @@ OPTIONS = {
 }
 NDJSON = "application/x-ndjson"
 IMAGE_MAGIC = {"iVBOR": "image/png", "/9j/": "image/jpeg", "R0lG": "image/gif", "UklGR": "image/webp"}
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def now() -> str:
@@ -112,13 +117,22 @@ def sampling(body: dict[str, Any], chat: dict[str, Any]) -> list[str]:
     """``options``, ``format``, ``tools`` and ``think`` into the OpenAI body; gives the stop sequences."""
     options = optional(body, "options", "object") or {}
     for ours, theirs in OPTIONS.items():
-        if options.get(ours) is not None:
-            chat[theirs] = options[ours]
+        value = options.get(ours)
+        if value is None:
+            continue
+        if ours == "seed" and not _is_int(value):
+            raise bad_request("'options.seed' must be a whole number.")
+        if not (_is_int(value) or isinstance(value, float)) or not math.isfinite(value):
+            raise bad_request(f"'options.{ours}' must be a finite number.")
+        chat[theirs] = value
     limit = options.get("num_predict")
     if limit is not None:
-        if not isinstance(limit, int) or isinstance(limit, bool):
-            raise bad_request("'options.num_predict' must be a whole number.")
-        if limit >= 0:  # -1 (no limit) and -2 (fill the context) are the engine's own default
+        if not _is_int(limit) or limit < -2:
+            raise bad_request(
+                "'options.num_predict' must be a whole number of tokens, -1 (no limit) or -2 "
+                "(fill the context)."
+            )
+        if limit >= 0:  # -1 and -2 are the engine's own default: no max_tokens
             chat["max_tokens"] = limit
     stops = options.get("stop") or []
     if isinstance(stops, str):

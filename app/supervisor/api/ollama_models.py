@@ -17,27 +17,30 @@ false`` gives the last one alone. A failure after the first line is an ``{"error
 
 ``copy`` makes a user model with the source's checkpoint, recipe, labels and saved options under the
 new name (the files are shared, not copied). ``create`` with ``from`` does the same, and keeps the
-``parameters`` our model options hold: ``num_ctx`` (the load's context size), ``temperature``,
-``top_p`` and ``num_predict`` (defaults a request that does not set them gets). A system prompt, a
-template, other parameters, files, adapters, messages or a quantization cannot be kept with a model
-here: a 501 naming them. New names go in Lemonade's ``user.`` namespace (``ollama.resolve`` finds
-them without it).
+``parameters`` our model options hold: ``num_ctx`` (the load's context size, within what a load
+takes), ``temperature``, ``top_p`` and ``num_predict`` (defaults a request that does not set them
+gets; -1 is no limit), each checked as a request's would be (NaN or infinity is no temperature). A
+system prompt, a template, other parameters, files, adapters, messages or a quantization cannot be
+kept with a model here: a 501 naming them. New names go in Lemonade's ``user.`` namespace
+(``ollama.resolve`` finds them without it).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
 from app.core.errors import LemonDeskError
+from app.core.launch import AUTO_CTX_SIZE, ctx_size_problem
 from app.core.models import Model
 from app.core.names import in_user_namespace, model_name_problem
 from app.core.refs import FileSet, RepoFile, parse_ref
 from app.store.model_options import ModelOptions
-from app.supervisor.api.bodies import optional, parse_object
+from app.supervisor.api.bodies import C_INT_MAX, optional, parse_object
 from app.supervisor.api.errors import NOT_FOUND, ApiError, bad_request, from_app_error
 from app.supervisor.api.ollama_chat import NDJSON, ndjson_line
 from app.supervisor.api.pulling import followed, pulled
@@ -58,6 +61,7 @@ KEPT_PARAMETERS = {
     "top_p": "top_p",
     "num_predict": "max_tokens",
 }
+NO_LIMIT = (-1, -2)  # Ollama's num_predict for "no limit" and "fill the context": the engine's own default
 # ``create``'s fields that cannot be kept with a model here, and what to do instead.
 NOT_KEPT = {
     "files": "Import a GGUF file with `lemon-desk import`, or create from a model here with 'from'.",
@@ -243,15 +247,33 @@ class OllamaModels:
                 f"send them in each request's 'options'. What can be kept: {', '.join(KEPT_PARAMETERS)}.",
                 "not_implemented",
             )
-        changes: dict[str, Any] = {}
-        for theirs, ours in KEPT_PARAMETERS.items():
-            value = parameters.get(theirs)
-            if value is None:
-                continue
-            whole = ours in ("ctx_size", "max_tokens")
-            low = 1 if whole else 0  # a temperature of 0 is greedy decoding
-            if isinstance(value, bool) or not isinstance(value, int if whole else int | float) or value < low:
-                kind = "a whole number of at least 1" if whole else "a number of at least 0"
-                raise bad_request(f"'parameters.{theirs}' must be {kind}.")
-            changes[ours] = value
+        changes = {
+            KEPT_PARAMETERS[theirs]: _kept(theirs, value)
+            for theirs, value in parameters.items()
+            if value is not None
+        }
         return dataclasses.replace(options, **changes)
+
+
+def _kept(theirs: str, value: Any) -> Any:
+    """A ``create`` parameter as the model option it becomes, checked as a load or a request would check
+    it (a value kept here is sent with every request after): a 400 saying what it may be, else."""
+    whole = isinstance(value, int) and not isinstance(value, bool)
+    if theirs == "num_ctx":
+        if whole and not ctx_size_problem(value):
+            return None if value == AUTO_CTX_SIZE else value
+        raise bad_request(f"'parameters.num_ctx' {ctx_size_problem(0)}.")
+    if theirs == "num_predict":
+        if whole and (value in NO_LIMIT or 1 <= value <= C_INT_MAX):
+            return None if value in NO_LIMIT else value
+        raise bad_request(
+            f"'parameters.num_predict' must be a whole number of tokens from 1 to {C_INT_MAX}, "
+            "or -1 (no limit)."
+        )
+    if theirs == "top_p":
+        if (whole or isinstance(value, float)) and 0 <= value <= 1:  # NaN is not within
+            return value
+        raise bad_request("'parameters.top_p' must be a number from 0 to 1.")
+    if (whole or isinstance(value, float)) and 0 <= value < math.inf:  # NaN is not within
+        return value
+    raise bad_request("'parameters.temperature' must be a finite number of at least 0 (0: greedy decoding).")

@@ -302,9 +302,11 @@ class OpenAIRoutes:
         (loaded on demand under the router's policy; ``@NAME/MODEL`` to its remote), the body checked
         and sent, and the reply's figures fed to the router's telemetry when it ends."""
         name = required_str(body, "model")
-        reasoning = None  # a remote's request goes as it came: the remote places the reasoning
+        reasoning = None
         if is_remote_model(name):
             check_remote(self.router, name)  # the remote checks the model's kind itself
+            if kind == "chat":  # not named: the remote places it, as its own model option says
+                reasoning = self._named_reasoning(body)
         else:
             model = find_model(self.router, name)
             self._check_labels(model, kind)
@@ -371,11 +373,19 @@ class OpenAIRoutes:
             self._closes_connections.add(client.base_url)
 
     def _reasoning(self, body: dict[str, Any], name: str) -> ReasoningFormat:
-        """Where the reply's reasoning goes: the request's ``reasoning_format``, else the model's saved
-        option, else its own field (``reasoning_content``)."""
+        """Where a local model's reasoning goes: the request's ``reasoning_format``, else the model's
+        saved option, else its own field (``reasoning_content``)."""
+        named = self._named_reasoning(body)
+        saved = reasoning_format(self.router.options(name).reasoning_format)
+        return named or saved or ReasoningFormat.SEPARATE
+
+    @staticmethod
+    def _named_reasoning(body: dict[str, Any]) -> ReasoningFormat | None:
+        """The request's ``reasoning_format`` (taken out of the body: the engine's client asks for it in
+        the engine's own words), None when it names none."""
         given = body.pop("reasoning_format", None)
         if given is None:
-            return reasoning_format(self.router.options(name).reasoning_format) or ReasoningFormat.SEPARATE
+            return None
         fmt = reasoning_format(given) if isinstance(given, str) else None
         if fmt is None:
             names = ", ".join(f.value for f in ReasoningFormat)
