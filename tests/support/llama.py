@@ -82,6 +82,22 @@ def _locked(name: str) -> Iterator[None]:
         yield
 
 
+def made_once(path: Path, name: str, write: Callable[[Path], object], say: Say, saying: str) -> Path:
+    """``path``, written by ``write`` the first time it is asked for: under the lock ``name``, into a
+    temporary file renamed into place, so that a step stopped half way leaves nothing that looks done."""
+    with _locked(name):
+        if not path.is_file():
+            say(saying)
+            fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+            os.close(fd)
+            try:
+                write(Path(tmp))
+                os.replace(tmp, path)
+            finally:
+                Path(tmp).unlink(missing_ok=True)
+    return path
+
+
 def _run(argv: list[str], say: Say) -> None:
     """Run one set-up step whose output matters only when it fails (pip's and the model scripts'): it
     goes to the set-up's log, and a failure says its last lines (``run_logged``)."""

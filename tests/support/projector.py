@@ -14,8 +14,6 @@ folder (``make_projector``); tests find it with ``projector_gguf()``.
 
 from __future__ import annotations
 
-import os
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -23,7 +21,7 @@ import numpy as np
 from gguf import GGUFWriter
 
 from app.core.models import Model
-from tests.support.llama import NotBuilt, _locked, cache_dir
+from tests.support.llama import NotBuilt, cache_dir, made_once
 
 VERSION = 1  # of the recipe below: a change makes a new file
 TEXT_EMBD = 576  # SmolLM2-135M's embedding width
@@ -109,17 +107,8 @@ def make_projector(say: Callable[[str], None]) -> Path:
     """The set-up's step: write the made projector once (a temporary file renamed into place, under a
     lock, as the other assets are made)."""
     path = projector_path()
-    with _locked("projector"):
-        if not path.is_file():
-            say(f"writing a made projector (random weights) to {path}")
-            fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-            os.close(fd)
-            try:
-                write_projector(Path(tmp))
-                os.replace(tmp, path)
-            finally:
-                Path(tmp).unlink(missing_ok=True)
-    return path
+    saying = f"writing a made projector (random weights) to {path}"
+    return made_once(path, "projector", write_projector, say, saying)
 
 
 def projector_gguf() -> Path:

@@ -25,16 +25,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import struct
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 from gguf import MODEL_ARCH, GGUFWriter, LlamaFileType, TokenType, get_tensor_name_map
 
-from tests.support.llama import NotBuilt, _locked, cache_dir
+from tests.support.llama import NotBuilt, cache_dir, made_once
 from tests.support.mlx_env import qwen3_mlx_model
 
 INPUTS = ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json")
@@ -131,17 +129,8 @@ def make_qwen3_gguf(say: Callable[[str], None]) -> Path:
     under a lock, as the other made assets are). Needs the MLX model of the ``mlx`` step."""
     model = qwen3_mlx_model()
     path = gguf_path(model)
-    with _locked("qwen3-gguf"):
-        if not path.is_file():
-            say(f"writing the tiny Qwen3 of {model.name} as a GGUF to {path}")
-            fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-            os.close(fd)
-            try:
-                write_gguf(model, Path(tmp))
-                os.replace(tmp, path)
-            finally:
-                Path(tmp).unlink(missing_ok=True)
-    return path
+    saying = f"writing the tiny Qwen3 of {model.name} as a GGUF to {path}"
+    return made_once(path, "qwen3-gguf", lambda tmp: write_gguf(model, tmp), say, saying)
 
 
 def qwen3_gguf() -> Path:
