@@ -142,12 +142,12 @@ LLAMACPP_RESERVED: dict[str, str] = {
     "--slot-save-path": "Lemon Desk saves conversations' KV caches itself. " + _REMOVE,
 }
 GPU_LAYERS_FLAGS = ("-ngl", "--gpu-layers", "--n-gpu-layers")
+VERBOSITY_FLAGS = ("-lv", "--verbosity", "--log-verbosity", "-v", "--verbose", "--log-verbose")
 # The CPU threads each llama-server computes with (unset: llama.cpp's own choice, the physical cores).
 # llama.cpp's threads spin while they wait for each other, so when other work keeps the cores busy a
 # thread per core can fall to almost nothing: on two cores beside two busy loops, SmolLM2 decoded at
 # 0 tok/s with two threads and 26-31 with one. A model's own ``--threads`` still wins (it comes after).
 ENGINE_THREADS = "LEMON_DESK_ENGINE_THREADS"
-VERBOSITY_FLAGS = ("-lv", "--verbosity", "--log-verbosity", "-v", "--verbose", "--log-verbose")
 
 
 def _given(args: Sequence[str], flags: Sequence[str]) -> bool:
