@@ -203,10 +203,10 @@ def engine_threads(parent_env: Mapping[str, str]) -> tuple[str, ...]:
     value = parent_env.get(ENGINE_THREADS, "").strip()
     if not value:
         return ()
-    if not value.isdigit() or int(value) < 1:
+    if not re.fullmatch(r"[0-9]{1,4}", value) or int(value) < 1:
         raise ConfigError(
             f"{ENGINE_THREADS} is {value!r}, not a number of threads.",
-            "Set it to a whole number from 1 up, or unset it to let llama.cpp choose.",
+            "Set it to a whole number from 1 to 9999, or unset it to let llama.cpp choose.",
         )
     return ("--threads", str(int(value)))
 

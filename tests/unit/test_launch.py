@@ -74,7 +74,7 @@ def test_the_environments_engine_threads_come_before_the_models_own() -> None:
     assert "--threads" not in plan_launch(request(), hw("cpu_only_x86"), "1", "k", {ENGINE_THREADS: " "}).argv
 
 
-@pytest.mark.parametrize("value", ["0", "two", "-1", "1.5"])
+@pytest.mark.parametrize("value", ["0", "two", "-1", "1.5", "\u00b2", "9" * 30])
 def test_engine_threads_that_are_no_number_of_threads_are_refused_saying_so(value: str) -> None:
     with pytest.raises(ConfigError, match=f"{ENGINE_THREADS} is '{value}'") as caught:
         plan_launch(request(), hw("cpu_only_x86"), "1", "k", {ENGINE_THREADS: value})
