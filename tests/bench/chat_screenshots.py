@@ -25,7 +25,7 @@ from PySide6.QtWidgets import QApplication
 from app.core.attachments import TokenCount
 from app.core.chat import ChatMessage
 from app.core.context import ContextCount, CountSource
-from app.core.tools import ToolCallFinished, ToolOutcome, ToolRequest
+from app.core.tools import ToolCallFinished, ToolOutcome, ToolRequest, ToolsWithheld, tool_support
 from app.store.attachments import ingest
 from app.ui.chat.pane import ChatPane
 from tests.support.documents import long_text, write_image, write_pdf
@@ -113,6 +113,13 @@ def tools(pane: ChatPane) -> Iterator[str]:
     pane.append_reply("Yes, pack one: I added an umbrella to your packing list.")
     pane.finish_reply()
     yield "finished"
+    pane.composer.setPlainText("And in Porto?")
+    pane.submit()
+    pane.begin_reply()
+    pane.show_tool(ToolsWithheld(tool_support("SmolLM2-135M-Instruct-GGUF", caps={}).why))
+    pane.append_reply("I cannot check the weather from here.")
+    pane.finish_reply()
+    yield "withheld"
 
 
 SCENES = {"composer": composer, "context": context, "tools": tools}
