@@ -1,5 +1,6 @@
 """The terminal chat's rule for a message that would not fit the model's context: nothing is cut
-silently. The chat is counted before each send (``Router.count_context``); one that would not fit is
+silently. The chat is counted before each send (``Router.count_context``, with the tools of the run's MCP
+servers offered, as the window counts them); one that would not fit is
 said in plain words, and the user chooses a way out (or ``run --on-overflow`` chose one beforehand):
 reload with a larger context that fits the memory free now, go on from a summary the model writes (which
 says so when the chat was too long to summarize whole and its oldest messages were left out of it), or
@@ -8,7 +9,7 @@ leave out the oldest turns (the chat keeps them; they are no longer sent)."""
 from __future__ import annotations
 
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,10 +46,12 @@ async def make_room(
     chat: TerminalChat,
     ask: Callable[[], Awaitable[str | None]],
     preset: Overflow | None = None,
+    servers: Collection[str] = (),
 ) -> bool:
     """Make the chat's last message fit before it is sent: True when it fits (as it is, or by the way
-    out chosen), False when the user cancelled (the message is then not sent)."""
-    count = await router.count_context(name, chat.sent(), {})
+    out chosen), False when the user cancelled (the message is then not sent). ``servers``: the MCP
+    servers whose tools the send offers, counted with it."""
+    count = await router.count_context(name, chat.sent(), {}, servers)
     if count is None or count.fits:
         return True
     print(f"\n{count.problem()}", file=sys.stderr)
@@ -74,4 +77,4 @@ async def make_room(
     else:
         chat.left_out += count.leave_out
         print(f"(left out the {count.leave_out} oldest messages)", file=sys.stderr)
-    return await make_room(router, name, chat, ask)  # asked, if it still does not fit
+    return await make_room(router, name, chat, ask, servers=servers)  # asked, if it still does not fit

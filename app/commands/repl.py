@@ -147,7 +147,8 @@ async def chat_in_terminal(
             if local:
                 before = _pid(router, name)
                 try:
-                    room = await make_room(router, name, chat, _asking(lines), on_overflow)
+                    servers = tools.servers if tools is not None else ()
+                    room = await make_room(router, name, chat, _asking(lines), on_overflow, servers)
                 except LemonDeskError as err:  # the way out failed (a reload that did not fit, ...)
                     room = False
                     print(f"error: {err}", file=sys.stderr)

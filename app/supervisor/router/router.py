@@ -24,7 +24,7 @@ from app.core.fit import DEFAULT_CONTEXT
 from app.core.models import Model
 from app.core.policy import RAISE_LIMIT, parse_caps
 from app.core.refs import FileSet
-from app.core.rpc import Endpoint
+from app.core.rpc import LOCAL_ONLY, Endpoint
 from app.core.run_record import RunRecord
 from app.core.runcard import RunCard
 from app.core.telemetry import Telemetry, TelemetryTotals
@@ -469,10 +469,15 @@ class Router:
         return await self._context.count(name, messages, params, servers)
 
     def reload_with_context(self, name: str, ctx_size: int) -> asyncio.Task[Engine]:
-        """Keep ``ctx_size`` as the model's context option and load it again with it (the normal load:
-        its fit check and policy hold)."""
-        options = dataclasses.replace(self.options(name), ctx_size=ctx_size)
-        self.save_options(name, options)
+        """Keep ``ctx_size`` as the model's context option and load it again with it, and otherwise
+        as it runs now (the normal load: its fit check and policy hold). ``run``'s flags (``--args``,
+        ``--backend``) are its load's, not the saved options: the reload keeps them, and saves none."""
+        saved = dataclasses.replace(self.options(name), ctx_size=ctx_size)
+        self.save_options(name, saved)
+        options = saved
+        if (launched := self.engines.launched_with(name)) is not None:
+            rpc = ",".join(launched.rpc) or LOCAL_ONLY  # the workers it runs on, none as none
+            options = dataclasses.replace(saved, backend=launched.backend, args=launched.args, rpc=rpc)
         record = self._runtime.get(name)
         # A file run where it is (``run FILE``) is in no catalog: its last load knows it.
         return self.load(record.model if record is not None and record.model else name, options)
