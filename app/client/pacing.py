@@ -14,8 +14,9 @@ every dialect, to an engine or a remote) a ``TransportValve`` pauses the connect
 each read and a loop timer resumes it when the next frame is due; the relay's task is not held, it
 simply waits for data, so a client that goes away cancels it at once. The valve only ever pauses a
 connection that is still its response's: once aiohttp has read a body's end it puts the connection
-back in its pool for the next request, and a paused transport there is a request that never hears its
-answer (the relay's earlier pacing left one of 8 concurrent streams waiting for good that way).
+back in its pool, and a transport paused there holds the next request sent on it for a frame; and it
+never resumes a transport aiohttp's own flow control paused (its parser may hold a tail that only
+aiohttp's resume reads).
 
 Events are passed on whole: a read that ends inside an event keeps its tail for the next read (a
 client that takes each chunk for whole events is not broken by pacing), and what is left when the
