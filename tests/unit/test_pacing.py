@@ -106,6 +106,25 @@ def test_through_the_relays_valve_events_are_never_reordered_nor_cut(seed: int) 
     assert len(got) < len(writes) / 4
 
 
+def test_a_body_that_ends_during_a_frame_ends_the_stream_with_the_next_read() -> None:
+    """The rest of the reply and the body's end come while the relay's valve holds the transport: the
+    next read takes them all and the stream ends there, no wake-up lost and nothing held back. (A reader
+    whose task sleeps out the frame instead sees the end only after a second frame, since it waits
+    before every read: a stream without [DONE], such as the Responses API's, ended a frame late.)"""
+    body = STREAM[: STREAM.index(EVENTS[40])]
+    writes = [body[: len(EVENTS[0]) + 50], *pieces(body[len(EVENTS[0]) + 50 :], 7)]
+    interval = 1.0
+
+    async def go() -> tuple[list[bytes], float]:
+        started = time.monotonic()
+        got = await read_paced(writes, 0.002, Pacing(interval_s=interval), valved=True)
+        return got, time.monotonic() - started
+
+    got, took = asyncio.run(go())
+    assert b"".join(got) == body and len(got) <= 3  # the rest in one read after the first token's
+    assert took < 2 * interval  # ended with that read, not a frame later
+
+
 def test_the_valve_holds_the_transport_between_frames_and_lets_go_at_the_end() -> None:
     async def go() -> tuple[list[bool], bool]:
         async with (
