@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from app.client.adapters import DeltaSplitter, EngineAdapter, LlamaCppAdapter, Route, sse_error
 from app.client.capped import read_upto
 from app.client.events import ChatDelta, ChatDone, ChatEvent, ChatReply, ToolCall
-from app.client.pacing import OPENAI_SSE_SHOWN, UNPACED, Pacing, paced, paced_network
+from app.client.pacing import OPENAI_SSE_SHOWN, UNPACED, Pacing, TransportValve, paced, paced_network
 from app.client.reasoning_relay import StreamReasoning, whole_reasoning
 from app.client.sse import EventTooLarge, SSEEvent, SSEParser
 from app.client.stop_relay import StreamFinish, StreamStops, cut_whole, whole_finish
@@ -247,6 +247,28 @@ class _Stream:
         return ChatDone(self.finish, telemetry_from(times, self.timings, self.usage), self.tool_calls.calls())
 
 
+def response_valve(response: aiohttp.ClientResponse) -> TransportValve | None:
+    """What holds back the reads of an aiohttp response's connection between frames (``paced``). The
+    connection may be paused only while it is this response's: once aiohttp has read the body's end it
+    puts the connection back in the pool (a paused one there would leave the next request on it
+    unanswered), and not while aiohttp's own flow control holds it (a full buffer: it resumes it)."""
+    connection = response.connection
+    transport = connection.transport if connection is not None else None
+    if connection is None or transport is None:
+        return None
+    protocol = connection.protocol
+
+    def ours() -> bool:
+        return (
+            response.connection is connection
+            and not response.content.is_eof()
+            and protocol is not None
+            and not protocol._reading_paused  # noqa: SLF001 - aiohttp's flow control says no other way
+        )
+
+    return TransportValve(transport, ours)
+
+
 @functools.cache
 def loopback_ssl() -> ssl.SSLContext:
     """One TLS context for every client of a loopback engine. Engines speak plain HTTP, but httpx builds
@@ -470,7 +492,8 @@ class ChatClient:
                             refusal = await read_upto(response.content.iter_any(), REFUSAL_BYTES)
                             raise _status_error(response.status, refusal, response.reason or "")
                         yield b""
-                        chunks = paced(response.content.iter_any(), pacing or UNPACED)
+                        valve = response_valve(response) if pacing else None
+                        chunks = paced(response.content.iter_any(), pacing or UNPACED, valve=valve)
                         async with contextlib.aclosing(chunks):
                             async for chunk in self._relayed(chunks, body, route, rewrite):
                                 yield chunk

@@ -7,12 +7,16 @@ so after the first token (passed on at once: the time to first token is unchange
 alone for ``FRAME_S`` and then read once: everything that arrived meanwhile comes in one read and
 goes on in one write. Wakes per second are then bounded by the frame rate, not by the engine's speed.
 
-Under httpx the kernel holds what arrives meanwhile: anyio's streams pause their transport whenever
-nobody is reading, and the connection's reads wait for the frame (``paced_network``), so the loop does
-not even look at the socket. Over aiohttp (``ChatClient.forward_stream``, the local API's relay) the
-connection keeps reading into its buffer, and the task, its parse and its write wake once a frame.
-The local API does not use it yet: paced, one of 8 concurrent streams was left waiting for good on
-the real llama-server, twice, cause not found (see app/supervisor/api/openai.py).
+The kernel holds what arrives meanwhile, so the loop does not even look at the socket. Under httpx,
+anyio's streams pause their transport whenever nobody is reading, and the connection's reads wait for
+the frame (``paced_network``). Over aiohttp (``ChatClient.forward_stream``: the local API's relay, in
+every dialect, to an engine or a remote) a ``TransportValve`` pauses the connection's transport after
+each read and a loop timer resumes it when the next frame is due; the relay's task is not held, it
+simply waits for data, so a client that goes away cancels it at once. The valve only ever pauses a
+connection that is still its response's: once aiohttp has read a body's end it puts the connection
+back in its pool, and a transport paused there holds the next request sent on it for a frame; and it
+never resumes a transport aiohttp's own flow control paused (its parser may hold a tail that only
+aiohttp's resume reads).
 
 Events are passed on whole: a read that ends inside an event keeps its tail for the next read (a
 client that takes each chunk for whole events is not broken by pacing), and what is left when the
@@ -116,6 +120,56 @@ class Frame:
         self.read()
 
 
+class Valve(Protocol):
+    """What holds back one connection's reads between frames."""
+
+    def hold(self, until: float) -> None:
+        """Read nothing more until ``until`` (the loop's time), if the connection is still the reader's."""
+        ...
+
+    def release(self) -> None:
+        """Read again now (the stream is over, or its reader went away)."""
+        ...
+
+
+class TransportValve:
+    """Holds back an asyncio transport's reading: paused by ``hold``, resumed by a loop timer at the time
+    given, or by ``release``. ``ours`` says whether the transport may be paused now (still the reader's,
+    and not paused by its own flow control, which resumes it itself); a pause is resumed only by its
+    own valve, so the valve never undoes a pause it did not make."""
+
+    def __init__(self, transport: ReadTransport, ours: Callable[[], bool]) -> None:
+        self._transport = transport
+        self._ours = ours
+        self._timer: asyncio.TimerHandle | None = None
+
+    def hold(self, until: float) -> None:
+        if self._timer is not None or not self._ours() or not self._transport.is_reading():
+            return
+        self._transport.pause_reading()
+        self._timer = asyncio.get_running_loop().call_at(until, self.release)
+
+    def release(self) -> None:
+        if self._timer is None:
+            return
+        self._timer.cancel()
+        self._timer = None
+        if not self._transport.is_closing():
+            self._transport.resume_reading()
+
+
+class ReadTransport(Protocol):
+    """An asyncio transport's reading side."""
+
+    def is_reading(self) -> bool: ...
+
+    def is_closing(self) -> bool: ...
+
+    def pause_reading(self) -> None: ...
+
+    def resume_reading(self) -> None: ...
+
+
 class NetworkStream(Protocol):
     """httpcore's network stream: what one connection reads from."""
 
@@ -148,11 +202,14 @@ async def paced(
     pacing: Pacing = OPENAI_SSE,
     frame: Frame | None = None,
     reads_wait: bool = False,
+    valve: Valve | None = None,
 ) -> AsyncGenerator[bytes, None]:
     """``chunks`` in the same order, regrouped: read at once until the first token has gone by, then at
     most once per interval, each group ending at an event's end. ``reads_wait``: the network reads
-    behind ``chunks`` wait for ``frame`` themselves (httpx: ``paced_network``), so nothing waits here.
-    Cancelling (a client that went away) ends a wait at once."""
+    behind ``chunks`` wait for ``frame`` themselves (httpx: ``paced_network``), so nothing waits here;
+    a ``valve`` (aiohttp) holds the connection's reads from each read to the next frame, so nothing
+    waits here either. Otherwise the wait is here. Cancelling (a client that went away) ends a wait at
+    once; the valve is released whatever ends the stream."""
     frame = frame or pacing.frame()
     source = aiter(chunks)
     if frame.interval_s <= 0:
@@ -161,9 +218,10 @@ async def paced(
         return
     end = len(pacing.boundary)
     held = b""
+    waits = not reads_wait and valve is None
     try:
         while True:
-            if not reads_wait:
+            if waits:
                 await frame.wait()
             try:
                 chunk = await anext(source)
@@ -183,10 +241,14 @@ async def paced(
                 frame.start()  # the first token's read: the next one waits a frame from now
             if whole and pacing.finished(whole):
                 frame.on = False  # only the end is to come: read at once
+            if valve is not None and frame.on:
+                valve.hold(frame.due())  # the kernel keeps what comes until the next frame
             if whole:
                 yield whole
         if held:
             yield held
     finally:
+        if valve is not None:
+            valve.release()
         if isinstance(source, AsyncGenerator):  # closed on the loop, not by the garbage collector
             await source.aclose()

@@ -19,7 +19,8 @@ Both paths are timed the same way on the client (raw httpx, lines split, JSON pa
 Then one line per dialect (``--dialect``; all four unless named): the same replies asked through serve
 in OpenAI's (``/v1/``), Lemonade's (``/api/v1/``), Anthropic's (``/v1/messages``: SSE events of its own)
 and Ollama's (``/api/chat``: NDJSON) words, against the same request sent straight to the engine in
-OpenAI's, paired as above: decode tok/s through / direct, and the TTFT difference over short replies.
+OpenAI's, paired as above: decode tok/s through / direct, the TTFT difference over short replies, and
+the API process's CPU time per token it passed on in that dialect (over the decode replies).
 Anthropic's and Ollama's requests cannot say ``ignore_eos`` or ``cache_prompt``, so their pairs leave
 both out on both paths (the replies, greedy, are the same on both).
 
@@ -319,7 +320,8 @@ async def by_dialect(
     for path in (through, direct):  # warm-up, not counted
         await stream(client, path, PROMPTS[0], 8)
     gaps = [s.ttft_s - d.ttft_s for s, d in await paired(client, through, direct, args.ttft_rounds, 2)]
-    pairs = await paired(client, through, direct, args.rounds, args.tokens)
+    cpu = CpuUse(psutil.Process(served.pid))
+    pairs = await paired(client, through, direct, args.rounds, args.tokens, cpu)
     ratios = [s.decode_tps / d.decode_tps for s, d in pairs]
     low, high = median_interval(ratios)
     gap_low, gap_high = median_interval(gaps)
@@ -329,6 +331,7 @@ async def by_dialect(
         f" {statistics.median(p.tokens for p, _ in pairs)} tokens)"
         f"  TTFT difference {statistics.median(gaps) * 1000:+.2f} ms"
         f" (95% interval {gap_low * 1000:+.2f} to {gap_high * 1000:+.2f}; {args.ttft_rounds} pairs)"
+        f"  the API's CPU per token {cpu.seconds / max(cpu.tokens, 1) * 1e6:.0f} us"
     )
 
 

@@ -3,6 +3,7 @@ child process) on the real llama-server and SmolLM2."""
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import json
 from collections.abc import Iterator
@@ -163,6 +164,63 @@ def test_five_concurrent_requests_are_all_answered(served: Serving) -> None:
     assert len(answers) == 5 and all(answers)
     health = httpx.get(f"{served.url}/api/v1/health", trust_env=False).json()
     assert [m["model_name"] for m in health["all_models_loaded"]] == [MODEL]
+
+
+async def _paced_reply(http: httpx.AsyncClient, i: int, tokens: int) -> int:
+    """One streamed reply through serve, in OpenAI's, Anthropic's or Ollama's words (by ``i``), read to
+    its end; the tokens it brought."""
+    messages = [{"role": "user", "content": f"Count from {i} upwards, one number a line."}]
+    dialect = ("openai", "openai", "anthropic", "ollama")[i % 4]
+    if dialect == "anthropic":
+        body: dict[str, Any] = {"model": MODEL, "messages": messages, "max_tokens": tokens, "stream": True}
+        path = "/v1/messages"
+    elif dialect == "ollama":
+        body = {"model": MODEL, "messages": messages, "options": {"num_predict": tokens}}
+        path = "/api/chat"
+    else:
+        body = {"model": MODEL, "messages": messages, "max_tokens": tokens, "stream": True}
+        body |= {"ignore_eos": True, "stream_options": {"include_usage": True}}
+        path = "/v1/chat/completions"
+    raw = b""
+    async with http.stream("POST", path, json=body) as response:
+        assert response.status_code == 200
+        async for chunk in response.aiter_bytes():
+            raw += chunk
+    lines = [line for line in raw.decode().split("\n") if line.strip()]
+    if dialect == "ollama":
+        last = json.loads(lines[-1])
+        assert last["done"] is True, lines[-1]
+        return int(last["eval_count"])
+    events = [line[6:] for line in lines if line.startswith("data: ")]
+    if dialect == "anthropic":
+        assert json.loads(events[-1])["type"] == "message_stop", events[-1]
+        return int(json.loads(events[-2])["usage"]["output_tokens"])
+    assert events[-1] == "[DONE]", events[-3:]
+    texts = [e for e in events[:-1] if (json.loads(e)["choices"] or [{}])[0].get("delta", {}).get("content")]
+    usage = json.loads(events[-2])["usage"]
+    assert usage["completion_tokens"] == tokens and len(texts) >= tokens - 1  # nothing lost on the way
+    return int(usage["completion_tokens"])
+
+
+def test_eight_concurrent_paced_streams_all_finish_round_after_round(
+    smol_home: None, lemon_home: Path
+) -> None:
+    """The relay reads each stream a frame at a time after its first token (``app.client.pacing``) with
+    its connection's transport held between frames; under 8 concurrent streams on the real engine one
+    was once left waiting for good. Every reply must come whole, in every round."""
+    options = ModelOptions(backend="system", ctx_size=8192, args="--parallel 8")
+    save_model_options({MODEL: options})
+
+    async def rounds(url: str) -> list[list[int]]:
+        timeout = httpx.Timeout(10.0, read=180.0)  # a stream left waiting fails here, not the suite
+        limits = httpx.Limits(max_keepalive_connections=0)
+        async with httpx.AsyncClient(base_url=url, trust_env=False, timeout=timeout, limits=limits) as http:
+            return [await asyncio.gather(*(_paced_reply(http, i, 48) for i in range(8))) for _ in range(3)]
+
+    with serving() as served:
+        got = asyncio.run(rounds(served.url))
+    assert all(len(r) == 8 and all(n > 0 for n in r) for r in got), got
+    assert engines_of(lemon_home) == []
 
 
 def test_a_key_set_and_missing_is_an_authentication_error(smol_home: None) -> None:

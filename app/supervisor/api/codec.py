@@ -89,12 +89,12 @@ async def reply(
         chat["timings_per_token"] = True
     async with openai.engine_call(chat, Route.CHAT, "chat") as call:
         reader = ChatReader(stops)
-        events = cast(AsyncGenerator[ChatEvent | None, None], openai.chat_events(call, reader))
+        events = cast(AsyncGenerator[list[ChatEvent] | None, None], openai.chat_events(call, reader))
         async with contextlib.aclosing(events):
             if headers is not None:
                 return await _stream(request, headers, codec, events, reader)
-            async for event in events:
-                if event is not None:
+            async for batch in events:
+                for event in batch or ():
                     codec.feed(event)
     assert reader.finished is not None  # chat_events raises when a reply does not finish
     return reader.finished
@@ -104,7 +104,7 @@ async def _stream(
     request: web.Request,
     headers: dict[str, str],
     codec: Codec,
-    events: AsyncGenerator[ChatEvent | None, None],
+    events: AsyncGenerator[list[ChatEvent] | None, None],
     reader: ChatReader,
 ) -> web.StreamResponse:
     await anext(events)  # the engine accepted the request: a refusal before this keeps its own status
@@ -112,8 +112,10 @@ async def _stream(
     await response.prepare(request)
     try:
         await response.write(codec.start())
-        async for event in events:
-            if event is not None and (data := codec.feed(event)):
+        async for batch in events:
+            # One write for a read of the engine's stream (a frame's worth after the first token), not
+            # one per event: the write, not the encoding, is what wakes the loop and the client.
+            if batch and (data := b"".join([codec.feed(event) for event in batch])):
                 await response.write(data)
         assert reader.finished is not None
         await response.write(codec.finish(reader.finished))

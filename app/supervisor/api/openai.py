@@ -2,9 +2,11 @@
 
 A generation request is checked, routed by its ``model`` to that model's engine (loaded on demand under
 the router's policy; ``@NAME/MODEL`` to its remote) and sent on; the engine's SSE bytes are passed back
-as they come, unparsed, so the API adds next to nothing per token. ``_Watch`` only looks for the first
-token and for the last events (``timings``, ``usage``) to feed the router's telemetry. A client that
-goes away cancels the handler, which closes the stream to the engine, which stops generating.
+unparsed, a frame's worth at a time after the first token (``app.client.pacing``: one read and one
+write a frame, not one a token), so the API adds next to nothing per token. ``_Watch`` only looks for
+the first token and for the last events (``timings``, ``usage``) to feed the router's telemetry. A client that
+goes away cancels the handler (mid-frame too), which closes the stream to the engine, which stops
+generating.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from aiohttp import web
 
 from app.client.adapters import IMAGE_PARTS, Route
 from app.client.capped import read_upto
-from app.client.pacing import has_text_delta
+from app.client.pacing import OPENAI_SSE, has_text_delta
 from app.core.engine_state import EngineState
 from app.core.errors import LemonDeskError, RequestError
 from app.core.models import Model
@@ -326,10 +328,10 @@ class OpenAIRoutes:
             async with self.router.client(name) as client, held as slot:
                 if slot is not None:
                     body = {**body, "id_slot": slot}
-                # Not paced (``app.client.pacing``) for now: paced, one of 8 concurrent streams through
-                # the relay was left waiting for good on the real llama-server, twice (its engine
-                # connection closed and unread), and once the cause is found it is one argument here.
-                forward = client.forward_stream(route, body, self.relay(), reasoning=reasoning)
+                # A stream is read once a frame after its first token (``app.client.pacing``): not a
+                # wake per token, in every dialect (the others read this stream through chat_events).
+                pacing = OPENAI_SSE if body.get("stream") else None
+                forward = client.forward_stream(route, body, self.relay(), pacing, reasoning=reasoning)
                 stream = cast(AsyncGenerator[bytes, None], forward)
                 async with contextlib.aclosing(stream):
                     yield EngineCall(name, bool(body.get("stream")), stream, watch)
@@ -342,22 +344,25 @@ class OpenAIRoutes:
             if answered or watch.done:
                 self._finished(name, watch)
 
-    async def chat_events(self, call: EngineCall, reader: ChatReader) -> AsyncIterator[ChatEvent | None]:
+    async def chat_events(
+        self, call: EngineCall, reader: ChatReader
+    ) -> AsyncIterator[list[ChatEvent] | None]:
         """A streamed chat call read into the internal events (``app.supervisor.api.chat_events``) for
         the other dialects: first None, once the engine has accepted the request (a dialect can answer
-        its headers then), then the events, until ``reader.finished``; a stream that ends without
-        finishing raises the reason (the engine's crash, when it crashed)."""
+        its headers then), then the events of each read of the engine's stream together (a frame's
+        worth: the dialect writes them in one write), until ``reader.finished``; a stream that ends
+        without finishing raises the reason (the engine's crash, when it crashed)."""
         await anext(call.stream, b"")
         yield None
         with self.router.reply_streaming(call.name):
             async for chunk in call.stream:
                 call.watch.feed(chunk)
-                for event in reader.feed(chunk):
-                    yield event
+                if events := reader.feed(chunk):
+                    yield events
                 if reader.finished is not None:
                     return  # at a stop sequence: the caller's closing the stream stops the engine
-            for event in reader.end():
-                yield event
+            if events := reader.end():
+                yield events
         if reader.finished is None:
             raise await self._cut_short(call.name)
 
