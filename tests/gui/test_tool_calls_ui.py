@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from pytestqt.qtbot import QtBot
 
@@ -16,37 +17,47 @@ from app.core.chat import MessageState
 from app.core.mcp import McpState
 from app.core.tools import ToolOutcome
 from app.store.history import History, StoredMessage
-from app.store.mcp_servers import save_mcp_servers
-from app.store.settings import Settings, save_settings
+from app.store.settings import Settings
 from app.ui.desktop import DesktopApp
 from app.ui.main_window import DEFAULT_SPLIT
 from tests.gui.test_look import SIZE, save, scheme
-from tests.support.mcp_servers import stdio_spec
 from tests.support.standin import make_standin_model
+from tests.support.tool_setup import tool_home
 
 __all__ = ["scheme"]
 WAIT_MS = 60_000
 
 
+def open_with_tools(
+    qtbot: QtBot, desktop: Callable[[], DesktopApp], settings: Settings, folder: Path, **standin: Any
+) -> DesktopApp:
+    """The window on ``tool_home``'s set-up (the test MCP server "files", a stand-in model "user.helper"
+    behaving as ``standin``), once the server is ready, with the model chosen."""
+    home = tool_home(settings, make_standin_model(folder, "helper", **standin), folder)
+    app = desktop()
+    window = app.window
+    qtbot.waitUntil(lambda: [v.state for v in app.bridge.mcp_servers()] == [McpState.READY], timeout=WAIT_MS)
+    qtbot.waitUntil(lambda: window.models.row(home.model) is not None, timeout=WAIT_MS)
+    window.models.select(home.model)
+    return app
+
+
 def test_a_tool_call_asks_runs_and_is_kept_in_light_and_dark(
     qtbot: QtBot, desktop: Callable[[], DesktopApp], standin_settings: Settings, scheme: str, tmp_path: Path
 ) -> None:
-    save_settings(standin_settings)
-    save_mcp_servers({"files": stdio_spec("files", calls=tmp_path / "calls.jsonl")})
     call = {"name": "files__echo", "arguments": json.dumps({"text": "the notes of Tuesday"})}
-    model = make_standin_model(
-        tmp_path, "helper", reply="Let me look that up.", tool_call=call, tool_rounds=1
+    app = open_with_tools(
+        qtbot,
+        desktop,
+        standin_settings,
+        tmp_path,
+        reply="Let me look that up.",
+        tool_call=call,
+        tool_rounds=1,
     )
-    app = desktop()
-    window = app.window
+    window, bridge = app.window, app.bridge
     window.resize(*SIZE)
     window.splitter.setSizes(DEFAULT_SPLIT)
-    bridge = app.bridge
-    qtbot.waitUntil(lambda: [v.state for v in bridge.mcp_servers()] == [McpState.READY], timeout=WAIT_MS)
-    with qtbot.waitSignal(bridge.model_added, timeout=WAIT_MS):
-        window.models.add(str(model))
-    window.options.backend.setCurrentIndex(window.options.backend.findData("system"))
-    window.options.save_button.click()
 
     chat = window.chat
     chat.composer.setPlainText("What did I write on Tuesday?")
@@ -85,17 +96,9 @@ def test_a_tool_call_asks_runs_and_is_kept_in_light_and_dark(
 def test_stop_while_a_call_asks_drops_the_question_and_runs_nothing(
     qtbot: QtBot, desktop: Callable[[], DesktopApp], standin_settings: Settings, tmp_path: Path
 ) -> None:
-    save_settings(standin_settings)
-    save_mcp_servers({"files": stdio_spec("files", calls=tmp_path / "calls.jsonl")})
     call = {"name": "files__echo", "arguments": json.dumps({"text": "x"})}
-    model = make_standin_model(tmp_path, "helper", tokens=2, tool_call=call, tool_rounds=1)
-    app = desktop()
+    app = open_with_tools(qtbot, desktop, standin_settings, tmp_path, tokens=2, tool_call=call, tool_rounds=1)
     bridge, window = app.bridge, app.window
-    qtbot.waitUntil(lambda: [v.state for v in bridge.mcp_servers()] == [McpState.READY], timeout=WAIT_MS)
-    with qtbot.waitSignal(bridge.model_added, timeout=WAIT_MS):
-        window.models.add(str(model))
-    window.options.backend.setCurrentIndex(window.options.backend.findData("system"))
-    window.options.save_button.click()
     chat = window.chat
     chat.composer.setPlainText("go")
     with qtbot.waitSignal(bridge.tool_permission, timeout=WAIT_MS) as asked:
@@ -112,18 +115,11 @@ def test_stop_while_a_call_asks_drops_the_question_and_runs_nothing(
 def test_a_chat_can_leave_a_servers_tools_out(
     qtbot: QtBot, desktop: Callable[[], DesktopApp], standin_settings: Settings, tmp_path: Path
 ) -> None:
-    save_settings(standin_settings)
-    save_mcp_servers({"files": stdio_spec("files", calls=tmp_path / "calls.jsonl")})
     call = {"name": "files__echo", "arguments": json.dumps({"text": "x"})}
-    model = make_standin_model(tmp_path, "helper", tokens=2, tool_call=call, tool_rounds=1)
-    app = desktop()
+    app = open_with_tools(qtbot, desktop, standin_settings, tmp_path, tokens=2, tool_call=call, tool_rounds=1)
     bridge, window = app.bridge, app.window
     chat = window.chat
     qtbot.waitUntil(lambda: chat.tools_button.text() == "Tools: 1 of 1", timeout=WAIT_MS)
-    with qtbot.waitSignal(bridge.model_added, timeout=WAIT_MS):
-        window.models.add(str(model))
-    window.options.backend.setCurrentIndex(window.options.backend.findData("system"))
-    window.options.save_button.click()
     [files] = chat.tools_menu.actions()
     files.setChecked(False)  # this chat only
     assert chat.tools_button.text() == "Tools: 0 of 1" and chat.chosen_servers() == []
@@ -155,17 +151,9 @@ def test_each_tool_call_is_saved_as_it_ends_not_only_with_the_reply(
 ) -> None:
     """A crash mid-reply keeps the calls that ran: the first round's call is in the history while the
     second round's question still waits (the reply has not ended)."""
-    save_settings(standin_settings)
-    save_mcp_servers({"files": stdio_spec("files", calls=tmp_path / "calls.jsonl")})
     call = {"name": "files__echo", "arguments": json.dumps({"text": "x"})}
-    model = make_standin_model(tmp_path, "helper", tokens=2, tool_call=call, tool_rounds=2)
-    app = desktop()
+    app = open_with_tools(qtbot, desktop, standin_settings, tmp_path, tokens=2, tool_call=call, tool_rounds=2)
     bridge, window = app.bridge, app.window
-    qtbot.waitUntil(lambda: [v.state for v in bridge.mcp_servers()] == [McpState.READY], timeout=WAIT_MS)
-    with qtbot.waitSignal(bridge.model_added, timeout=WAIT_MS):
-        window.models.add(str(model))
-    window.options.backend.setCurrentIndex(window.options.backend.findData("system"))
-    window.options.save_button.click()
     chat = window.chat
     chat.composer.setPlainText("go")
     with qtbot.waitSignal(bridge.tool_permission, timeout=WAIT_MS) as first:
@@ -187,19 +175,14 @@ def test_each_tool_call_is_saved_as_it_ends_not_only_with_the_reply(
 def test_a_model_that_takes_no_tools_is_offered_none_and_its_reply_says_why(
     qtbot: QtBot, desktop: Callable[[], DesktopApp], standin_settings: Settings, tmp_path: Path
 ) -> None:
-    save_settings(standin_settings)
-    save_mcp_servers({"files": stdio_spec("files", calls=tmp_path / "calls.jsonl")})
     call = {"name": "files__echo", "arguments": json.dumps({"text": "x"})}
     caps = {"supports_tools": False, "supports_tool_calls": False}
-    model = make_standin_model(tmp_path, "helper", tokens=2, tool_call=call, template_caps=caps)
-    app = desktop()
+    app = open_with_tools(
+        qtbot, desktop, standin_settings, tmp_path, tokens=2, tool_call=call, template_caps=caps
+    )
     bridge, window = app.bridge, app.window
     chat = window.chat
     qtbot.waitUntil(lambda: chat.tools_button.text() == "Tools: 1 of 1", timeout=WAIT_MS)
-    with qtbot.waitSignal(bridge.model_added, timeout=WAIT_MS):
-        window.models.add(str(model))
-    window.options.backend.setCurrentIndex(window.options.backend.findData("system"))
-    window.options.save_button.click()
     asked: list[object] = []
     bridge.tool_permission.connect(asked.append)
     chat.composer.setPlainText("go")

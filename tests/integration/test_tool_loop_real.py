@@ -20,14 +20,10 @@ import pytest
 
 from app.client.events import ChatDelta, ChatDone
 from app.core.tools import Permission, ToolCallFinished, ToolOutcome, ToolRequest, ToolsWithheld
-from app.store.library import Library
-from app.store.model_options import ModelOptions, save_model_options
-from app.store.settings import Settings
 from app.supervisor.router import Router
-from tests.conftest import profile_path
 from tests.integration.conftest import engines_of
-from tests.support.mcp_servers import stdio_spec
 from tests.support.tool_calls import QUESTION, TEMPLATE_ARGS, forced_call
+from tests.support.tool_setup import real_engine_settings, tool_home
 
 pytestmark = pytest.mark.integration
 MODEL = "user.smol"
@@ -36,11 +32,10 @@ MODEL = "user.smol"
 def test_a_real_call_runs_on_a_real_mcp_server_and_the_model_answers_its_result_in_text(
     llama_dir: Path, smol_gguf: Path, lemon_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("LEMON_DESK_MOCK_HARDWARE", str(profile_path("cpu_only_x86")))
-    monkeypatch.setenv("LD_LIBRARY_PATH", str(llama_dir))
-    settings = Settings(llama_server_path=str(llama_dir / "llama-server"), tool_rounds=1)
-    Library(settings).import_path(smol_gguf, name=MODEL)
-    save_model_options({MODEL: ModelOptions(backend="system", ctx_size=4096, args=TEMPLATE_ARGS)})
+    settings = real_engine_settings(llama_dir, monkeypatch, tool_rounds=1)
+    home = tool_home(
+        settings, smol_gguf, tmp_path, name=MODEL, server="weather", args=TEMPLATE_ARGS, ctx_size=4096
+    )
     asked: list[ToolRequest] = []
 
     async def ask(request: ToolRequest) -> Permission:
@@ -49,9 +44,8 @@ def test_a_real_call_runs_on_a_real_mcp_server_and_the_model_answers_its_result_
 
     async def go() -> list[Any]:
         async with Router(settings) as router:
-            await router.mcp.put(stdio_spec("weather", calls=tmp_path / "calls.jsonl"))
             router.mcp.start()
-            assert await router.mcp.wait_ready(["weather"], 120)
+            assert await router.mcp.wait_ready([home.server], 120)
             forced = forced_call()
             # The call is forced in the first round only; the round after the tool ran goes as asked.
             first = {k: forced[k] for k in ("tool_choice", "logit_bias")}
@@ -63,7 +57,7 @@ def test_a_real_call_runs_on_a_real_mcp_server_and_the_model_answers_its_result_
     assert [(r.server, r.tool, r.arguments) for r in asked] == [("weather", "get_weather", {"city": "Paris"})]
     finished = [e for e in events if isinstance(e, ToolCallFinished)]
     assert [(f.outcome, f.result) for f in finished] == [(ToolOutcome.OK, "Sunny, 20 degrees Celsius.")]
-    calls = [json.loads(line) for line in (tmp_path / "calls.jsonl").read_text().splitlines()]
+    calls = [json.loads(line) for line in home.calls.read_text().splitlines()]
     assert calls == [{"tool": "get_weather", "arguments": {"city": "Paris"}}]
     # The engine took the call and its result back (a second request, its prompt the first's, cached,
     # and the new messages), unforced, and answered in text.
@@ -82,11 +76,8 @@ def test_a_model_whose_own_template_takes_no_tools_is_offered_none_and_the_reply
     """SmolLM2's own chat template describes no tools: the real llama-server's ``/props`` says
     ``supports_tools: false``, so the loop offers none (the engine would have taken them and put them
     in a prompt the model never learned), says why, and the reply comes in text."""
-    monkeypatch.setenv("LEMON_DESK_MOCK_HARDWARE", str(profile_path("cpu_only_x86")))
-    monkeypatch.setenv("LD_LIBRARY_PATH", str(llama_dir))
-    settings = Settings(llama_server_path=str(llama_dir / "llama-server"))
-    Library(settings).import_path(smol_gguf, name=MODEL)
-    save_model_options({MODEL: ModelOptions(backend="system", ctx_size=2048)})
+    settings = real_engine_settings(llama_dir, monkeypatch)
+    home = tool_home(settings, smol_gguf, tmp_path, name=MODEL, server="weather", ctx_size=2048)
     asked: list[ToolRequest] = []
 
     async def ask(request: ToolRequest) -> Permission:
@@ -95,9 +86,8 @@ def test_a_model_whose_own_template_takes_no_tools_is_offered_none_and_the_reply
 
     async def go() -> list[Any]:
         async with Router(settings) as router:
-            await router.mcp.put(stdio_spec("weather", calls=tmp_path / "calls.jsonl"))
             router.mcp.start()
-            assert await router.mcp.wait_ready(["weather"], 120)
+            assert await router.mcp.wait_ready([home.server], 120)
             params = {"max_tokens": 8, "temperature": 0}
             return [e async for e in router.chat_with_tools(MODEL, QUESTION, ask=ask, **params)]
 
@@ -105,7 +95,7 @@ def test_a_model_whose_own_template_takes_no_tools_is_offered_none_and_the_reply
     withheld = events[0]
     assert isinstance(withheld, ToolsWithheld)
     assert withheld.why.startswith(f"No tools for {MODEL}: its chat template does not take tools.")
-    assert asked == [] and not (tmp_path / "calls.jsonl").exists()
+    assert asked == [] and not home.calls.exists()
     done = events[-1]
     assert isinstance(done, ChatDone) and done.tool_calls == () and done.telemetry.completion_tokens > 0
     assert engines_of(lemon_home) == []

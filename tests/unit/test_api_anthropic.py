@@ -11,8 +11,11 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
 from app.store.settings import Settings
+from app.supervisor.api.anthropic import chat_body
+from app.supervisor.api.errors import ApiError
 from app.supervisor.router import RequestFinished, RequestSource, Router, RouterEvent
 from tests.support.standin import control
 from tests.unit.test_api import models, run_api
@@ -298,3 +301,16 @@ def test_an_engine_crash_mid_stream_ends_with_an_error_event_in_each_dialect(
     assert "message_stop" not in "".join(anthropic_lines)
     last = json.loads(ollama_lines[-1])
     assert set(last) == {"error"} and said.search(last["error"])
+
+
+def test_llama_cpps_sampling_extras_go_on_to_the_engine_and_other_fields_do_not() -> None:
+    """What a client puts in the anthropic package's ``extra_body`` for the engine (a logit bias, min_p,
+    a seed) reaches the OpenAI body; a field of neither API does not, and a bias of the wrong type is
+    refused."""
+    extras = {"logit_bias": {"<tool_call>": 100, "2": 100}, "min_p": 0.1, "seed": 7, "repeat_penalty": 1.1}
+    ask = {"model": "m", "max_tokens": 5, "messages": HI, "container": "x", **extras}
+    chat, _ = chat_body(ask)
+    assert {k: chat[k] for k in extras} == extras and "container" not in chat
+    with pytest.raises(ApiError) as refused:
+        chat_body({**ask, "logit_bias": "<tool_call>"})
+    assert refused.value.status == 400 and "'logit_bias'" in refused.value.message

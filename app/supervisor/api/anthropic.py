@@ -9,8 +9,10 @@ Request fields: ``system`` (a string or text blocks), ``messages`` (text, image,
 ``max_tokens`` (required, as Anthropic requires it), ``stop_sequences``, ``temperature``, ``top_p``,
 ``top_k``, ``tools`` (custom tools; Anthropic's server tools cannot run here: a 400), ``tool_choice``,
 ``thinking`` (``enabled`` / ``disabled``: the chat template's ``enable_thinking``), ``metadata``
-(accepted, unused). Other fields are ignored, as on the OpenAI routes. The key comes as ``x-api-key``
-or as a bearer token; ``anthropic-version`` is accepted whatever it says.
+(accepted, unused). Beyond Anthropic's fields, llama.cpp's sampling extras (``ENGINE_SAMPLING``: what a
+client sends through the ``anthropic`` package's ``extra_body``) go on to the engine as the OpenAI
+routes pass them; llama-server's own ``/v1/messages`` drops them. Other fields are ignored. The key
+comes as ``x-api-key`` or as a bearer token; ``anthropic-version`` is accepted whatever it says.
 
 Errors take Anthropic's shape, ``{"type": "error", "error": {"type", "message"}}``, and its statuses:
 a model that cannot run now (an engine that failed, a remote away) is 529 ``overloaded_error``, a
@@ -58,6 +60,8 @@ ERROR_TYPES = {
     500: "api_error",
     529: "overloaded_error",
 }
+# llama.cpp's sampling fields that Anthropic has no name for, passed on as given (the engine checks them).
+ENGINE_SAMPLING = ("logit_bias", "min_p", "repeat_penalty", "presence_penalty", "frequency_penalty", "seed")
 STOP_REASONS = {
     Finish.STOP: "end_turn",
     Finish.LENGTH: "max_tokens",
@@ -248,9 +252,11 @@ def chat_body(body: dict[str, Any], *, counting: bool = False) -> tuple[dict[str
         if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
             raise bad_request("'max_tokens' must be a whole number of at least 1.")
         chat.update(max_tokens=limit, stream=True, stream_options={"include_usage": True})
-    for field in ("temperature", "top_p", "top_k"):
+    for field in ("temperature", "top_p", "top_k", *ENGINE_SAMPLING):
         if body.get(field) is not None:
             chat[field] = body[field]
+    if not isinstance(body.get("logit_bias"), dict | list | None):
+        raise bad_request("'logit_bias' must be an object of token (or text) to bias, or a list of pairs.")
     stops = optional(body, "stop_sequences", "list") or []
     if not all(isinstance(s, str) for s in stops):
         raise bad_request("'stop_sequences' must be a list of strings.")
