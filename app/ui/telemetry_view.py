@@ -372,18 +372,10 @@ class TelemetryView(QWidget):
         """A chart's title, with a line for each origin or process and its latest figure, or the note
         that says why there is no chart: set at once, so that the charts are laid out before the
         slices draw them (a chart drawn and then resized would be drawn again)."""
-        chart, plot, note, box = (
-            self.charts[key],
-            self._plots[key],
-            self._missing_labels[key],
-            self._title_boxes[key],
-        )
+        chart, note, box = self.charts[key], self._missing_labels[key], self._title_boxes[key]
         note.setText(chart.missing)
-        for widget, shown in (
-            (note, bool(chart.missing)),
-            (plot, not chart.missing),
-            (box, not chart.missing),
-        ):
+        drawn = not chart.missing
+        for widget, shown in ((note, not drawn), (self._plots[key], drawn), (box, drawn)):
             if widget.isVisibleTo(self) != shown:
                 widget.setVisible(shown)
         if chart.missing:
