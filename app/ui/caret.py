@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import time
 
+import shiboken6
 from PySide6.QtCore import QEvent, QObject
 from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import QAbstractScrollArea, QApplication, QWidget
@@ -52,17 +53,14 @@ class CaretBlink(QObject):
 
     def _focus_changed(self, _old: QWidget | None, new: QWidget | None) -> None:
         for widget in self._watched:
-            widget.removeEventFilter(self)
+            if shiboken6.isValid(widget):  # a widget deleted while it had the focus is gone already
+                widget.removeEventFilter(self)
         # A text edit's caret is painted on its viewport, and its input comes to the edit itself.
         viewport = new.viewport() if isinstance(new, QAbstractScrollArea) else None
         self._watched = [w for w in (new, viewport) if w is not None]
         for widget in self._watched:
             widget.installEventFilter(self)
-            widget.destroyed.connect(self._gone)
         self._input()
-
-    def _gone(self, gone: QObject) -> None:
-        self._watched = [w for w in self._watched if w is not gone]
 
     def eventFilter(self, watched: QObject, event: QEvent) -> bool:
         kind = event.type()
