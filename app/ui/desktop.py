@@ -33,6 +33,7 @@ from app.store.model_options import ModelOptions
 from app.store.paths import home
 from app.store.settings import Settings, load_settings
 from app.ui.boxes import Button, open_box
+from app.ui.caret import CaretBlink
 from app.ui.first_run import FirstRun
 from app.ui.main_window import MainWindow
 from app.ui.model_manager import BUSY
@@ -90,6 +91,7 @@ class DesktopApp(QObject):
         self.settings: Settings = loaded.settings
         icon = app_icon()
         qapp.setWindowIcon(icon)
+        self.caret = CaretBlink(qapp, self)  # a caret that blinks on in a window left alone repaints it
         self.window = MainWindow(icon)
         self.tray = Tray(icon, self)
         self.tray.show()

@@ -73,6 +73,7 @@ class MainWindow(QMainWindow):
         self.side.addTab(self.options, "Options")
         self.side.addTab(self.logs, "Logs")
         self.telemetry = TelemetryView(self)
+        self.minimized_changed.connect(self.telemetry.set_minimized)
         self.side.addTab(self.telemetry, "Telemetry")
         self.downloads = DownloadsPanel(self)
         self.side.addTab(self.downloads, "Downloads")

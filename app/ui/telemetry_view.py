@@ -9,17 +9,24 @@ not at start-up. Charts are redrawn at most once a second, one per slice (``SLIC
 token path: a reply streaming into the chat never waits for them.
 
 Only what changed on screen is drawn again: a sample adds points to CPU and RAM (and to GPU and VRAM
-where the machine has them), and the time window all charts share moves in steps of ``WINDOW_STEP_S``
-rather than with every sample (30 s is 5 px of a 300 px chart), so the per-reply charts and the time
-axes are drawn again twice a minute, not every second. A line is handed to pyqtgraph again only when a
-new point moves a pixel (``_Drawn``): a 30-minute chart a few hundred pixels wide holds several seconds
-a pixel, and an idle machine's figures stay on the same pixel row, so most samples change no pixel of
-the curves. Titles and their latest figures are QLabels above the charts: set once a sample, they
-repaint only themselves, never a chart (a pyqtgraph title is part of the chart's layout). The axes are
+where the machine has them), and the time window all charts share is always the last 30 minutes, moved
+in steps of ``WINDOW_STEP_S`` rather than with every sample (30 s is 5 px of a 300 px chart), so the
+per-reply charts and the time axes are drawn again twice a minute, not every second. A line is handed
+to pyqtgraph again only when a new point moves a pixel (``_Drawn``): a 30-minute chart a few hundred
+pixels wide holds several seconds a pixel (a window as wide as the data, minutes after start, held a
+fraction of a second, and every sample moved the line), and an idle machine's figures stay on the same
+pixel row, so most samples change no pixel of the curves. Titles with their latest figures and the
+"Now" line are QLabels set once a sample, each in a box of its own without a layout (``_Steady``): a
+label's new text asks its parent's layout to run, and that ran up through the tab, the splitter and
+the window's layout (with an animation object for the central widget) every second; in its box it
+stops there and repaints only the label, never a chart. The box keeps the height its text needed at
+its width, so a figure a digit wider that wraps a line sooner does not make the page jump. The axes are
 cached as pixmaps (unchanged, an axis replayed the text of its tick labels on every paint), and lines
 are 1 px wide, which Qt draws without a stroker (at 1.5 px a chart's paint cost about three times as
 much). A sample costs the UI thread about 3.5 ms of
-CPU instead of 20, and the longest chart paint about 2 ms instead of 4.
+CPU instead of 20, and the longest chart paint about 2 ms instead of 4. Nothing runs while the tab is
+hidden or its window minimized: no sampling (the desktop stops it) and no timer (the slicer stops,
+and what came meanwhile is drawn when the tab is back on screen).
 """
 
 from __future__ import annotations
@@ -33,8 +40,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import QPoint, QRect, Qt, QTimer, Signal
-from PySide6.QtGui import QGuiApplication, QHideEvent, QPalette, QShowEvent
-from PySide6.QtWidgets import QGraphicsItem, QLabel, QScrollArea, QVBoxLayout, QWidget
+from PySide6.QtGui import QGuiApplication, QHideEvent, QPalette, QResizeEvent, QShowEvent
+from PySide6.QtWidgets import QGraphicsItem, QLabel, QScrollArea, QSizePolicy, QVBoxLayout, QWidget
 
 from app.core.runcard import RunCard, dialect_label
 from app.core.units import GB
@@ -96,6 +103,46 @@ class ChartData:
         return sum(len(s.xs) for s in self.series.values())
 
 
+class _Steady(QWidget):
+    """A label in a box without a layout: a new text lays out nothing but the box (see the module
+    docstring). The box is as high as the text needs at its width, and no lower than it has been at
+    that width. Working out a rich text's height costs about half a millisecond, so it is done only for
+    a text of other lines or longer than any fitted at this width: the same lines with other figures
+    need no more room than the longest before them."""
+
+    def __init__(self, parent: QWidget, word_wrap: bool) -> None:
+        super().__init__(parent)
+        self.label = QLabel(self)
+        self.label.setWordWrap(word_wrap)
+        self.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Fixed)
+        self.setFixedHeight(0)
+        self._fitted = (-1, -1)  # the lines and the length of the longest text fitted at this width
+
+    def set_text(self, text: str) -> None:
+        if self.label.text() == text:
+            return
+        self.label.setText(text)
+        lines, longest = self._fitted
+        if text.count("<br>") != lines or len(text) > longest:
+            self._fit(grow_only=True)
+
+    def _fit(self, grow_only: bool) -> None:
+        label, text = self.label, self.label.text()
+        needed = label.heightForWidth(self.width()) if label.wordWrap() else -1
+        needed = needed if needed >= 0 else label.sizeHint().height()
+        if needed > self.height() or (not grow_only and needed != self.height()):
+            self.setFixedHeight(needed)
+        lines, longest = self._fitted
+        same_lines = text.count("<br>") == lines and grow_only
+        self._fitted = (text.count("<br>"), max(longest, len(text)) if same_lines else len(text))
+
+    def resizeEvent(self, event: QResizeEvent) -> None:
+        super().resizeEvent(event)
+        self.label.setGeometry(self.rect())
+        if event.size().width() != event.oldSize().width():
+            self._fit(grow_only=False)
+
+
 class TelemetryView(QWidget):
     watching_changed = Signal(bool)  # on screen or not: sample only while it is
 
@@ -118,20 +165,23 @@ class TelemetryView(QWidget):
         self._drawn: dict[tuple[str, str], tuple[int, float]] = {}  # a curve's points and last time
         self._shown: dict[tuple[str, str], _Drawn] = {}  # a line's pixels as drawn
         self._title_labels: dict[str, QLabel] = {}
+        self._title_boxes: dict[str, _Steady] = {}
+        self._minimized = False  # the window is: nothing is drawn, as while the tab is hidden
         self._axes: dict[str, tuple[float, ...]] = {}  # each chart's view and size as last set
         self._slicer = QTimer(self)
         self._slicer.setInterval(SLICE_MS)
         self._slicer.timeout.connect(self._draw_next)
         self.samples = 0
         self.requests = 0
+        self.curve_updates = 0  # lines handed to pyqtgraph again
 
         self.note = QLabel(
             "Sampled once a second while this tab is shown. Replies are plotted when they finish.", self
         )
         self.note.setWordWrap(True)
         self.note.setStyleSheet(f"color: {current_theme().muted}; font-size: 11px;")
-        self.summary = QLabel("", self)
-        self.summary.setWordWrap(True)
+        self.summary_box = _Steady(self, word_wrap=True)  # "Now": one height, whatever its figures
+        self.summary = self.summary_box.label
         self.api_replies: deque[tuple[float, RunCard]] = deque(maxlen=API_REPLIES_SHOWN)
         self.last_api = QLabel("", self)  # the last replies the local API gave, by dialect
         self.last_api.setWordWrap(True)
@@ -149,7 +199,7 @@ class TelemetryView(QWidget):
         layout = QVBoxLayout(self)
         layout.setContentsMargins(8, 6, 8, 8)
         layout.addWidget(self.note)
-        layout.addWidget(self.summary)
+        layout.addWidget(self.summary_box)
         layout.addWidget(self.last_api)
         layout.addWidget(scroll, 1)
 
@@ -166,6 +216,17 @@ class TelemetryView(QWidget):
         super().hideEvent(event)
         self._slicer.stop()
         self.watching_changed.emit(False)
+
+    def set_minimized(self, minimized: bool) -> None:
+        """The window was minimized (nothing is drawn, no timer runs) or brought back (all is drawn)."""
+        self._minimized = minimized
+        if minimized:
+            self._slicer.stop()
+        else:
+            self._redraw(set(self.charts))
+
+    def on_screen(self) -> bool:
+        return self.isVisible() and not self._minimized
 
     def built(self) -> bool:
         return bool(self._plots)
@@ -247,7 +308,7 @@ class TelemetryView(QWidget):
             f"{html.escape(e.model)}: CPU {_percent(e.cpu_percent)} of one core · {e.rss_bytes / GB:.2f} GB"
             for e in s.engines
         )
-        self.summary.setText(
+        self.summary_box.set_text(
             f"<b>Now</b> — machine: CPU {s.cpu_percent:.0f}% · RAM {s.memory_used / GB:.1f} of "
             f"{s.memory_total / GB:.1f} GB<br>GPU {gpu} · VRAM {vram}<br>"
             + (engines or "No engine is running.")
@@ -274,21 +335,24 @@ class TelemetryView(QWidget):
             plot.setMenuEnabled(False)
             plot.showGrid(x=False, y=True, alpha=0.25)
             plot.getPlotItem().vb.setLimits(yMin=0)
+            # Resized (the left axis fits its width to its labels when painted): its pixels are others.
+            plot.getPlotItem().vb.sigResized.connect(lambda _box, k=key: self._redraw({k}))
             for side in ("left", "bottom"):  # kept as pixmaps: drawn again only when their range moves
                 plot.getAxis(side).setCacheMode(QGraphicsItem.CacheMode.DeviceCoordinateCache)
             # Of a fixed height (its two lines, the title and the legend): a label whose height followed
             # its text would lay the charts out again, and pyqtgraph draws a resized chart from scratch.
-            title = QLabel(f"<b>{chart.title}</b> ({chart.unit})<br>&nbsp;", self.body)
-            title.setStyleSheet("font-size: 9pt;")
-            title.setFixedHeight(title.sizeHint().height())
+            box = _Steady(self.body, word_wrap=False)
+            box.label.setStyleSheet("font-size: 9pt;")
+            box.set_text(f"<b>{chart.title}</b> ({chart.unit})<br>&nbsp;")
             missing = QLabel("", self.body)
             missing.setAlignment(Qt.AlignmentFlag.AlignCenter)
             missing.setStyleSheet(f"color: {current_theme().muted}; padding: 8px;")
             missing.hide()
-            self.charts_layout.addWidget(title)
+            self.charts_layout.addWidget(box)
             self.charts_layout.addWidget(plot)
             self.charts_layout.addWidget(missing)
-            self._title_labels[key] = title
+            self._title_boxes[key] = box
+            self._title_labels[key] = box.label
             self._plots[key] = plot
             self._missing_labels[key] = missing
         self.charts_layout.addStretch(1)
@@ -302,14 +366,39 @@ class TelemetryView(QWidget):
         self._redraw(keys)
 
     def _redraw(self, keys: set[str]) -> None:
-        """Queue ``keys`` for drawing: one chart per ``SLICE_MS``, so that no turn of the event loop
-        pays for more than one chart's update and paint (a reply may be streaming meanwhile)."""
+        """Queue ``keys`` for drawing: their titles now, their curves one chart per ``SLICE_MS``, so that
+        no turn of the event loop pays for more than one chart's update and paint (a reply may be
+        streaming meanwhile)."""
         self._dirty |= keys
-        if self._plots and self.isVisible() and self._dirty and not self._slicer.isActive():
+        if not (self._plots and self.on_screen()):
+            return
+        for key in keys:
+            self._set_title(key)
+        if self._dirty and not self._slicer.isActive():
             self._slicer.start()
 
+    def _set_title(self, key: str) -> None:
+        """A chart's title, with a line for each origin or process and its latest figure, or the note
+        that says why there is no chart: set at once, so that the charts are laid out before the
+        slices draw them (a chart drawn and then resized would be drawn again)."""
+        chart, note, box = self.charts[key], self._missing_labels[key], self._title_boxes[key]
+        note.setText(chart.missing)
+        drawn = not chart.missing
+        for widget, shown in ((note, not drawn), (self._plots[key], drawn), (box, drawn)):
+            if widget.isVisibleTo(self) != shown:
+                widget.setVisible(shown)
+        if chart.missing:
+            return
+        names = []
+        for index, (name, series) in enumerate(chart.series.items()):
+            colour = COLOURS[index % len(COLOURS)]
+            latest = f" {series.ys[-1]:,.{_digits(chart.unit)}f}" if series.ys else ""
+            names.append(f"<span style='color: {colour};'>■ {html.escape(name)}{latest}</span>")
+        legend = "<br>" + " &nbsp; ".join(names)  # per reply: a line for each origin (chat, each dialect)
+        self._title_boxes[key].set_text(f"<b>{html.escape(chart.title)}</b> ({chart.unit}){legend}")
+
     def _draw_next(self) -> None:
-        visible = self._plots and self.isVisible()
+        visible = self._plots and self.on_screen()
         while visible and self._dirty:
             key = next(k for k in self.charts if k in self._dirty)
             self._dirty.discard(key)
@@ -321,31 +410,13 @@ class TelemetryView(QWidget):
         """Bring one chart up to date; False when there was nothing to paint (scrolled out of view, or
         no pixel of it changed)."""
         chart, plot = self.charts[key], self._plots[key]
-        label, title_label = self._missing_labels[key], self._title_labels[key]
         if chart.missing:
-            plot.hide()
-            title_label.hide()
-            label.setText(chart.missing)
-            label.show()
-            return True
-        label.hide()
-        plot.show()
-        title_label.show()
+            return False  # its note is shown instead (``_set_title``)
         viewport = self.chart_scroll.viewport()
         if not QRect(plot.mapTo(viewport, QPoint(0, 0)), plot.size()).intersects(viewport.rect()):
             return False  # scrolled out of view: drawn when scrolled back
         per_reply = key in PER_REPLY
-        names = []
-        top = 0.0
-        for index, (name, series) in enumerate(chart.series.items()):
-            top = max(top, max(series.ys, default=0.0))
-            colour = COLOURS[index % len(COLOURS)]
-            latest = f" {series.ys[-1]:,.{_digits(chart.unit)}f}" if series.ys else ""
-            names.append(f"<span style='color: {colour};'>■ {html.escape(name)}{latest}</span>")
-        legend = "<br>" + " &nbsp; ".join(names)  # per reply: a line for each origin (chat, each dialect)
-        title = f"<b>{html.escape(chart.title)}</b> ({chart.unit}){legend}"
-        if title_label.text() != title:
-            title_label.setText(title)
+        top = max((max(series.ys, default=0.0) for series in chart.series.values()), default=0.0)
         # From zero (no made-up swings), to a round number that changes rarely: an axis whose range
         # moves is drawn again from scratch.
         y_top = _nice(top * 1.1)
@@ -370,6 +441,7 @@ class TelemetryView(QWidget):
                 continue
             self._drawn[(key, name)] = drawn
             curve.setData(list(series.xs), list(series.ys))
+            self.curve_updates += 1
             if not per_reply and series.xs:
                 self._shown[(key, name)] = self._pixels(series, axes)
             painted = True
@@ -429,14 +501,15 @@ class TelemetryView(QWidget):
         return False
 
     def _span(self) -> tuple[float, float] | None:
-        """The times of all the data, widened to whole ``WINDOW_STEP_S``: the window moves once a
-        step, not with every sample, so the charts whose data did not change are left as drawn."""
-        starts = [s.xs[0] for c in self.charts.values() for s in c.series.values() if s.xs]
+        """The 30 minutes up to the latest point, their end rounded up to a whole ``WINDOW_STEP_S``: the
+        window moves once a step, not with every sample, so the charts whose data did not change are
+        left as drawn, and it is always 30 minutes wide, so a pixel holds as many seconds from the
+        first minute on."""
         ends = [s.xs[-1] for c in self.charts.values() for s in c.series.values() if s.xs]
-        if not starts:
+        if not ends:
             return None
-        step = WINDOW_STEP_S
-        return math.floor(min(starts) / step) * step, (math.floor(max(ends) / step) + 1) * step
+        end = (math.floor(max(ends) / WINDOW_STEP_S) + 1) * WINDOW_STEP_S
+        return end - WINDOW_S, end
 
 
 def _nice(value: float) -> float:

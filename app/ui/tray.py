@@ -65,6 +65,7 @@ class Tray(QObject):
         self._pinned: frozenset[str] = frozenset()
         self._remote: list[str] = []  # remote models a load can go to, @NAME/MODEL
         self._remote_loaded: set[str] = set()
+        self._menus_show: tuple[object, ...] = ()  # what the Load, Unload and Pin menus were built for
         self.set_models([], set())
 
     @staticmethod
@@ -128,7 +129,13 @@ class Tray(QObject):
             self.welcome_requested.emit(self._welcome_model)
 
     def set_models(self, names: list[str], loaded: set[str], pinned: frozenset[str] = frozenset()) -> None:
-        """The models that can be loaded (downloaded ones), those loaded now and those pinned (checked)."""
+        """The models that can be loaded (downloaded ones), those loaded now and those pinned (checked).
+        The menus are built again only when what they show changed: the window passes its rows on every
+        change of any model's status, most of which the tray does not show."""
+        shown = (list(names), set(loaded), frozenset(pinned), list(self._remote), set(self._remote_loaded))
+        if shown == self._menus_show:
+            return
+        self._menus_show = shown
         self.pin_menu.clear()
         for name in names:
             pin = self.pin_menu.addAction(name)

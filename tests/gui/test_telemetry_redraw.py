@@ -1,12 +1,18 @@
 """The Telemetry tab draws again only what changed on screen: a sample whose points land on pixels the
-curve already covers leaves the curve as it was drawn (its title still shows the latest figure), one
-that moves a pixel hands the curve its points again, and nothing is drawn while the tab is hidden."""
+curve already covers leaves the curve as it was drawn and paints no chart (its title still shows the
+latest figure), one that moves a pixel hands the curve its points again; a minute of an idle machine
+draws a line about once a pixel, not once a sample; a new figure lays out nothing; and nothing is drawn,
+and no timer runs, while the tab is hidden or its window minimized."""
 
 from __future__ import annotations
 
+from collections import Counter
+
+from PySide6.QtCore import QEvent, QObject, QTimer
 from pytestqt.qtbot import QtBot
 
 from app.supervisor.sampler import EngineNow, SystemSample
+from app.ui.main_window import MainWindow
 from app.ui.telemetry_view import SYSTEM, TelemetryView
 
 START = 1_800_000_000.0
@@ -24,15 +30,56 @@ def drawn_points(view: TelemetryView, chart: str, series: str) -> int:
     return 0 if xs is None else len(xs)
 
 
-def shown_view(qtbot: QtBot) -> TelemetryView:
+class Events(QObject):
+    """Counts the events of the kinds asked for that reach the objects it watches, by object."""
+
+    def __init__(self, kinds: tuple[QEvent.Type, ...]) -> None:
+        super().__init__()
+        self.kinds = kinds
+        self.counts: Counter[tuple[str, QEvent.Type]] = Counter()
+
+    def watch(self, name: str, target: QObject) -> None:
+        target.setObjectName(name)
+        target.installEventFilter(self)
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:
+        if event.type() in self.kinds:
+            self.counts[(watched.objectName(), event.type())] += 1
+        return False
+
+    def total(self, kind: QEvent.Type) -> int:
+        return sum(n for (_name, k), n in self.counts.items() if k == kind)
+
+
+def chart_paints(view: TelemetryView) -> Events:
+    """Counts the paints of every chart (a chart's picture is its viewport's)."""
+    paints = Events((QEvent.Type.Paint,))
+    for key, plot in view._plots.items():
+        paints.watch(key, plot.viewport())
+    return paints
+
+
+def settled(view: TelemetryView) -> bool:
+    """Every chart drawn, at the size it has now (a chart's left axis fits its width to its labels when
+    painted, and the chart is drawn again at its new width)."""
+    sizes = {
+        key: (float(plot.getPlotItem().vb.width()), float(plot.getPlotItem().vb.height()))
+        for key, plot in view._plots.items()
+        if plot.isVisible()
+    }
+    drawn_at = {key: view._axes.get(key, (0.0,) * 5)[3:] for key in sizes}
+    return not view._dirty and not view._slicer.isActive() and drawn_at == sizes
+
+
+def shown_view(qtbot: QtBot, seconds: int = 1200) -> TelemetryView:
     view = TelemetryView()
     qtbot.addWidget(view)
     view.resize(700, 2000)  # every chart on screen
     view.show()
     qtbot.waitUntil(view.built)
-    for i in range(1200):  # 20 minutes of an idle machine: over a pixel's worth of seconds per pixel
+    for i in range(seconds):  # by default 20 minutes of an idle machine
         view.add_sample(sample(START + i, 2.0, 6.0))
-    qtbot.waitUntil(lambda: drawn_points(view, "ram", SYSTEM) == 1200)
+    qtbot.waitUntil(lambda: drawn_points(view, "ram", SYSTEM) == seconds and settled(view))
     return view
 
 
@@ -40,14 +87,83 @@ def test_a_point_on_a_pixel_already_drawn_leaves_the_curve_and_updates_the_title
     view = shown_view(qtbot)
     # A hundredth of a second on: the same pixel column (of a 20-minute chart under 700 px wide), row
     # and time window.
+    qtbot.waitUntil(lambda: settled(view))
+    qtbot.wait(100)  # the last chart's paint
+    paints = chart_paints(view)
     view.add_sample(sample(START + 1199.01, 2.0, 6.0001))
-    qtbot.waitUntil(lambda: not view._dirty)
+    qtbot.waitUntil(lambda: settled(view))
+    qtbot.wait(100)  # a paint, were one asked for, would come in this time
     assert drawn_points(view, "ram", SYSTEM) == 1200
+    assert paints.total(QEvent.Type.Paint) == 0, paints.counts
     assert len(view.charts["ram"].series[SYSTEM].xs) == 1201  # kept, and drawn with the next change
     title = view._title_labels["ram"].text()
     view.add_sample(sample(START + 1199.02, 2.0, 6.2))  # rows higher: drawn, with the point before
     qtbot.waitUntil(lambda: drawn_points(view, "ram", SYSTEM) == 1202)
+    qtbot.waitUntil(lambda: paints.counts[("ram", QEvent.Type.Paint)] > 0)
     assert view._title_labels["ram"].text() != title and "6.20" in view._title_labels["ram"].text()
+
+
+def test_a_minute_of_an_idle_machine_draws_a_line_about_once_a_pixel_not_once_a_sample(
+    qtbot: QtBot,
+) -> None:
+    # Two minutes after start: a chart of the last 30 minutes holds seconds a pixel from the first minute
+    # on (a window as wide as the data held a fraction of a second, and every sample moved a pixel).
+    view = shown_view(qtbot, seconds=120)
+    qtbot.waitUntil(lambda: settled(view))
+    qtbot.wait(100)
+    paints, updates = chart_paints(view), view.curve_updates
+    for i in range(120, 180):  # a minute more of the same figures, a second apart
+        view.add_sample(sample(START + i, 2.0, 6.0))
+        qtbot.waitUntil(lambda: settled(view))
+    qtbot.wait(100)
+    lines = 4  # CPU and RAM, each the system's and the engine's
+    assert view.curve_updates - updates <= 60 * lines / 2, "at most one a line every two samples"
+    assert paints.counts[("cpu", QEvent.Type.Paint)] <= 60 / 2, paints.counts
+    assert drawn_points(view, "cpu", SYSTEM) >= 170, "and the line still follows the samples"
+
+
+def test_new_figures_lay_out_nothing_and_keep_their_height(qtbot: QtBot) -> None:
+    view = shown_view(qtbot, seconds=60)
+    qtbot.waitUntil(lambda: settled(view))
+    qtbot.wait(100)
+    layouts = Events((QEvent.Type.LayoutRequest,))
+    for name, widget in (("view", view), ("body", view.body), ("scroll", view.chart_scroll)):
+        layouts.watch(name, widget)
+    heights = {view.summary_box.height()}
+    for i, (cpu, ram) in enumerate(((2.0, 6.0), (37.5, 6.25), (100.0, 12.5), (3.0, 6.0))):
+        view.add_sample(sample(START + 60 + i, cpu, ram))  # figures a digit wider or narrower
+        qtbot.waitUntil(lambda: settled(view))
+        qtbot.wait(50)
+        heights.add(view.summary_box.height())
+    assert "12.50" in view._title_labels["ram"].text() or "6.00" in view._title_labels["ram"].text()
+    assert layouts.total(QEvent.Type.LayoutRequest) == 0, layouts.counts
+    assert len(heights) == 1, f"the Now line changed height: {heights}"
+
+
+def active_timers(view: TelemetryView) -> list[QTimer]:
+    return [timer for timer in view.findChildren(QTimer) if timer.isActive()]
+
+
+def test_nothing_is_drawn_and_no_timer_runs_while_the_window_is_minimized(qtbot: QtBot) -> None:
+    window = MainWindow()
+    qtbot.addWidget(window)
+    view = window.telemetry
+    window.side.setCurrentWidget(view)
+    window.show()
+    qtbot.waitUntil(view.built)
+    for i in range(60):
+        view.add_sample(sample(START + i, 2.0, 6.0))
+    qtbot.waitUntil(lambda: not view._dirty and not view._slicer.isActive())
+    window.showMinimized()
+    qtbot.waitUntil(window.isMinimized)
+    updates = view.curve_updates
+    view.add_request(START + 60, {"decode_tps": 80.0, "prompt_tps": 900.0, "ttft_s": 0.05})
+    view.add_sample(sample(START + 61, 50.0, 9.0))  # one taken as sampling stopped
+    assert active_timers(view) == []
+    qtbot.wait(200)  # a slice, were one started, would have drawn by now
+    assert view.curve_updates == updates
+    window.showNormal()
+    qtbot.waitUntil(lambda: drawn_points(view, "decode", "Reply") == 1)  # on screen: the top chart
 
 
 def test_nothing_is_drawn_while_hidden_and_all_is_drawn_when_shown_again(qtbot: QtBot) -> None:
@@ -55,7 +171,7 @@ def test_nothing_is_drawn_while_hidden_and_all_is_drawn_when_shown_again(qtbot: 
     view.hide()
     for i in range(1200, 1260):  # a minute, far off the rows drawn
         view.add_sample(sample(START + i, 50.0, 9.0))
-    assert not view._slicer.isActive()
+    assert active_timers(view) == []
     assert drawn_points(view, "cpu", SYSTEM) == 1200
     view.show()
     qtbot.waitUntil(lambda: drawn_points(view, "cpu", SYSTEM) == 1260)
