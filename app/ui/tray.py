@@ -134,6 +134,9 @@ class Tray(QObject):
         change of any model's status, most of which the tray does not show."""
         shown = (list(names), set(loaded), frozenset(pinned), list(self._remote), set(self._remote_loaded))
         if shown == self._menus_show:
+            # A click checks a pin at once; a pin that then failed changed nothing else.
+            for action in self.pin_menu.actions():
+                action.setChecked(action.text() in pinned)
             return
         self._menus_show = shown
         self.pin_menu.clear()
