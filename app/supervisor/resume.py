@@ -13,14 +13,18 @@ Chats and requests without a conversation (the local API's) get slots through th
 queues a request for a busy slot), and when every slot is held by a chat, the least recently used chat's,
 saved first (its next turn restores it). So an API request never lands on a chat's slot unseen, and the
 only file it can cost a chat is one the disk budget drops, as any save does. A request holds its slot
-only while it runs (``request_slot``). A crashed engine saves nothing (its process is gone); its chats
-start over on the restarted one.
+only while it runs (``request_slot``). Among the slots it may take, a request goes to the one whose last
+request's prompt starts as its own does (``prompt_key``: an agent resending a growing conversation, a
+script sending one long prefix), else to the least recently used, as llama-server itself would choose: its
+prompt cache is reused, and a slot's cache is not overwritten while an older one could be. A crashed
+engine saves nothing (its process is gone); its chats start over on the restarted one.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import weakref
 from collections import Counter
@@ -53,6 +57,8 @@ class _EngineSlots:
     model: tuple[str, int, int]  # the model file's identity (``model_identity``)
     held: dict[str, int] = field(default_factory=dict)  # conversation -> slot, least recently used first
     serving: Counter[int] = field(default_factory=Counter)  # slot -> requests without a chat running on it
+    prompts: dict[int, str] = field(default_factory=dict)  # slot -> the prompt key of its last request
+    used: dict[int, None] = field(default_factory=dict)  # the slots given out, least recently first
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
 
@@ -95,16 +101,18 @@ class Resume:
         return Turn({**params, "id_slot": slot, "cache_prompt": True}, restored)
 
     @contextlib.asynccontextmanager
-    async def request_slot(self, engine: Engine) -> AsyncIterator[int | None]:
+    async def request_slot(self, engine: Engine, prompt: str = "") -> AsyncIterator[int | None]:
         """The slot a request without a chat (the local API's) goes to on ``engine``, held for as long as
-        the block runs (None: this engine's slots are not managed; llama-server chooses)."""
+        the block runs (None: this engine's slots are not managed; llama-server chooses). ``prompt``: the
+        request's ``prompt_key``, which sends it to a slot whose cache starts as its prompt does."""
         slots = await self._slots(engine) if resumable(engine) and engine not in self._unreadable else None
         if slots is None:
             yield None
             return
         async with slots.lock:
-            slot = await self._pick(engine, slots)
+            slot = await self._pick(engine, slots, prompt)
             slots.serving[slot] += 1
+            slots.prompts[slot] = prompt
         try:
             yield slot
         finally:
@@ -135,16 +143,27 @@ class Resume:
         engine.add_stop_hook(self.save_all)
         return slots
 
-    async def _pick(self, engine: Engine, slots: _EngineSlots) -> int:
-        """A slot no chat holds and no request uses, else the one of those only requests use that the
-        fewest use, else the least recently used chat's, saved first."""
+    async def _pick(self, engine: Engine, slots: _EngineSlots, prompt: str = "") -> int:
+        """A slot no chat holds and no request uses (of those, the one whose last request's prompt shares
+        the longest start with ``prompt``, if one shares enough to be worth keeping to, else the least
+        recently used), else the one of those only requests use that the fewest use, else the least
+        recently used chat's, saved first. A chat's slot (``prompt`` empty) forgets its last request."""
         taken = set(slots.held.values())
         free = [slot for slot in range(slots.count) if slot not in taken]
         if free:
-            return min(free, key=lambda slot: slots.serving[slot])
-        displaced, slot = next(iter(slots.held.items()))
-        del slots.held[displaced]
-        await self._save(engine, slots, slot, displaced)
+            fewest = min(slots.serving[slot] for slot in free)
+            idle = [slot for slot in free if slots.serving[slot] == fewest]
+            slot = _best_start(idle, slots.prompts, prompt) if prompt else None
+            if slot is None:
+                order = {slot: rank for rank, slot in enumerate(slots.used)}
+                slot = min(idle, key=lambda slot: order.get(slot, -1))
+        else:
+            displaced, slot = next(iter(slots.held.items()))
+            del slots.held[displaced]
+            await self._save(engine, slots, slot, displaced)
+        slots.used.pop(slot, None)
+        slots.used[slot] = None
+        slots.prompts.pop(slot, None)
         return slot
 
     def _key(self, engine: Engine, slots: _EngineSlots, conversation: str) -> SlotKey:
@@ -225,6 +244,52 @@ class Resume:
                     log.info("%s: slot %d is replying as it stops; its chat is not saved", engine.id, slot)
                     continue
                 await self._save(engine, slots, slot, conversation)
+
+
+# The start a request's prompt must share with a slot's last one for the slot to be chosen for it: about
+# 30 tokens, more than a chat template's markers and a one-line system prompt, which cost little to
+# process again and would keep every short request to one slot.
+SHARED_START_AT_LEAST = 120
+
+
+def prompt_key(messages: object = None, prompt: object = None, tools: object = None) -> str:
+    """A request's prompt as text that starts alike where the engine's prompt does: its tools (a chat
+    template puts them first), then each message's role and content, or a completion's prompt."""
+    parts = [] if tools is None else [json.dumps(tools, sort_keys=True)]
+    if isinstance(messages, list):
+        for message in messages:
+            if isinstance(message, dict):
+                content = message.get("content")
+                text = content if isinstance(content, str) else json.dumps(content, sort_keys=True)
+                rest = {key: value for key, value in message.items() if key not in ("role", "content")}
+                extra = json.dumps(rest, sort_keys=True) if rest else ""  # tool calls, a tool's call id
+                parts.append(f"{message.get('role')}\n{text}{extra}")
+    elif prompt is not None:
+        parts.append(prompt if isinstance(prompt, str) else json.dumps(prompt))
+    return "\x1e".join(parts)
+
+
+def shared_start(a: str, b: str) -> int:
+    """How many characters ``a`` and ``b`` share at their start (compared by halves: prompts are long)."""
+    low, high = 0, min(len(a), len(b))
+    while low < high:
+        middle = (low + high + 1) // 2
+        if a[:middle] == b[:middle]:
+            low = middle
+        else:
+            high = middle - 1
+    return low
+
+
+def _best_start(candidates: list[int], prompts: dict[int, str], prompt: str) -> int | None:
+    """The candidate slot whose last prompt shares the longest start with ``prompt``, if any shares at
+    least ``SHARED_START_AT_LEAST`` characters."""
+    best, longest = None, SHARED_START_AT_LEAST - 1
+    for slot in candidates:
+        shared = shared_start(prompts.get(slot, ""), prompt)
+        if shared > longest:
+            best, longest = slot, shared
+    return best
 
 
 async def _busy_slots(engine: Engine) -> set[int]:

@@ -274,3 +274,45 @@ def test_api_requests_get_slots_fairly_and_never_take_a_chats_unsaved(
             await server.stop()
 
     run(Settings(), smol_gguf, job, ModelOptions(args="-np 2 --cache-ram 0"))
+
+
+def test_api_requests_go_back_to_the_slot_that_holds_their_prompt(
+    installed: None, smol_gguf: Path, kvcache: Path
+) -> None:
+    """Two slots, no chat, two agents taking turns: one's conversation, the other's, the other's next
+    turn (its conversation, the reply, a new question), then the first's. Each next turn goes to the
+    slot that holds its conversation, so the engine processes only what it adds (``timings.prompt_n``).
+    The first free slot would give both to one slot, and the least recently used slot would give the
+    second agent's next turn the first's: either way a whole prompt processed again. The engine's
+    prompt cache in RAM, which would hide a lost slot, is off."""
+
+    async def job(router: Router, name: str) -> None:
+        server = ApiServer(router, "127.0.0.1", 0)
+        await server.start()
+        try:
+            async with httpx.AsyncClient(base_url=server.url, trust_env=False, timeout=600) as api:
+
+                async def turn(messages: list[dict[str, str]], question: str | None = None) -> int:
+                    if question is not None:
+                        messages.append({"role": "user", "content": question})
+                    asked = {"model": name, "messages": messages, **SAMPLING}
+                    answer = await api.post("/v1/chat/completions", json=asked)
+                    assert answer.status_code == 200, answer.text
+                    body = answer.json()
+                    messages.append(
+                        {"role": "assistant", "content": body["choices"][0]["message"]["content"]}
+                    )
+                    return int(body["timings"]["prompt_n"])
+
+                one = history()
+                two = [
+                    {"role": "system", "content": "You count the pears in a text."},
+                    {"role": "user", "content": "How many pears? " + "pear apple " * 200},
+                ]
+                assert await turn(one) > 500 and await turn(two) > 300  # whole, the first time
+                again = [await turn(two, "And apples?"), await turn(one, "Which box holds 14 marbles?")]
+                assert max(again) <= NEW_TOKENS_AT_MOST, f"tokens processed again: {again}"
+        finally:
+            await server.stop()
+
+    run(Settings(), smol_gguf, job, ModelOptions(args="-np 2 --cache-ram 0"))

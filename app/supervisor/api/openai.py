@@ -46,6 +46,7 @@ from app.supervisor.api.errors import (
     sse_error_event,
 )
 from app.supervisor.api.options import resolved_ctx_size, saved_json
+from app.supervisor.resume import prompt_key
 
 if TYPE_CHECKING:
     from app.client.chat import ChatClient
@@ -324,7 +325,12 @@ class OpenAIRoutes:
         try:
             # A slot of its own (never a chat's unsaved) unless the client chose one.
             slotted = route in SLOTTED and "id_slot" not in body
-            held = self.router.request_slot(name) if slotted else contextlib.nullcontext(None)
+            held: contextlib.AbstractAsyncContextManager[int | None]
+            if slotted:
+                prompt = prompt_key(body.get("messages"), body.get("prompt"), body.get("tools"))
+                held = self.router.request_slot(name, prompt)
+            else:
+                held = contextlib.nullcontext(None)
             async with self.router.client(name) as client, held as slot:
                 if slot is not None:
                     body = {**body, "id_slot": slot}

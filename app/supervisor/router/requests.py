@@ -177,14 +177,14 @@ class Requests:
         return await self._resume.turn(engine, conversation, params)
 
     @contextlib.asynccontextmanager
-    async def request_slot(self, name: str) -> AsyncIterator[int | None]:
+    async def request_slot(self, name: str, prompt: str = "") -> AsyncIterator[int | None]:
         """The slot a request without a chat goes to on ``name``'s running engine, held while the block
-        runs (None: none is chosen here)."""
+        runs (None: none is chosen here); ``prompt``: its ``resume.prompt_key``."""
         engine = None if is_remote(name) else self._supervisor.engines.get(name)
         if engine is None:
             yield None
             return
-        async with self._resume.request_slot(engine) as slot:
+        async with self._resume.request_slot(engine, prompt) as slot:
             yield slot
 
     async def stream_chat(

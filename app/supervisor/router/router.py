@@ -226,11 +226,12 @@ class Router:
             yield
 
     @contextlib.asynccontextmanager
-    async def request_slot(self, name: str) -> AsyncIterator[int | None]:
+    async def request_slot(self, name: str, prompt: str = "") -> AsyncIterator[int | None]:
         """The engine slot a request without a chat (the local API's) to ``name``'s running engine goes
-        to, held while the block runs: one no chat holds first, else the least recently used chat's, saved
-        first (``app.supervisor.resume``). None: llama-server chooses (an engine that does not resume)."""
-        async with self._requests.request_slot(name) as slot:
+        to, held while the block runs: one no chat holds first (the one whose cache starts as ``prompt``,
+        its ``resume.prompt_key``, does), else the least recently used chat's, saved first
+        (``app.supervisor.resume``). None: llama-server chooses (an engine that does not resume)."""
+        async with self._requests.request_slot(name, prompt) as slot:
             yield slot
 
     def load_options(self, name: str) -> LoadOptions | None:
