@@ -38,12 +38,6 @@ from typing import Protocol
 # a reply's last tokens are held up to the interval, which a client timing a 1-2 s reply sees as up to
 # 2-4% less decode speed; 25 ms halves that. 0 turns pacing off.
 FRAME_S = 0.025
-# The window's client grows its frame to FRAME_S over the first RAMP_S of a reply (a frame at most 1% of
-# the time since the first token): the last tokens of a reply are held on average half a frame, which on
-# a 0.3 s reply at lemon-mlx's 750 tok/s was 4.5% of its decode speed at a full frame from the start
-# (tests/bench/lemon_mlx_stream_overhead.py: 0.95); grown, at most 0.5% of any reply's time. A short reply
-# is read nearly token by token, which costs it little; from 2.5 s on, a reply is read once a frame.
-RAMP_S = 2.5
 # An event this long is passed on in pieces rather than held whole (no engine's event comes near).
 HELD_LIMIT = 1 << 20
 # A delta with text in it, as llama-server writes JSON (no spaces) and as Python's json module does; a
@@ -77,11 +71,10 @@ class Pacing:
     started: Callable[[bytes], bool] = has_text_delta
     finished: Callable[[bytes], bool] = never
     interval_s: float | None = None  # None: FRAME_S as it is when the stream starts
-    ramped: bool = False  # the frame grows from nothing to the interval over RAMP_S from the first token
 
     def frame(self) -> Frame:
         """The pacing of one stream, about to start."""
-        return Frame(FRAME_S if self.interval_s is None else self.interval_s, RAMP_S if self.ramped else 0)
+        return Frame(FRAME_S if self.interval_s is None else self.interval_s)
 
 
 def openai_done(data: bytes) -> bool:
@@ -92,28 +85,22 @@ OPENAI_SSE = Pacing(finished=openai_done)  # chat and completions streams, and t
 # The same, started by its reader (``Frame.start``) at the first text it shows: a delta whose text the
 # reader takes out (lemon-mlx's "<think>" tag) is not the first token, and a frame's wait after it was
 # all of lemon-mlx's time to first token through the window's client (+27 ms over 10 replies).
-OPENAI_SSE_SHOWN = Pacing(started=never, finished=openai_done, ramped=True)
+OPENAI_SSE_SHOWN = Pacing(started=never, finished=openai_done)
 UNPACED = Pacing(interval_s=0)  # every chunk passed on as it comes
 
 
 class Frame:
     """When a stream's next read may be: at once until its first token has gone by, then no sooner than
-    an interval after the last read (over ``ramp_s``, the part of it the time since the first token is of
-    ``ramp_s``), until its end is in (``on`` is the pacing's switch)."""
+    an interval after the last read, until its end is in (``on`` is the pacing's switch)."""
 
-    def __init__(self, interval_s: float, ramp_s: float = 0.0) -> None:
+    def __init__(self, interval_s: float) -> None:
         self.interval_s = interval_s
-        self.ramp_s = ramp_s
         self.on = False
         self._read_at = 0.0
-        self._started_at = 0.0
 
     def due(self) -> float:
         """When the next read may be, in the loop's time."""
-        interval = self.interval_s
-        if self.ramp_s > 0:
-            interval *= min(1.0, (self._read_at - self._started_at) / self.ramp_s)
-        return self._read_at + interval
+        return self._read_at + self.interval_s
 
     async def wait(self) -> None:
         """Until the next read is due (at once when pacing is off or the interval is over)."""
@@ -131,7 +118,6 @@ class Frame:
         the next read waits an interval from now."""
         self.on = True
         self.read()
-        self._started_at = self._read_at
 
 
 class Valve(Protocol):
