@@ -246,10 +246,12 @@ class Resume:
                 await self._save(engine, slots, slot, conversation)
 
 
-# The start a request's prompt must share with a slot's last one for the slot to be chosen for it: about
-# 30 tokens, more than a chat template's markers and a one-line system prompt, which cost little to
-# process again and would keep every short request to one slot.
-SHARED_START_AT_LEAST = 120
+# The start a request's prompt must share with a slot's last one for the slot to be chosen for it: a
+# tenth of the prompt, as llama-server's own choice asks (--slot-prompt-similarity), and more than a
+# role's name and a few words. Even a one-line prompt is worth keeping to its slot: on these 2-core
+# machines, SmolLM2 takes ~38 ms to process one again (tests/bench/serve_overhead.py).
+SHARED_SHARE_AT_LEAST = 0.1
+SHARED_START_AT_LEAST = 24
 
 
 def prompt_key(messages: object = None, prompt: object = None, tools: object = None) -> str:
@@ -282,9 +284,9 @@ def shared_start(a: str, b: str) -> int:
 
 
 def _best_start(candidates: list[int], prompts: dict[int, str], prompt: str) -> int | None:
-    """The candidate slot whose last prompt shares the longest start with ``prompt``, if any shares at
-    least ``SHARED_START_AT_LEAST`` characters."""
-    best, longest = None, SHARED_START_AT_LEAST - 1
+    """The candidate slot whose last prompt shares the longest start with ``prompt``, if any shares
+    enough of it: ``SHARED_SHARE_AT_LEAST`` of it and ``SHARED_START_AT_LEAST`` characters."""
+    best, longest = None, max(SHARED_START_AT_LEAST, int(SHARED_SHARE_AT_LEAST * len(prompt))) - 1
     for slot in candidates:
         shared = shared_start(prompts.get(slot, ""), prompt)
         if shared > longest:

@@ -45,3 +45,7 @@ def test_the_slot_with_the_longest_shared_start_is_chosen_only_past_the_threshol
     short = {0: "user\nhello there", 1: ""}
     assert _best_start([0, 1], short, "user\nhello again") is None  # a few shared characters are not enough
     assert len("user\nhello ") < SHARED_START_AT_LEAST
+    poem = prompt_key([{"role": "user", "content": "Write a short poem about the sea."}])
+    assert _best_start([0, 1], {0: "", 1: poem}, poem) == 1  # a one-line prompt, asked again
+    long = {0: "user\n" + "x" * 1000 + "a"}
+    assert _best_start([0], long, "user\n" + "x" * 1000 + "b" * 20_000) is None  # under a tenth of it
