@@ -145,6 +145,11 @@ class Bridge(QObject):
         self._count: asyncio.Task[None] | None = None
         self._bench: asyncio.Task[None] | None = None
         self._views: dict[str, ModelView] = {}  # the last statuses read, for the widgets' lookups
+        # The statuses are read in a thread, while the router goes on: a read tells what it saw by the
+        # count of router events handled when it began, and one that began before the last rows emitted
+        # is dropped (rows never go back in time).
+        self.events_seen = 0
+        self.rows_as_of = 0  # events_seen when the read of the rows last emitted began
         self.info: SystemInfo | None = None
         self._api: ApiServer | None = None
         self._api_port = -1  # the port asked for (0: any free one), while it runs
@@ -237,6 +242,7 @@ class Bridge(QObject):
     def _on_event(self, event: RouterEvent) -> None:
         if self.shut_down:
             return  # what the engines do while the app quits is for no one
+        self.events_seen += 1
         if isinstance(event, ModelsChanged | DownloadProgress | DownloadChanged):
             if not self._refresh.isActive():
                 self._refresh.start()
@@ -279,7 +285,11 @@ class Bridge(QObject):
         return self.spawn(self._read_statuses())
 
     async def _read_statuses(self) -> None:
+        seen = self.events_seen
         views = await asyncio.to_thread(self.router.statuses)
+        if seen < self.rows_as_of:
+            return  # a read that began later was emitted first
+        self.rows_as_of = seen
         self._views = {v.name: v for v in sorted(views, key=lambda v: v.name)}
         if not self.shut_down:
             self.models_changed.emit(self.rows())

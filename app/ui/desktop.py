@@ -105,6 +105,7 @@ class DesktopApp(QObject):
         self._telemetry_loaded = False  # the Telemetry tab has the history's per-reply figures
         self.first_run = FirstRun(self.window, self.tray, self.show_window)
         self._loading = ""  # the model whose one-click load the status bar follows
+        self._loading_since = 0  # the bridge's events_seen at the load's last phase
         self.history: History  # these three are made by start(), once the window shows
         self.keeper: HistoryKeeper
         self.bridge: Bridge
@@ -396,11 +397,15 @@ class DesktopApp(QObject):
         share = f" {100 * progress.done // progress.total}%" if progress.total else ""
         detail = f" ({progress.detail})" if progress.detail else ""
         self._loading = progress.model
+        self._loading_since = self.bridge.events_seen
         self.window.set_engine_status(f"{progress.model}: {progress.phase.value}{share}{detail}")
 
     def _load_ended(self, rows: list[ModelView]) -> None:
         """The status bar follows a one-click load to its end: a load that failed or was cancelled says
-        so there, in place of its last phase ("downloading"); a loaded model keeps the engine's line."""
+        so there, in place of its last phase ("downloading"); a loaded model keeps the engine's line.
+        Rows read before that phase began say nothing of how the load ended."""
+        if self.bridge.rows_as_of < self._loading_since:
+            return
         row = next((r for r in rows if r.name == self._loading), None)
         if row is None or row.status.status in BUSY:
             return
