@@ -271,12 +271,22 @@ def prompt_key(messages: object = None, prompt: object = None, tools: object = N
     return "\x1e".join(parts)
 
 
+SHARED_BLOCK = 1 << 16  # characters compared at once (a prompt with an image in it is megabytes long)
+
+
 def shared_start(a: str, b: str) -> int:
-    """How many characters ``a`` and ``b`` share at their start (compared by halves: prompts are long)."""
-    low, high = 0, min(len(a), len(b))
+    """How many characters ``a`` and ``b`` share at their start: compared a block at a time, then by
+    halves inside the first block that differs (linear in what they share, not a copy of it per step)."""
+    end = min(len(a), len(b))
+    low = 0
+    while low < end and a[low : low + SHARED_BLOCK] == b[low : low + SHARED_BLOCK]:
+        low += SHARED_BLOCK
+    if low >= end:
+        return end
+    start, high = low, min(low + SHARED_BLOCK, end)
     while low < high:
         middle = (low + high + 1) // 2
-        if a[:middle] == b[:middle]:
+        if a[start:middle] == b[start:middle]:
             low = middle
         else:
             high = middle - 1
