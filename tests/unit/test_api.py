@@ -557,6 +557,13 @@ def test_hostile_bodies_get_a_4xx_and_the_server_stays_up(standin_settings: Sett
         hostile: list[bytes] = [
             b"\xff\xfe\x00garbage",
             b"[" * 100_000 + b"]" * 100_000,
+            # Nested just shallow enough to parse, in a request that is otherwise whole: it failed as
+            # a 500 when the body was written again for the engine.
+            *(
+                b'{"model": "%s", "messages": [{"role": "user", "content": "hi", "name": %s}]}'
+                % (name.encode(), b"[" * depth + b'"x"' + b"]" * depth)
+                for depth in range(900, 990, 3)
+            ),
             json.dumps({"model": name, "messages": [{"role": 5}]}).encode(),
             json.dumps({"model": name, "messages": "hi"}).encode(),
             json.dumps({"model": name, "messages": HI, "temperature": "hot"}).encode(),

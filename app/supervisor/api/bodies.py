@@ -15,6 +15,10 @@ from typing import Any
 from app.client.adapters import named_tool
 from app.supervisor.api.errors import bad_request
 
+# Deeper than any request's JSON (a response schema's included) and far inside what Python's json can
+# write again: a body that only just parses (about 930 deep) failed as a 500 when it was sent on.
+MAX_DEPTH = 200
+
 
 def parse_object(raw: bytes) -> dict[str, Any]:
     """A request body as a JSON object (an empty body is an empty object)."""
@@ -26,7 +30,23 @@ def parse_object(raw: bytes) -> dict[str, Any]:
         raise bad_request("The request body is not valid JSON.", "invalid_json") from None
     if not isinstance(body, dict):
         raise bad_request("The request body must be a JSON object.", "invalid_json")
+    if _deeper_than(body, MAX_DEPTH):
+        raise bad_request(f"The request body is nested more than {MAX_DEPTH} deep.", "invalid_json")
     return body
+
+
+def _deeper_than(value: Any, limit: int) -> bool:
+    """Whether ``value`` nests objects and arrays more than ``limit`` deep (walked without recursion)."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else ()
+        for child in children:
+            if isinstance(child, dict | list):
+                if depth >= limit:
+                    return True
+                stack.append((child, depth + 1))
+    return False
 
 
 def _is_int(value: Any) -> bool:
