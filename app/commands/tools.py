@@ -36,15 +36,18 @@ class ToolUse:
 
 async def start_servers(router: Router, use: ToolUse) -> None:
     """Start the servers named (enabled or not) and wait for their tools; one that fails is an error
-    with its last words."""
+    with its last words, at its first failure: a run does not wait out the window's starts again (1 s,
+    5 s and 30 s apart) for a server that cannot start."""
     for name in use.servers:
         router.mcp.server(name)  # an unknown name is refused before anything starts
     router.mcp.start(use.servers)
     print(f"MCP: starting {', '.join(use.servers)}", file=sys.stderr, flush=True)
-    for view in await router.mcp.wait_ready(use.servers, READY_TIMEOUT_S):
+    for view in await router.mcp.wait_ready(use.servers, READY_TIMEOUT_S, first_try=True):
         if view.state is not McpState.READY:
+            why = router.mcp.server(view.spec.name).failure or view.message
+            state = McpState.FAILED if view.state is McpState.BACKOFF else view.state
             raise ConfigError(
-                f"The MCP server {view.spec.name} is not ready ({view.state.value}). {view.message}",
+                f"The MCP server {view.spec.name} is not ready ({state.value}). {why}",
                 "Check its definition in Settings (MCP servers), or run without --mcp.",
             )
         print(f"MCP: {view.spec.name} ready with {len(view.tools)} tools", file=sys.stderr, flush=True)

@@ -142,9 +142,13 @@ def test_an_unknown_or_failing_server_is_one_clear_error(tmp_path: Path, standin
         )
 
     asyncio.run(broken())
+    started = time.monotonic()
     failed = lemon_desk(str(model), "--backend", "llamacpp:system", "--mcp", "bad", "--prompt", "go")
+    took = time.monotonic() - started
     assert failed.returncode != 0 and "The MCP server bad is not ready (failed)" in failed.stderr
-    assert "fatal: bad config" in failed.stderr
+    assert "fatal: bad config" in failed.stderr and "Starting it again" not in failed.stderr
+    # At its first failure: waiting out the window's starts again (1 + 5 + 30 s) took 36 s and more.
+    assert took < 30, took
     assert "Traceback" not in failed.stderr
 
 

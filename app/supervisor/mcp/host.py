@@ -145,10 +145,13 @@ class McpHost:
             if names is not None or server.spec.enabled:
                 server.start()
 
-    async def wait_ready(self, names: Iterable[str], timeout_s: float) -> list[McpServerView]:
-        """Wait for the named servers to be READY (or to fail); returns their views."""
+    async def wait_ready(
+        self, names: Iterable[str], timeout_s: float, first_try: bool = False
+    ) -> list[McpServerView]:
+        """Wait for the named servers to be READY (or to fail; ``first_try``: or to fail once); returns
+        their views."""
         servers = [self.server(n) for n in names]
-        await asyncio.gather(*(s.wait_ready(timeout_s) for s in servers))
+        await asyncio.gather(*(s.wait_ready(timeout_s, first_try) for s in servers))
         return [view for view in self.servers() if view.spec.name in {s.name for s in servers}]
 
     async def shutdown(self) -> None:

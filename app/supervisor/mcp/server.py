@@ -110,6 +110,7 @@ class McpServer:
         self.spec = spec
         self.state = McpState.OFF
         self.message = ""
+        self.failure = ""  # why it last ended, with its last words ("" while it has not)
         self.tools: tuple[McpTool, ...] = ()
         self.child: ChildProcess | None = None  # a stdio server's process while it runs
         self._emit = emit
@@ -156,11 +157,13 @@ class McpServer:
         if self.state is not McpState.OFF:
             self._set(McpState.OFF)
 
-    async def wait_ready(self, timeout_s: float) -> bool:
-        """Whether it is READY within ``timeout_s``; False as soon as it FAILED or is OFF."""
+    async def wait_ready(self, timeout_s: float, first_try: bool = False) -> bool:
+        """Whether it is READY within ``timeout_s``; False as soon as it FAILED or is OFF, and with
+        ``first_try`` as soon as its first start failed (not after its starts again)."""
+        ends = {McpState.READY, McpState.FAILED, McpState.OFF} | ({McpState.BACKOFF} if first_try else set())
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(timeout_s):
-                while self.state not in (McpState.READY, McpState.FAILED, McpState.OFF):
+                while self.state not in ends:
                     await self._changed.wait()
         return self.state is McpState.READY
 
@@ -174,7 +177,7 @@ class McpServer:
                 streak = 0
             streak += 1
             words = self.child.last_output(LAST_WORDS) if self.child is not None else ""
-            said = f"{why}\n\nIts last words:\n{words}" if words else why
+            said = self.failure = f"{why}\n\nIts last words:\n{words}" if words else why
             if streak >= RESTART_LIMIT:
                 self._set(
                     McpState.FAILED,
