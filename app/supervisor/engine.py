@@ -23,7 +23,7 @@ import secrets
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from app.client.adapters import adapter_for
 from app.client.chat import ChatClient, loopback_ssl
@@ -80,10 +80,13 @@ class _Watch:
         self._engine = engine
         self.in_flight = 0
         self.last_activity = time.monotonic()
+        self.woken: asyncio.Future[None] | None = None  # the idle watchdog's, set when a request starts
 
     def request_started(self) -> None:
         self.in_flight += 1
         self.last_activity = time.monotonic()
+        if self.woken is not None and not self.woken.done():
+            self.woken.set_result(None)
 
     def data_received(self) -> None:
         self.last_activity = time.monotonic()
@@ -301,12 +304,25 @@ class Engine:
 
     async def _watch_ready(self) -> None:
         """Notice an engine that exits, or one that hangs: a request in flight silent past the grace, or
-        an idle engine whose periodic /health fails."""
+        an idle engine whose periodic /health fails. Idle, it sleeps until the next probe is due or a
+        request starts (an idle app is not woken every second for nothing)."""
         assert self.process.exited is not None
         tick = min(1.0, self.hang_grace_s / 4, self.idle_probe_s)
         next_idle_probe = time.monotonic() + self.idle_probe_s
+        loop = asyncio.get_running_loop()
         while not self.process.exited.done():
-            await asyncio.wait({self.process.exited}, timeout=tick)
+            if self.watch.in_flight:
+                await asyncio.wait({self.process.exited}, timeout=tick)
+            else:
+                due = max(next_idle_probe, self.watch.last_activity + self.idle_probe_s)
+                self.watch.woken = loop.create_future()
+                either: set[asyncio.Future[Any]] = {self.process.exited, self.watch.woken}
+                await asyncio.wait(
+                    either,
+                    timeout=due - time.monotonic(),
+                    return_when=asyncio.FIRST_COMPLETED,
+                )
+                self.watch.woken.cancel()
             if self.process.exited.done():
                 break
             if self.watch.silent_for(self.hang_grace_s):

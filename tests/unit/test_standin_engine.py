@@ -8,6 +8,7 @@ import json
 import os
 import time
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -201,6 +202,37 @@ def test_a_healthy_idle_engine_is_probed_and_left_alone(standin_settings: Settin
 
     asyncio.run(go())
     assert engine.state is S.STOPPED and engine.error is None
+
+
+def test_an_idle_engines_watchdog_sleeps_until_its_probe_is_due(
+    standin_settings: Settings, tmp_path: Path
+) -> None:
+    """Idle, nothing is due before the next /health probe: the watchdog set a timer every second (one
+    of the app's idle wakes), now none until the probe, and a request that starts wakes it (the hang
+    mid-stream test above, whose probe is a minute away)."""
+    engine = standin_engine(
+        standin_settings, make_standin_model(tmp_path, "quiet"), hang_grace_s=5.0, idle_probe_s=60.0
+    )
+
+    async def go() -> list[str]:
+        await engine.start()
+        loop = asyncio.get_running_loop()
+        timers: list[str] = []
+        call_at = loop.call_at
+
+        def counted(when: float, callback: Any, *args: Any, context: Any = None) -> asyncio.TimerHandle:
+            timers.append(getattr(callback, "__qualname__", repr(callback)))
+            return call_at(when, callback, *args, context=context)
+
+        loop.call_at = counted  # type: ignore[method-assign]
+        try:
+            await asyncio.sleep(3.0)
+        finally:
+            loop.call_at = call_at  # type: ignore[method-assign]
+            await engine.stop()
+        return [t for t in timers if t != "_set_result_unless_cancelled"]  # the test's own sleep
+
+    assert asyncio.run(go()) in ([], ["_release_waiter"])  # at most the one until the probe (was 3)
 
 
 def test_stop_kills_an_engine_that_ignores_sigterm_and_reaps_it(
