@@ -22,9 +22,10 @@ The launcher prints a line at the first sample of each kind, so the bench knows 
 
 After ``--settle`` seconds, each app process alone (not its llama-server, whose pid is printed) and a bare
 ``QMainWindow`` process (startup.py's, started with them) are read every ``SAMPLE_S`` seconds over
-``--seconds``: CPU time (user + system, all threads) over wall time, as % of one core, and memory as
-psutil reads it from ``/proc``: RSS, PSS, USS, and private dirty pages plus swap. CPU time comes in the
-kernel's 10 ms ticks, 0.03% of a core over 30 s: a bare window often reads 0, and its ratios "n/a".
+``--seconds``: CPU time over wall time, as % of one core, and memory as psutil reads it from ``/proc``:
+RSS, PSS, USS, and private dirty pages plus swap. CPU time is the scheduler's run time of every thread,
+in nanoseconds (``run_time_s``), not user + system time, whose 10 ms ticks could not tell apart figures
+0.03% of a core apart over 30 s.
 
 Which memory figure the target is judged on: USS, the pages only this process maps, which would be freed
 if it ended. RSS also counts shared pages (libc, and the Qt libraries whenever another process maps
@@ -223,7 +224,7 @@ def running(
 @dataclass(frozen=True)
 class Reading:
     at: float  # time.monotonic()
-    cpu_s: float  # user + system, this process only (not its children)
+    cpu_s: float  # run time of all its threads, this process only (not its children)
     rss: int
     pss: int
     uss: int
@@ -240,13 +241,23 @@ def dirty_and_swap(pid: int) -> int:
     return fields["Private_Dirty"] + fields["Swap"]
 
 
+def run_time_s(pid: int) -> float:
+    """The time the scheduler ran each of the process's threads, summed, in nanoseconds as it counts them
+    (``/proc/PID/task/TID/schedstat``): user + system time come in 10 ms ticks, 0.03% of a core over
+    30 s, too coarse for figures a tenth of a percent apart. A thread that ended is no longer counted,
+    so the app's threads that come and go (none at idle) would make this read low."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(FileNotFoundError, ProcessLookupError):
+            total += int((task / "schedstat").read_text().split()[0])
+    return total / 1e9
+
+
 def read(proc: psutil.Process) -> Reading:
     at = time.monotonic()
-    times = proc.cpu_times()
+    cpu_s = run_time_s(proc.pid)
     memory = proc.memory_full_info()
-    return Reading(
-        at, times.user + times.system, memory.rss, memory.pss, memory.uss, dirty_and_swap(proc.pid)
-    )
+    return Reading(at, cpu_s, memory.rss, memory.pss, memory.uss, dirty_and_swap(proc.pid))
 
 
 @dataclass(frozen=True)

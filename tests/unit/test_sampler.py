@@ -7,11 +7,16 @@ import asyncio
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
+from typing import cast
 
+from app.core.engine_state import EngineState
 from app.platform.gpu import GpuReader
 from app.store.settings import Settings
-from app.supervisor.router import Router
-from app.supervisor.sampler import Sampler
+from app.supervisor.router import EngineUsage, Router
+from app.supervisor.router.usage import Usage
+from app.supervisor.sampler import Sampler, SystemSample
+from app.supervisor.supervisor import Supervisor
 
 
 def _running_python() -> subprocess.Popen[bytes]:
@@ -81,3 +86,50 @@ def test_router_system_stats_and_watching_start_and_stop() -> None:
             assert not router.watching_system
 
     asyncio.run(go())
+
+
+def test_while_the_telemetry_view_watches_its_samples_carry_the_status_bars_figures() -> None:
+    """Both asked for, one sampler runs: the status bar's engine figures come with each system sample,
+    and its own 2 s timer is back once the view stops watching."""
+    child = _running_python()
+
+    async def until(events: list[object], kind: type, count: int) -> None:
+        for _ in range(200):
+            if sum(isinstance(e, kind) for e in events) >= count:
+                return
+            await asyncio.sleep(0.05)
+        raise AssertionError(f"fewer than {count} {kind.__name__} events in 10 s: {events}")
+
+    async def go() -> None:
+        engine = SimpleNamespace(state=EngineState.READY, pid=child.pid)
+        supervisor = SimpleNamespace(engines={"engine": engine}, known_hardware=None)
+        events: list[object] = []
+        usage = Usage(cast(Supervisor, supervisor), events.append, lambda: False)
+        usage.sample_usage(True)
+        usage.watch_system(True)
+        try:
+            await until(events, EngineUsage, 2)
+            assert usage.sampler is not None
+            await asyncio.wait_for(usage.sampler, 5)  # the status bar's timer ended: one sampler
+            events.clear()
+            await until(events, EngineUsage, 2)
+            kinds = [type(e) for e in events]
+            assert all(kinds[i - 1] is SystemSample for i, k in enumerate(kinds) if k is EngineUsage)
+            (figures,) = {(e.model, e.rss_bytes > 1_000_000) for e in events if isinstance(e, EngineUsage)}
+            assert figures == ("engine", True)
+            usage.watch_system(False)
+            await asyncio.wait_for(usage.watcher, 5)  # type: ignore[arg-type]
+            events.clear()
+            await until(events, EngineUsage, 1)  # from the status bar's own timer again
+            assert not any(isinstance(e, SystemSample) for e in events)
+        finally:
+            tasks = usage.stop()
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    try:
+        asyncio.run(go())
+    finally:
+        child.kill()
+        child.communicate()

@@ -1,6 +1,7 @@
 """Usage: each running engine's CPU and memory (``EngineUsage``, while the window's status bar asks) and
 the machine's with every engine's (``SystemSample``, each second while the Telemetry view is on
-screen; off, nothing is sampled at all)."""
+screen; off, nothing is sampled at all). While both are asked for, one sampler serves both: the
+status bar's figures come from the Telemetry view's samples, not from a timer of their own."""
 
 from __future__ import annotations
 
@@ -34,12 +35,15 @@ class Usage:
     def sample_usage(self, on: bool) -> None:
         """Sample every engine's CPU and memory (``EngineUsage`` events) while ``on``."""
         self.sampling = on
-        if on and (self.sampler is None or self.sampler.done()):
+        self._start_sampler()
+
+    def _start_sampler(self) -> None:
+        if self.sampling and not self.watching and (self.sampler is None or self.sampler.done()):
             self.sampler = asyncio.ensure_future(self._sample())
 
     async def _sample(self) -> None:
         processes: dict[int, psutil.Process] = {}
-        while self.sampling:
+        while self.sampling and not self.watching:
             for name, engine in self._supervisor.engines.items():
                 if engine.state is not EngineState.READY or engine.pid is None:
                     continue
@@ -79,6 +83,7 @@ class Usage:
         self.watching = on and not self._closing()
         if self.watching and (self.watcher is None or self.watcher.done()):
             self.watcher = asyncio.ensure_future(self._watch_system())
+        self._start_sampler()  # watched no more: the status bar's figures have their own timer again
 
     @property
     def watching_system(self) -> bool:
@@ -91,6 +96,9 @@ class Usage:
             if not self.watching:
                 break
             self._emit(sample)
+            for engine in sample.engines if self.sampling else ():
+                if engine.cpu_percent is not None:  # None: first seen, nothing to compare with yet
+                    self._emit(EngineUsage(engine.model, engine.cpu_percent, engine.rss_bytes))
             await asyncio.sleep(max(0.0, SYSTEM_INTERVAL_S - (time.monotonic() - started)))
 
     def stop(self) -> list[asyncio.Task[None]]:
