@@ -17,6 +17,7 @@ from app.supervisor.router import EngineUsage, Router
 from app.supervisor.router.usage import Usage
 from app.supervisor.sampler import Sampler, SystemSample
 from app.supervisor.supervisor import Supervisor
+from tests.support.waiting import until
 
 
 def _running_python() -> subprocess.Popen[bytes]:
@@ -93,12 +94,8 @@ def test_while_the_telemetry_view_watches_its_samples_carry_the_status_bars_figu
     and its own 2 s timer is back once the view stops watching."""
     child = _running_python()
 
-    async def until(events: list[object], kind: type, count: int) -> None:
-        for _ in range(200):
-            if sum(isinstance(e, kind) for e in events) >= count:
-                return
-            await asyncio.sleep(0.05)
-        raise AssertionError(f"fewer than {count} {kind.__name__} events in 10 s: {events}")
+    async def until_seen(events: list[object], count: int) -> None:
+        await until(lambda: sum(isinstance(e, EngineUsage) for e in events) >= count, timeout_s=10.0)
 
     async def go() -> None:
         engine = SimpleNamespace(state=EngineState.READY, pid=child.pid)
@@ -108,19 +105,20 @@ def test_while_the_telemetry_view_watches_its_samples_carry_the_status_bars_figu
         usage.sample_usage(True)
         usage.watch_system(True)
         try:
-            await until(events, EngineUsage, 2)
+            await until_seen(events, 2)
             assert usage.sampler is not None
             await asyncio.wait_for(usage.sampler, 5)  # the status bar's timer ended: one sampler
             events.clear()
-            await until(events, EngineUsage, 2)
+            await until_seen(events, 2)
             kinds = [type(e) for e in events]
             assert all(kinds[i - 1] is SystemSample for i, k in enumerate(kinds) if k is EngineUsage)
             (figures,) = {(e.model, e.rss_bytes > 1_000_000) for e in events if isinstance(e, EngineUsage)}
             assert figures == ("engine", True)
             usage.watch_system(False)
-            await asyncio.wait_for(usage.watcher, 5)  # type: ignore[arg-type]
+            assert usage.watcher is not None
+            await asyncio.wait_for(usage.watcher, 5)
             events.clear()
-            await until(events, EngineUsage, 1)  # from the status bar's own timer again
+            await until_seen(events, 1)  # from the status bar's own timer again
             assert not any(isinstance(e, SystemSample) for e in events)
         finally:
             tasks = usage.stop()
