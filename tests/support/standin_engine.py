@@ -311,6 +311,10 @@ class Handler(BaseHTTPRequestHandler):
             return
         if action == "slow":
             s.token_delay_s = float(body.get("token_delay_s", s.token_delay_s))
+        elif action == "ignore_sigterm":
+            # Before the answer: a caller that sends SIGTERM as soon as it has it must find it ignored.
+            s.ignore_sigterm = True
+            say("standin: ignoring SIGTERM from now on")
         self._json(200, {"ok": action})
         if action == "crash":
             say("fatal: simulated crash")
@@ -318,9 +322,6 @@ class Handler(BaseHTTPRequestHandler):
         elif action == "hang":
             say("standin: hanging now (no more answers, /health included)")
             s.hung.set()
-        elif action == "ignore_sigterm":
-            say("standin: ignoring SIGTERM from now on")
-            s.ignore_sigterm = True
 
     def _complete(self, body: dict[str, Any], *, chat: bool) -> None:
         s = self.standin
