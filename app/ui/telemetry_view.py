@@ -31,8 +31,10 @@ and what came meanwhile is drawn when the tab is back on screen).
 
 from __future__ import annotations
 
+import functools
 import html
 import math
+import os
 import time
 from collections import deque
 from collections.abc import Iterable
@@ -528,8 +530,8 @@ def _digits(unit: str) -> int:
     return 2 if unit in ("GB", "s") else 0
 
 
+@functools.cache
 def _cores() -> int:
-    """psutil's machine-wide CPU % is of all cores; charts show % of one core, as per engine."""
-    import os
-
+    """psutil's machine-wide CPU % is of all cores; charts show % of one core, as per engine. Read once:
+    ``os.cpu_count`` reads a file in /sys each time, and this is asked once a sample."""
     return os.cpu_count() or 1
