@@ -128,11 +128,10 @@ async def compare(
 
     async def timed(path: PathFn, prompt: str, tokens: int) -> Timing:
         said = engine.telemetry
-        if said is not None:
-            said.request_started()
-        result = await path(engine, prompt, tokens)
         if said is None:
-            return result
+            return await path(engine, prompt, tokens)
+        said.request_started()
+        result = await path(engine, prompt, tokens)
         figures = await said.refine(Telemetry(0.0, 0, 0.0, 0, 0.0))  # waits for the line, at most 1 s
         return replace(result, engine_tps=figures.decode_tps)
 
