@@ -157,9 +157,9 @@ def run_window() -> int:
         instance.activation_requested.connect(lambda: print("asked to show the window", flush=True))
     import asyncio
 
-    import qasync
+    from app.ui.event_loop import DesktopLoop
 
-    loop = qasync.QEventLoop(app)
+    loop = DesktopLoop(app)
     asyncio.set_event_loop(loop)
     with loop:
         code: int = loop.run_until_complete(_run(app, desktop, instance, signals))

@@ -1,4 +1,4 @@
-"""Chat pane rendering under a fast stream, on the app's qasync loop (offscreen).
+"""Chat pane rendering under a fast stream, on the app's event loop (``DesktopLoop``, offscreen).
 
 Feeds the pane a synthetic markdown reply (reasoning, paragraphs, lists, tables, code) at 5,000 tok/s up to
 20,000 tokens and prints:
@@ -23,7 +23,9 @@ from the app's sampler, in a thread as the router takes it, plus each finished r
 As in the app, the heap is settled once the widgets are up (``app.ui.heap``: the start-up objects leave
 the garbage collector's full passes); the launcher does it once the window shows.
 
-Run: QT_QPA_PLATFORM=offscreen .venv/bin/python -m tests.bench.chat_render [--telemetry]
+With ``--qasync`` the pane runs on qasync's own loop instead, the app's before ``DesktopLoop``.
+
+Run: QT_QPA_PLATFORM=offscreen .venv/bin/python -m tests.bench.chat_render [--telemetry] [--qasync]
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ from PySide6.QtWidgets import QApplication
 from app.supervisor.sampler import Sampler
 from app.ui import heap
 from app.ui.chat.pane import ChatPane
+from app.ui.event_loop import DesktopLoop
 from app.ui.telemetry_view import WINDOW_S, TelemetryView
 
 RATE = 5_000  # tokens per second offered
@@ -335,7 +338,7 @@ def run() -> int:
         view = TelemetryView()
         view.resize(380, 900)
         view.show()
-    loop = qasync.QEventLoop(app)
+    loop = qasync.QEventLoop(app) if "--qasync" in sys.argv else DesktopLoop(app)
     asyncio.set_event_loop(loop)
     with loop:
         loop.run_until_complete(main(pane, view))

@@ -23,7 +23,6 @@ from typing import Any
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
-import qasync
 from PySide6.QtCore import QEvent, QObject
 from PySide6.QtWidgets import QApplication
 
@@ -91,17 +90,16 @@ def main() -> int:
             )
 
     gc.callbacks.append(collected)
-    run_handle = qasync._SimpleTimer.timerEvent
+    run_handle = asyncio.Handle._run
 
-    def named_handle(timer: Any, event: Any) -> None:  # which asyncio callback a qasync timer ran
-        handle = timer._SimpleTimer__callbacks.get(event.timerId())
+    def named_handle(handle: asyncio.Handle) -> None:  # which asyncio callback the loop ran
         started, started_cpu = time.perf_counter(), time.thread_time()
-        run_handle(timer, event)
+        run_handle(handle)
         if time.perf_counter() - started >= MIN_EVENT_S:
             what = f"asyncio {getattr(handle, '_callback', handle)!r}"[:120]
             spans.append(Span(started, time.perf_counter(), time.thread_time() - started_cpu, 1, what))
 
-    qasync._SimpleTimer.timerEvent = named_handle
+    asyncio.Handle._run = named_handle  # type: ignore[method-assign]
     kept: list[chat_render.Beats] = []
     beat = chat_render.heartbeat
 

@@ -10,7 +10,10 @@ too, and each reply's decode speed on the client is also given over the engine's
 two replies back to back differ in the engine's speed by several percent on these machines, which a
 plain ratio of 10-20 pairs cannot tell from the client's cost.
 
-    .venv/bin/python tests/bench/stream_overhead.py [--rounds N] [--tokens N]
+With ``--loop app`` both paths run on the window's own event loop (``DesktopLoop``, offscreen), as the
+chat pane's client does; ``--loop qasync`` on qasync's own, for comparison.
+
+    .venv/bin/python tests/bench/stream_overhead.py [--rounds N] [--tokens N] [--loop asyncio|app|qasync]
 """
 
 from __future__ import annotations
@@ -201,11 +204,39 @@ def run_bench(doc: str | None, make: Callable[[int, int], Awaitable[None]]) -> N
     parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--tokens", type=int, default=200)
+    parser.add_argument(
+        "--loop",
+        choices=("asyncio", "app", "qasync"),
+        default="asyncio",
+        help="the event loop both paths run on: asyncio's (as serve and run), the window's (app:"
+        " DesktopLoop, offscreen) or qasync's own, the window's before DesktopLoop",
+    )
     args = parser.parse_args()
     # The engine's key file and log go to a throwaway app folder, not the user's.
     with tempfile.TemporaryDirectory(prefix="lemon-desk-bench-") as home:
         os.environ["LEMON_DESK_HOME"] = home
-        asyncio.run(make(args.rounds, args.tokens))
+        if args.loop == "asyncio":
+            asyncio.run(make(args.rounds, args.tokens))
+        else:
+            on_qt_loop(args.loop == "app", make(args.rounds, args.tokens))
+
+
+def on_qt_loop(desktop: bool, work: Awaitable[None]) -> None:
+    """Run ``work`` on the window's event loop (``DesktopLoop``), or qasync's own."""
+    os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+    import qasync
+    from PySide6.QtWidgets import QApplication
+
+    from app.ui.event_loop import DesktopLoop
+
+    app = QApplication.instance() or QApplication([])
+    loop = DesktopLoop(app) if desktop else qasync.QEventLoop(app)
+    asyncio.set_event_loop(loop)
+    try:
+        loop.run_until_complete(work)
+    finally:
+        loop.close()
+        asyncio.set_event_loop(None)
 
 
 async def bench(rounds: int, tokens: int) -> None:

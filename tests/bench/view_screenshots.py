@@ -17,12 +17,12 @@ from pathlib import Path
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 os.environ["LEMON_DESK_HOME"] = tempfile.mkdtemp(prefix="lemon-shots-")
 
-import qasync
 from PySide6.QtWidgets import QApplication
 
 from app.core.chat import MessageState
 from app.store.settings import Settings, save_settings
 from app.ui.desktop import DesktopApp
+from app.ui.event_loop import DesktopLoop
 from tests.support.llama import build_llama_server, fetch_smollm_gguf
 
 NAME = "user.SmolLM2-135M-Instruct.Q4_1"
@@ -91,7 +91,7 @@ def main() -> int:
     out = Path(sys.argv[1] if len(sys.argv) > 1 else "shots")
     out.mkdir(parents=True, exist_ok=True)
     qapp = QApplication.instance() or QApplication(sys.argv)
-    loop = qasync.QEventLoop(qapp)
+    loop = DesktopLoop(qapp)
     asyncio.set_event_loop(loop)
     with loop:
         loop.run_until_complete(shoot(qapp, out))  # type: ignore[arg-type]

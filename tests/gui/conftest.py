@@ -1,4 +1,5 @@
-"""GUI tests run on the app's event loop: a qasync loop marked as running, turned by qtbot's waits."""
+"""GUI tests run on the app's event loop (``DesktopLoop``, a qasync loop) marked as running, turned by
+qtbot's waits."""
 
 from __future__ import annotations
 
@@ -8,13 +9,13 @@ import json
 from collections.abc import Callable, Iterator
 
 import pytest
-import qasync
 from PySide6.QtWidgets import QApplication
 from pytestqt.qtbot import QtBot, _WaitWidgetContextManager
 from pytestqt.wait_signal import CheckParamsCb, SignalBlocker
 
 from app.store.settings import settings_path
 from app.ui.desktop import DesktopApp
+from app.ui.event_loop import DesktopLoop
 
 # pytest-qt's waits give up after 5 s unless told otherwise. A wait is a deadline, not a timing: a state
 # that comes in half a second here may take five on a machine ten times slower, so an unbounded wait
@@ -57,8 +58,8 @@ def no_hub(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture
-def qt_loop(qapp: QApplication) -> Iterator[qasync.QEventLoop]:
-    loop = qasync.QEventLoop(qapp, already_running=True)
+def qt_loop(qapp: QApplication) -> Iterator[DesktopLoop]:
+    loop = DesktopLoop(qapp, already_running=True)
     asyncio.set_event_loop(loop)
     yield loop
     # run_forever never ran: undo what already_running did (stop() would call QApplication.exit())

@@ -1,4 +1,5 @@
-"""The engine and its client on the window's event loop (qasync), as the UI bridge will run them.
+"""The engine and its client on the window's event loop (``DesktopLoop``, a qasync loop), as the UI
+bridge runs them.
 
 qasync installs no async-generator hooks, so a stream left half-read is finalised by the garbage
 collector outside the loop; pytest turns the resulting "Exception ignored" reports into failures.
@@ -10,7 +11,6 @@ import asyncio
 import gc
 
 import pytest
-import qasync
 from PySide6.QtWidgets import QApplication
 
 from app.client.events import ChatDelta, ChatDone
@@ -18,6 +18,7 @@ from app.core.engine_state import EngineState
 from app.core.hardware import Hardware
 from app.core.launch import LaunchRequest
 from app.supervisor.engine import Engine
+from app.ui.event_loop import DesktopLoop
 
 pytestmark = pytest.mark.integration
 
@@ -48,7 +49,7 @@ def test_start_chat_stop_on_the_qt_loop(
         finally:
             await engine.stop()
 
-    loop = qasync.QEventLoop(qapp, already_running=False)
+    loop = DesktopLoop(qapp)
     asyncio.set_event_loop(loop)
     try:
         text, done = loop.run_until_complete(go())

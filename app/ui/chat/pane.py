@@ -7,9 +7,9 @@ its token rate. A frame spends at most ``TICK_CPU_S`` of UI-thread CPU time rend
 shown by further turns, each started ``CATCH_UP_MS`` after the previous one's layout and paint have run
 (``AfterPaint``). Fitting the transcript to the grown reply (and scrolling to its end) is a turn of its
 own in the same way (``TranscriptView.hold_fits``). The asyncio tasks on the same loop (the reply's
-stream among them) get their turns in between: qasync wakes a task with a timer and then runs it with
-another, and a render turn due at once after the paint used to run between the two, holding the task up
-for two turns and two paints.
+stream among them) get their turns in between: the loop (``DesktopLoop``) wakes a task in one turn of
+Qt's loop and runs it in the next, and a render turn due at once after the paint used to run between the
+two, holding the task up for two turns and two paints.
 """
 
 from __future__ import annotations
