@@ -23,6 +23,7 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 from typing import Any
 
 from app.client import remote as remote_http
@@ -54,10 +55,10 @@ BACKOFF_S = (2.0, 5.0, 10.0, 30.0)  # after the 1st, 2nd, 3rd, 4th+ look in a ro
 FILE_POLL_S = 2.0  # how often a watching app looks whether another process changed the remotes file
 
 
-def _file_stamp() -> tuple[int, int, int] | None:
+def _file_stamp(path: Path) -> tuple[int, int, int] | None:
     """What changes when the remotes file is written (atomically: a new inode), or None without one."""
     try:
-        info = remotes_path().stat()
+        info = path.stat()
     except OSError:
         return None
     return info.st_ino, info.st_mtime_ns, info.st_size
@@ -109,7 +110,8 @@ class Remotes:
         self.backoff_s = backoff_s
         self.look_deadline_s = look_deadline_s
         self.file_poll_s = file_poll_s
-        self._file_stamp = _file_stamp()
+        self._file = remotes_path()  # looked at every FILE_POLL_S: the path is worked out once
+        self._file_stamp = _file_stamp(self._file)
         loaded = load_remotes()
         self.warnings = [loaded.warning] if loaded.warning else []
         self._remotes = {name: Remote(record, emit) for name, record in loaded.items.items()}
@@ -167,7 +169,7 @@ class Remotes:
                 if key:
                     await asyncio.to_thread(delete_remote_key, name)
                 raise
-            self._file_stamp = _file_stamp()
+            self._file_stamp = _file_stamp(self._file)
             remote = self._adopt(record, key)
         await self.look(remote)
         return remote.snapshot()
@@ -189,7 +191,7 @@ class Remotes:
             records = {n: r.record for n, r in self._remotes.items() if n != name}
             with saving("the remotes"):
                 await asyncio.to_thread(save_remotes, records)
-            self._file_stamp = _file_stamp()
+            self._file_stamp = _file_stamp(self._file)
             try:  # the key goes before anyone is told the remote has: nothing can read it after that
                 if remote.record.has_key:
                     await asyncio.to_thread(delete_remote_key, name)
@@ -208,14 +210,15 @@ class Remotes:
         while True:
             await asyncio.sleep(self.file_poll_s)
             async with self._changing:
-                stamp = _file_stamp()
+                stamp = _file_stamp(self._file)
                 if stamp == self._file_stamp:
                     continue
                 self._file_stamp = stamp
                 loaded = await asyncio.to_thread(load_remotes)
                 if loaded.warning:  # a file this app cannot read (set aside): keep the remotes it knows
                     log.warning("%s", loaded.warning)
-                    self._file_stamp = _file_stamp()  # what setting it aside left is no change either
+                    # what setting it aside left is no change either
+                    self._file_stamp = _file_stamp(self._file)
                     continue
                 for name in [n for n, r in self._remotes.items() if loaded.items.get(n) != r.record]:
                     await self._forget(name)  # removed there, or replaced by another of its name

@@ -48,7 +48,9 @@ class Usage:
                 if engine.state is not EngineState.READY or engine.pid is None:
                     continue
                 try:
-                    proc = processes.setdefault(engine.pid, psutil.Process(engine.pid))
+                    proc = processes.get(engine.pid)
+                    if proc is None:  # made once: psutil reads the process's start time to make one
+                        proc = processes[engine.pid] = psutil.Process(engine.pid)
                     with proc.oneshot():
                         self._emit(EngineUsage(name, proc.cpu_percent(None), proc.memory_info().rss))
                 except psutil.Error:
