@@ -69,14 +69,30 @@ COLOURS = ("#e67e22", "#2980b9", "#27ae60", "#8e44ad", "#c0392b", "#16a085", "#7
 
 @dataclass
 class Series:
-    """One line of a chart: times and values, at most the last 30 minutes."""
+    """One line of a chart: times and values, at most the last 30 minutes, and the highest of those
+    values kept as they come (the chart's y range asks for it with every draw: scanning 1,800 values a
+    line was about 0.15 ms of the 1.3 ms an idle sample cost the UI thread)."""
 
     xs: deque[float] = field(default_factory=lambda: deque(maxlen=POINTS))
     ys: deque[float] = field(default_factory=lambda: deque(maxlen=POINTS))
+    # (index, value) of each point no later point is as high as: the highest first, the latest last
+    _peaks: deque[tuple[int, float]] = field(default_factory=deque)
+    _added: int = 0
 
     def add(self, x: float, y: float) -> None:
         self.xs.append(x)
         self.ys.append(y)
+        peaks = self._peaks
+        while peaks and peaks[-1][1] <= y:
+            peaks.pop()
+        peaks.append((self._added, y))
+        self._added += 1
+        if peaks[0][0] < self._added - POINTS:  # the point that just fell out of the 30 minutes
+            peaks.popleft()
+
+    def top(self) -> float:
+        """The highest value kept (0 with none)."""
+        return self._peaks[0][1] if self._peaks else 0.0
 
 
 @dataclass
@@ -418,7 +434,7 @@ class TelemetryView(QWidget):
         if not QRect(plot.mapTo(viewport, QPoint(0, 0)), plot.size()).intersects(viewport.rect()):
             return False  # scrolled out of view: drawn when scrolled back
         per_reply = key in PER_REPLY
-        top = max((max(series.ys, default=0.0) for series in chart.series.values()), default=0.0)
+        top = max((series.top() for series in chart.series.values()), default=0.0)
         # From zero (no made-up swings), to a round number that changes rarely: an axis whose range
         # moves is drawn again from scratch.
         y_top = _nice(top * 1.1)

@@ -6,6 +6,7 @@ and no timer runs, while the tab is hidden or its window minimized."""
 
 from __future__ import annotations
 
+import random
 from collections import Counter
 
 from PySide6.QtCore import QEvent, QObject, QTimer
@@ -13,7 +14,7 @@ from pytestqt.qtbot import QtBot
 
 from app.supervisor.sampler import EngineNow, SystemSample
 from app.ui.main_window import MainWindow
-from app.ui.telemetry_view import SYSTEM, TelemetryView
+from app.ui.telemetry_view import POINTS, SYSTEM, Series, TelemetryView
 
 START = 1_800_000_000.0
 GB = 1_000_000_000
@@ -175,3 +176,14 @@ def test_nothing_is_drawn_while_hidden_and_all_is_drawn_when_shown_again(qtbot: 
     assert drawn_points(view, "cpu", SYSTEM) == 1200
     view.show()
     qtbot.waitUntil(lambda: drawn_points(view, "cpu", SYSTEM) == 1260)
+
+
+def test_a_series_keeps_the_highest_of_its_last_30_minutes() -> None:
+    rng = random.Random(7)
+    series = Series()
+    assert series.top() == 0.0
+    for i in range(POINTS * 2 + 37):
+        # Falling runs and rising runs, so that the highest point keeps falling out of the window.
+        series.add(float(i), rng.random() * 10 + (i % 500) * (1 if (i // 500) % 2 else -1))
+        if i % 97 == 0 or i >= POINTS * 2:
+            assert series.top() == max(series.ys)
