@@ -22,6 +22,7 @@ from app.client.capped import read_upto
 from app.client.events import ChatDelta, ChatDone, ChatEvent, ChatReply, ToolCall
 from app.client.pacing import OPENAI_SSE_SHOWN, UNPACED, Pacing, TransportValve, paced, paced_network
 from app.client.reasoning_relay import StreamReasoning, whole_reasoning
+from app.client.splice import BodyError, EngineAnswer, loopback_address, open_stream
 from app.client.sse import EventTooLarge, SSEEvent, SSEParser
 from app.client.stop_relay import StreamFinish, StreamStops, cut_whole, whole_finish
 from app.core.errors import ContextError, LemonDeskError, RequestError, UnsupportedRequestError
@@ -510,6 +511,55 @@ class ChatClient:
         finally:
             if observer:
                 observer.request_finished()
+
+    async def open_spliced(
+        self, route: Route, body: dict[str, Any], reasoning: ReasoningFormat | None = None
+    ) -> EngineAnswer | None:
+        """The engine's answer to a streamed request, its head read, for ``app.client.splice`` to pass
+        its body on from a thread: when the engine is on this machine's loopback and nothing of the
+        stream is to be rewritten here (no stop strings it leaves to us, no reasoning to place, no
+        finish reason to correct). None otherwise: the stream goes through ``forward_stream``. A refusal
+        or a broken connection raises as there."""
+        address = loopback_address(self.base_url)
+        if address is None or not body.get("stream"):
+            return None
+        try:
+            body = self._adapter.adapt_body(dict(body), route)
+        except UnsupportedRequestError:
+            return None  # forward_stream answers it, with an SSE error event
+        if reasoning is not None and route is Route.CHAT and self._adapter.reasoning(body, reasoning):
+            return None
+        if route in (Route.CHAT, Route.COMPLETIONS) and self._adapter.stops(body):
+            return None
+        limit = body.get("max_tokens")
+        if (
+            type(limit) is int
+            and self._telemetry is not None
+            and self._adapter.finish_reason("stop", body, limit) != "stop"
+        ):
+            return None
+        observer = self._observer
+        if observer:
+            observer.request_started()
+        try:
+            answer = await open_stream(address, route.value, json.dumps(body).encode(), self._headers)
+        except (OSError, TimeoutError, BodyError) as err:
+            if observer:
+                observer.request_finished()
+            raise await self._broken(
+                RequestError(f"The connection to the engine broke ({type(err).__name__}).")
+            ) from None
+        if observer:
+            answer.data_received, answer.finished = observer.data_received, observer.request_finished
+        if answer.status != 200:
+            try:
+                refusal = await answer.read_upto(REFUSAL_BYTES)
+            except (OSError, BodyError):
+                refusal = b""
+            finally:
+                answer.close()
+            raise _status_error(answer.status, refusal, answer.reason)
+        return answer
 
     async def post_json(self, path: str, body: dict[str, Any]) -> Any:
         """POST ``body`` to one of the engine's own routes (llama-server's ``/apply-template``,

@@ -72,9 +72,10 @@ class Pacing:
     finished: Callable[[bytes], bool] = never
     interval_s: float | None = None  # None: FRAME_S as it is when the stream starts
 
-    def frame(self) -> Frame:
-        """The pacing of one stream, about to start."""
-        return Frame(FRAME_S if self.interval_s is None else self.interval_s)
+    def frame(self, clock: Callable[[], float] | None = None) -> Frame:
+        """The pacing of one stream, about to start (``clock``: as ``Frame``'s)."""
+        interval = FRAME_S if self.interval_s is None else self.interval_s
+        return Frame(interval) if clock is None else Frame(interval, clock)
 
 
 def openai_done(data: bytes) -> bool:
@@ -89,35 +90,70 @@ OPENAI_SSE_SHOWN = Pacing(started=never, finished=openai_done)
 UNPACED = Pacing(interval_s=0)  # every chunk passed on as it comes
 
 
+def loop_time() -> float:
+    return asyncio.get_running_loop().time()
+
+
 class Frame:
     """When a stream's next read may be: at once until its first token has gone by, then no sooner than
-    an interval after the last read, until its end is in (``on`` is the pacing's switch)."""
+    an interval after the last read, until its end is in (``on`` is the pacing's switch). Times are the
+    running loop's, or ``clock``'s for a reader in a thread of its own (``app.client.splice``)."""
 
-    def __init__(self, interval_s: float) -> None:
+    def __init__(self, interval_s: float, clock: Callable[[], float] = loop_time) -> None:
         self.interval_s = interval_s
         self.on = False
+        self.clock = clock
         self._read_at = 0.0
 
     def due(self) -> float:
-        """When the next read may be, in the loop's time."""
+        """When the next read may be, in the clock's time."""
         return self._read_at + self.interval_s
 
+    def delay(self) -> float:
+        """How long the next read waits from now (0 when pacing is off or the interval is over)."""
+        return max(self.due() - self.clock(), 0.0) if self.on else 0.0
+
     async def wait(self) -> None:
-        """Until the next read is due (at once when pacing is off or the interval is over)."""
-        if self.on:
-            delay = self.due() - asyncio.get_running_loop().time()
-            if delay > 0:
-                await asyncio.sleep(delay)
+        """Until the next read is due."""
+        if delay := self.delay():
+            await asyncio.sleep(delay)
 
     def read(self) -> None:
         """A read of the network ended now."""
-        self._read_at = asyncio.get_running_loop().time()
+        self._read_at = self.clock()
 
     def start(self) -> None:
         """The first token has gone by (for a reader whose pacing's ``started`` never says so itself):
         the next read waits an interval from now."""
         self.on = True
         self.read()
+
+
+class Regroup:
+    """A stream's bytes cut at its events' ends: ``feed`` gives back the events a read completed and
+    keeps the tail of one it ended inside (``held``, passed on as it is when the stream ends); it
+    starts ``frame`` at the first token and stops it at the end (only the end is then to come)."""
+
+    def __init__(self, pacing: Pacing, frame: Frame) -> None:
+        self.pacing = pacing
+        self.frame = frame
+        self.held = b""
+
+    def feed(self, chunk: bytes) -> bytes:
+        pacing, frame = self.pacing, self.frame
+        data = self.held + chunk if self.held else chunk
+        cut = data.rfind(pacing.boundary) + len(pacing.boundary)
+        if cut >= len(pacing.boundary):
+            whole, self.held = data[:cut], data[cut:]
+        elif len(data) >= HELD_LIMIT:
+            whole, self.held = data, b""
+        else:
+            whole, self.held = b"", data
+        if whole and not frame.on and pacing.started(whole):
+            frame.start()  # the first token's read: the next one waits a frame from now
+        if whole and pacing.finished(whole):
+            frame.on = False  # only the end is to come: read at once
+        return whole
 
 
 class Valve(Protocol):
@@ -216,8 +252,7 @@ async def paced(
         async for chunk in source:
             yield chunk
         return
-    end = len(pacing.boundary)
-    held = b""
+    events = Regroup(pacing, frame)
     waits = not reads_wait and valve is None
     try:
         while True:
@@ -229,24 +264,13 @@ async def paced(
                 break
             if not reads_wait:
                 frame.read()
-            data = held + chunk if held else chunk
-            cut = data.rfind(pacing.boundary) + end
-            if cut >= end:
-                whole, held = data[:cut], data[cut:]
-            elif len(data) >= HELD_LIMIT:
-                whole, held = data, b""
-            else:
-                whole, held = b"", data
-            if whole and not frame.on and pacing.started(whole):
-                frame.start()  # the first token's read: the next one waits a frame from now
-            if whole and pacing.finished(whole):
-                frame.on = False  # only the end is to come: read at once
+            whole = events.feed(chunk)
             if valve is not None and frame.on:
                 valve.hold(frame.due())  # the kernel keeps what comes until the next frame
             if whole:
                 yield whole
-        if held:
-            yield held
+        if events.held:
+            yield events.held
     finally:
         if valve is not None:
             valve.release()

@@ -27,6 +27,7 @@ from aiohttp import web
 from app.client.adapters import IMAGE_PARTS, Route
 from app.client.capped import read_upto
 from app.client.pacing import OPENAI_SSE, has_text_delta
+from app.client.splice import EngineAnswer, splice
 from app.core.engine_state import EngineState
 from app.core.errors import LemonDeskError, RequestError
 from app.core.models import Model
@@ -208,6 +209,7 @@ class EngineCall:
     streamed: bool  # the body asked for a stream
     stream: AsyncGenerator[bytes, None]  # the engine's bytes (first b"": the engine accepted the request)
     watch: _Watch  # its figures, for the telemetry
+    spliced: EngineAnswer | None = None  # instead of ``stream``: its answer, passed on by a thread
 
 
 class OpenAIRoutes:
@@ -293,17 +295,20 @@ class OpenAIRoutes:
         return await self._generate(request, Route.RERANK, "reranking")
 
     async def _generate(self, request: web.Request, route: Route, kind: str) -> web.StreamResponse:
-        async with self.engine_call(parse_object(await request.read()), route, kind) as call:
+        async with self.engine_call(parse_object(await request.read()), route, kind, splice=True) as call:
             if call.streamed:
                 ends_with_done = route in (Route.CHAT, Route.COMPLETIONS)
-                return await self._stream(request, call.name, call.stream, call.watch, ends_with_done)
+                return await self._stream(request, call, ends_with_done)
             return web.Response(body=await self.read_whole(call), content_type="application/json")
 
     @contextlib.asynccontextmanager
-    async def engine_call(self, body: dict[str, Any], route: Route, kind: str) -> AsyncIterator[EngineCall]:
+    async def engine_call(
+        self, body: dict[str, Any], route: Route, kind: str, splice: bool = False
+    ) -> AsyncIterator[EngineCall]:
         """The one path of every dialect's generation: the body's model checked and routed to its engine
         (loaded on demand under the router's policy; ``@NAME/MODEL`` to its remote), the body checked
-        and sent, and the reply's figures fed to the router's telemetry when it ends."""
+        and sent, and the reply's figures fed to the router's telemetry when it ends. ``splice``: the
+        caller passes the stream on as it is, so a local engine's may be ``spliced`` (``_stream``)."""
         name = required_str(body, "model")
         reasoning = None
         if is_remote_model(name):
@@ -337,11 +342,17 @@ class OpenAIRoutes:
                 # A stream is read once a frame after its first token (``app.client.pacing``): not a
                 # wake per token, in every dialect (the others read this stream through chat_events).
                 pacing = OPENAI_SSE if body.get("stream") else None
+                remote = is_remote_model(name)
+                spliced = await client.open_spliced(route, body, reasoning) if splice and not remote else None
                 forward = client.forward_stream(route, body, self.relay(), pacing, reasoning=reasoning)
                 stream = cast(AsyncGenerator[bytes, None], forward)
                 async with contextlib.aclosing(stream):
-                    yield EngineCall(name, bool(body.get("stream")), stream, watch)
-                    if body.get("stream") and not is_remote_model(name):
+                    try:
+                        yield EngineCall(name, bool(body.get("stream")), stream, watch, spliced)
+                    finally:
+                        if spliced is not None:
+                            spliced.close()
+                    if body.get("stream") and not remote and spliced is None:
                         self._reconnect(client)  # the engine closed the connection: open the next
             answered = True
         finally:
@@ -451,26 +462,28 @@ class OpenAIRoutes:
         return raw
 
     async def _stream(
-        self,
-        request: web.Request,
-        name: str,
-        stream: AsyncGenerator[bytes, None],
-        watch: _Watch,
-        ends_with_done: bool,
+        self, request: web.Request, call: EngineCall, ends_with_done: bool
     ) -> web.StreamResponse:
         # The engine's answer (its 200, as b"") comes before ours starts, so an engine's refusal keeps its
         # own status; ours goes out while the engine reads the prompt, not with the first token.
-        first = await anext(stream, b"")
+        name, stream, watch, spliced = call.name, call.stream, call.watch, call.spliced
+        first = b"" if spliced is not None else await anext(stream, b"")
         response = web.StreamResponse(headers=SSE_HEADERS)
-        await response.prepare(request)
+        writer = await response.prepare(request)
         try:
             with self.router.reply_streaming(name):
-                if first:
-                    watch.feed(first)
-                    await response.write(first)
-                async for chunk in stream:
-                    watch.feed(chunk)
-                    await response.write(chunk)
+                if spliced is not None and writer is not None:
+                    # From a thread, one read and one write a frame: the loop is not woken per frame.
+                    chunked = response.headers.get("Transfer-Encoding") == "chunked"  # HTTP/1.1's framing
+                    if not await splice(spliced, writer, chunked, OPENAI_SSE, watch.feed):
+                        return response  # the client went away
+                else:
+                    if first:
+                        watch.feed(first)
+                        await response.write(first)
+                    async for chunk in stream:
+                        watch.feed(chunk)
+                        await response.write(chunk)
             if ends_with_done and not watch.done:
                 await response.write(sse_error_event(from_app_error(await self._cut_short(name))))
         except LemonDeskError as err:

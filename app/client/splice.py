@@ -1,0 +1,403 @@
+"""A stream from an engine on this machine passed on by a thread of its own, not by the event loop.
+
+Paced on the loop (``app.client.pacing``), every frame still cost the local API three turns of its
+loop (the timer that lets the engine's connection be read again, the read, the relay's task), two
+changes to the selector, aiohttp's parser and writer and a chain of async generators: about 0.5 ms of
+CPU a frame, 210-240 us per token at the 90 tok/s an engine makes on both cores of these machines,
+against the 60 us allowed. A thread that sleeps until the frame is due, reads the engine's socket
+once and writes the client's socket once costs the kernel's share of that and little more.
+
+- The request goes out on a socket of its own (``open_stream``), ``Connection: close`` (llama-server
+  closes a stream's connection anyway), and its answer's head is read on the loop: a refusal is
+  raised there, as ``ChatClient.forward_stream`` raises it.
+- Once the client's headers are out (``splice``), the thread takes the engine's socket, blocking, and
+  a duplicate of the client's descriptor. It reads as the pacing says (at once until the first token,
+  then one read a frame, on the monotonic clock), takes the body out of its HTTP framing (chunked, a
+  length, or up to the close), cuts it at its events' ends (``Regroup``: the order of the bytes never
+  changes, a read that ends inside an event keeps its tail for the next) and writes each read's events
+  as one HTTP chunk. The loop's transport does nothing meanwhile: the handler waits for the thread.
+- ``on_data`` sees every write's events in the thread (the API's figures: first token, usage, [DONE]);
+  the caller reads them once ``splice`` has returned.
+- Cancelling ``splice`` (the client went away, the app stops) stops the thread at once: its wait ends
+  and the engine's socket is shut, which makes the engine stop generating. A client gone shows in the
+  thread as a failed write, and ends it the same way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import os
+import select
+import socket
+import struct
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
+from urllib.parse import urlsplit
+
+from app.client.pacing import Pacing, Regroup
+
+if TYPE_CHECKING:
+    from aiohttp.abc import AbstractStreamWriter
+
+CONNECT_TIMEOUT_S = 10.0
+HEAD_LIMIT = 64 * 1024  # an engine's answer head is a few hundred bytes
+CHUNK_LINE_LIMIT = 1024  # a chunk's size line
+CHUNK_LIMIT = 16 << 20  # no engine's event comes near
+READ_BYTES = 256 * 1024
+# A paced read returns early once this much is in (a frame of tokens is well under 1 KiB).
+HELD_BYTES = 64 * 1024
+WRITE_WAIT_S = 0.1  # a full client socket is waited on in steps of this, so that a stop is seen
+
+
+class BodyError(Exception):
+    """An engine's answer that is not HTTP as it should be."""
+
+
+class Body(Protocol):
+    """An HTTP body's framing, taken off as its bytes come."""
+
+    ended: bool
+
+    def feed(self, data: bytes) -> bytes:
+        """The body's bytes in ``data`` (what follows the body's end is dropped)."""
+        ...
+
+    def eof(self) -> None:
+        """The connection closed: raises BodyError when the body was not over."""
+        ...
+
+
+class Chunked:
+    """``Transfer-Encoding: chunked``, as llama-server streams."""
+
+    def __init__(self) -> None:
+        self.ended = False
+        self._buffer = b""
+        self._left = 0  # bytes of the chunk being read still to come
+        self._after_data = False  # its CRLF is next
+
+    def feed(self, data: bytes) -> bytes:
+        buffer = self._buffer + data if self._buffer else data
+        at, out = 0, []
+        while not self.ended:
+            if self._left:
+                piece = buffer[at : at + self._left]
+                out.append(piece)
+                at += len(piece)
+                self._left -= len(piece)
+                if self._left:
+                    break
+                self._after_data = True
+            if self._after_data:
+                if len(buffer) - at < 2:
+                    break
+                if buffer[at : at + 2] != b"\r\n":
+                    raise BodyError("a chunk of the engine's answer did not end where its size said")
+                at += 2
+                self._after_data = False
+            line_end = buffer.find(b"\r\n", at, at + CHUNK_LINE_LIMIT)
+            if line_end < 0:
+                if len(buffer) - at >= CHUNK_LINE_LIMIT:
+                    raise BodyError("a chunk size line of the engine's answer is too long")
+                break
+            size_text = buffer[at:line_end].split(b";", 1)[0].strip()
+            if not size_text or size_text.strip(b"0123456789abcdefABCDEF"):
+                raise BodyError("a chunk size of the engine's answer is not a hexadecimal number")
+            size = int(size_text, 16)
+            if size > CHUNK_LIMIT:
+                raise BodyError("a chunk of the engine's answer is too large")
+            at = line_end + 2
+            if size == 0:
+                self.ended = True  # trailers, if any, are dropped with the connection
+            self._left = size
+        self._buffer = buffer[at:] if not self.ended else b""
+        return b"".join(out)
+
+    def eof(self) -> None:
+        if not self.ended:
+            raise BodyError("the engine closed the connection inside its answer")
+
+
+class Length:
+    """``Content-Length``."""
+
+    def __init__(self, length: int) -> None:
+        self._left = length
+        self.ended = length == 0
+
+    def feed(self, data: bytes) -> bytes:
+        piece = data[: self._left]
+        self._left -= len(piece)
+        self.ended = self._left == 0
+        return piece
+
+    def eof(self) -> None:
+        if not self.ended:
+            raise BodyError("the engine closed the connection inside its answer")
+
+
+class UpToClose:
+    """No length given: the body is what comes until the engine closes the connection (HTTP/1.0, and
+    Python's http.server streaming as mlx-lm's does)."""
+
+    ended = False
+
+    def feed(self, data: bytes) -> bytes:
+        return data
+
+    def eof(self) -> None:
+        self.ended = True
+
+
+@dataclass
+class EngineAnswer:
+    """An engine's answer to one request, its head read: the body is still to come on ``sock``."""
+
+    sock: socket.socket
+    status: int
+    reason: str
+    body: Body
+    rest: bytes  # body bytes that came with the head
+    data_received: Callable[[], None] | None = None  # called in the thread, with each read
+    finished: Callable[[], None] | None = None  # called on the loop, once, when the answer is done with
+    _closed: bool = field(default=False, repr=False)
+
+    async def read_upto(self, limit: int) -> bytes:
+        """The body, up to ``limit`` bytes (a refusal's), read on the loop."""
+        loop = asyncio.get_running_loop()
+        out = self.body.feed(self.rest)
+        while not self.body.ended and len(out) < limit:
+            data = await loop.sock_recv(self.sock, READ_BYTES)
+            if not data:
+                with contextlib.suppress(BodyError):
+                    self.body.eof()
+                break
+            out += self.body.feed(data)
+        return out[:limit]
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self.sock.close()
+        if self.finished is not None:
+            self.finished()
+
+
+def loopback_address(base_url: str) -> tuple[str, int] | None:
+    """The address of an engine at ``base_url`` when it is plain HTTP on this machine's loopback."""
+    parts = urlsplit(base_url)
+    if parts.scheme != "http" or parts.hostname is None:
+        return None
+    try:
+        loopback = ipaddress.ip_address(parts.hostname).is_loopback
+        port = parts.port or 80
+    except ValueError:
+        return None
+    return (parts.hostname, port) if loopback else None
+
+
+async def open_stream(
+    address: tuple[str, int], path: str, body: bytes, headers: dict[str, str]
+) -> EngineAnswer:
+    """POST ``body`` (JSON) to ``path`` on a new connection and read the answer's head."""
+    loop = asyncio.get_running_loop()
+    host, port = address
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setblocking(False)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        await asyncio.wait_for(loop.sock_connect(sock, address), CONNECT_TIMEOUT_S)
+        named = f"[{host}]" if family == socket.AF_INET6 else host
+        lines = [
+            f"POST {path} HTTP/1.1",
+            f"Host: {named}:{port}",
+            "Content-Type: application/json",
+            f"Content-Length: {len(body)}",
+            "Connection: close",
+            *(f"{name}: {value}" for name, value in headers.items()),
+        ]
+        await loop.sock_sendall(sock, ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body)
+        data = b""
+        while (end := data.find(b"\r\n\r\n")) < 0:
+            if len(data) > HEAD_LIMIT:
+                raise BodyError("the engine's answer head is too long")
+            more = await loop.sock_recv(sock, READ_BYTES)
+            if not more:
+                raise ConnectionResetError("the engine closed the connection before it answered")
+            data += more
+        return _answer(sock, data[:end].decode("latin-1"), data[end + 4 :])
+    except BaseException:
+        sock.close()
+        raise
+
+
+def _answer(sock: socket.socket, head: str, rest: bytes) -> EngineAnswer:
+    status_line, *lines = head.split("\r\n")
+    version, _, said = status_line.partition(" ")
+    code, _, reason = said.partition(" ")
+    if not version.startswith("HTTP/1.") or not code.isdigit():
+        raise BodyError("the engine's answer is not HTTP/1")
+    fields: dict[str, str] = {}
+    for line in lines:
+        name, colon, value = line.partition(":")
+        if not colon:
+            raise BodyError("a header line of the engine's answer has no colon")
+        fields[name.strip().lower()] = value.strip()
+    body: Body
+    if "chunked" in fields.get("transfer-encoding", "").lower():
+        body = Chunked()
+    elif "content-length" in fields:
+        length = fields["content-length"]
+        if not length.isdigit():
+            raise BodyError("the engine's answer has a Content-Length that is not a number")
+        body = Length(int(length))
+    else:
+        body = UpToClose()
+    return EngineAnswer(sock, int(code), reason, body, rest)
+
+
+class _ClientGone(Exception):
+    pass
+
+
+async def splice(
+    answer: EngineAnswer,
+    writer: AbstractStreamWriter,
+    chunked: bool,
+    pacing: Pacing,
+    on_data: Callable[[bytes], None],
+) -> bool:
+    """Pass ``answer``'s body on to the client whose response ``writer`` writes (prepared, its headers
+    not yet sent; ``chunked``: the response's framing), paced, from a thread; True once the body is
+    over, False when the client went away first. ``answer`` is closed whatever ends it."""
+    loop = asyncio.get_running_loop()
+    try:
+        transport = writer.transport
+        client = transport.get_extra_info("socket") if transport is not None else None
+        if transport is None or client is None or transport.is_closing():
+            return False
+        writer.send_headers()
+        # The thread writes the socket itself: what the transport holds goes first (the headers, at
+        # once unless the client reads nothing at all).
+        deadline = loop.time() + CONNECT_TIMEOUT_S
+        while transport.get_write_buffer_size():
+            if transport.is_closing() or loop.time() > deadline:
+                return False
+            await asyncio.sleep(0.005)
+        out = os.dup(client.fileno())  # its own descriptor: the loop may close the transport's meanwhile
+        relay = _Relay(answer, out, chunked, pacing)
+        done: asyncio.Future[bool] = loop.create_future()
+        threading.Thread(target=relay.run, args=(loop, done, on_data), name="api-relay", daemon=True).start()
+        try:
+            return await asyncio.shield(done)
+        finally:
+            if not done.done():  # cancelled: stopped at once, and waited for (``on_data``'s state is ours)
+                relay.stop()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await done
+    finally:
+        answer.close()
+
+
+class _Relay:
+    """One stream's thread: the engine's socket read as ``pacing`` says, the client's written."""
+
+    def __init__(self, answer: EngineAnswer, out: int, chunked: bool, pacing: Pacing) -> None:
+        self._answer = answer
+        self._out = out
+        self._chunked = chunked
+        self._frame = pacing.frame(time.monotonic)
+        self._events = Regroup(pacing, self._frame)
+        self._stopped = threading.Event()
+
+    def stop(self) -> None:
+        self._stopped.set()
+        with contextlib.suppress(OSError):
+            self._answer.sock.shutdown(socket.SHUT_RDWR)  # ends a read under way
+
+    def run(
+        self, loop: asyncio.AbstractEventLoop, done: asyncio.Future[bool], on_data: Callable[[bytes], None]
+    ) -> None:
+        over = False
+        try:
+            over = self._relay(on_data)
+        except (_ClientGone, BodyError):
+            over = False
+        finally:
+            os.close(self._out)
+            with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits
+                loop.call_soon_threadsafe(_settle, done, over)
+
+    def _relay(self, on_data: Callable[[bytes], None]) -> bool:
+        answer, frame, stopped = self._answer, self._frame, self._stopped
+        sock = answer.sock
+        sock.setblocking(True)
+        body, data = answer.body, answer.rest
+        poller = select.poll()
+        poller.register(self._out, select.POLLOUT)
+        paced = False
+        while not body.ended:
+            if not data:
+                if frame.on != paced:
+                    paced = frame.on
+                    _pace(sock, frame.interval_s if paced else 0.0)
+                try:
+                    data = sock.recv(READ_BYTES)
+                except BlockingIOError:
+                    continue  # a frame without a byte (the kernel's timeout)
+                except OSError:
+                    data = b""
+                if stopped.is_set():
+                    return False
+                if not data:
+                    body.eof()  # raises BodyError when the engine broke off
+                    break
+            whole = self._events.feed(body.feed(data))
+            data = b""
+            if whole:
+                if answer.data_received is not None:
+                    answer.data_received()
+                on_data(whole)
+                self._write(whole, poller)
+        if self._events.held:
+            on_data(self._events.held)
+            self._write(self._events.held, poller)
+        return True
+
+    def _write(self, data: bytes, poller: select.poll) -> None:
+        framed = b"%x\r\n%b\r\n" % (len(data), data) if self._chunked else data
+        view = memoryview(framed)
+        while view:
+            try:
+                view = view[os.write(self._out, view) :]
+                continue
+            except BlockingIOError:
+                pass  # the client's socket is full (the descriptor is the loop's: non-blocking)
+            except OSError:
+                raise _ClientGone from None
+            while not poller.poll(WRITE_WAIT_S * 1000):
+                if self._stopped.is_set():
+                    raise _ClientGone
+
+
+def _pace(sock: socket.socket, interval_s: float) -> None:
+    """Make a read of ``sock`` wait for a frame's worth: until ``HELD_BYTES`` are in, the interval is
+    over, or the engine closes the connection (so a reply's last events, sent with its end, are never
+    held), with one wake of the thread, not one per token; 0 reads as bytes come."""
+    held = HELD_BYTES if interval_s > 0 else 1
+    seconds = int(interval_s)
+    timeout = struct.pack("ll", seconds, int((interval_s - seconds) * 1_000_000))
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, held)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, timeout)
+
+
+def _settle(done: asyncio.Future[bool], over: bool) -> None:
+    if not done.done():
+        done.set_result(over)

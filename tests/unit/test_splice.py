@@ -1,0 +1,235 @@
+"""The local API's spliced streams (app/client/splice.py): the body's HTTP framing taken off as it comes,
+in any pieces, and a broken one refused; then for real, an engine on loopback (an aiohttp server writing
+SSE in random pieces, chunked or up to the close) passed on by the splice's thread through a real aiohttp
+server to a real client: every byte in order, each HTTP chunk ends at an event's end, far fewer writes
+than the engine's, the first token at once; a refusal raised with the engine's status; a client that
+goes away mid-frame makes the engine's connection close at once."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import time
+from collections.abc import AsyncIterator
+
+import aiohttp
+import pytest
+from aiohttp import web
+
+from app.client.pacing import Pacing
+from app.client.splice import (
+    BodyError,
+    Chunked,
+    EngineAnswer,
+    Length,
+    UpToClose,
+    loopback_address,
+    open_stream,
+    splice,
+)
+from tests.unit.test_pacing import EVENTS, STREAM, pieces
+
+PACED = Pacing(interval_s=0.03)
+
+
+def chunked(data: bytes, seed: int) -> bytes:
+    """``data`` in the chunked framing, in random chunk sizes (some with an extension), then its end."""
+    framed = b"".join(
+        b"%x%s\r\n%s\r\n" % (len(piece), b";ext=1" if i % 5 == 0 else b"", piece)
+        for i, piece in enumerate(pieces(data, seed))
+    )
+    return framed + b"0\r\n\r\n"
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_the_chunked_framing_comes_off_whatever_the_pieces_it_is_read_in(seed: int) -> None:
+    body = Chunked()
+    framed = chunked(STREAM, seed)
+    out = b"".join(body.feed(piece) for piece in pieces(framed + b"after the end", seed + 10))
+    assert out == STREAM and body.ended
+    body.eof()  # over: the close is no error
+
+
+@pytest.mark.parametrize(
+    "framed",
+    [b"zz\r\nabc\r\n", b"3\r\nabcX\r\n", b"-3\r\nabc\r\n", b"9" * 2000, b"%x\r\n" % (17 << 20)],
+    ids=["not hex", "no CRLF after the data", "negative", "endless size line", "too large"],
+)
+def test_a_broken_chunked_framing_is_refused(framed: bytes) -> None:
+    with pytest.raises(BodyError):
+        Chunked().feed(framed)
+
+
+def test_a_body_cut_off_before_its_end_is_refused_and_one_up_to_the_close_is_not() -> None:
+    body = Chunked()
+    body.feed(b"5\r\nab")
+    with pytest.raises(BodyError):
+        body.eof()
+    length = Length(10)
+    assert length.feed(b"0123456789tail") == b"0123456789" and length.ended
+    short = Length(10)
+    short.feed(b"0123")
+    with pytest.raises(BodyError):
+        short.eof()
+    close = UpToClose()
+    assert close.feed(b"anything") == b"anything" and not close.ended
+    close.eof()
+    assert close.ended
+
+
+def test_only_plain_http_on_loopback_is_spliced() -> None:
+    assert loopback_address("http://127.0.0.1:8080") == ("127.0.0.1", 8080)
+    assert loopback_address("http://[::1]:9000/") == ("::1", 9000)
+    for url in ("https://127.0.0.1:8080", "http://192.168.1.4:8080", "http://localhost:8080", "http://x"):
+        assert loopback_address(url) is None
+
+
+class Engine:
+    """An engine on loopback: ``writes`` as one answer's body, ``gap_s`` apart (chunked, or up to the
+    close), or a refusal; it notes when it saw its client's connection close."""
+
+    def __init__(
+        self, writes: list[bytes], gap_s: float, *, close_delimited: bool = False, status: int = 200
+    ):
+        self.writes, self.gap_s, self.close_delimited, self.status = writes, gap_s, close_delimited, status
+        self.address = ("127.0.0.1", 0)
+        self.written = 0
+        self.gone_at: float | None = None
+        self._server: asyncio.Server | None = None
+
+    async def _answer(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        length = int(
+            next(line for line in head.split(b"\r\n") if line.lower().startswith(b"content-length"))[15:]
+        )
+        await reader.readexactly(length)
+        if self.status != 200:
+            refusal = b'{"error":{"message":"no such slot"}}'
+            writer.write(
+                b"HTTP/1.1 %d Nope\r\nContent-Length: %d\r\n\r\n%s" % (self.status, len(refusal), refusal)
+            )
+        elif self.close_delimited:
+            writer.write(b"HTTP/1.0 200 OK\r\nContent-Type: text/event-stream\r\n\r\n")
+        else:
+            writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+        try:
+            for piece in self.writes if self.status == 200 else ():
+                writer.write(piece if self.close_delimited else b"%x\r\n%s\r\n" % (len(piece), piece))
+                await writer.drain()
+                self.written += 1
+                await asyncio.sleep(self.gap_s)
+            if not self.close_delimited:
+                writer.write(b"0\r\n\r\n")
+            await writer.drain()
+            writer.close()
+            await reader.read()  # until the other side closes
+        except ConnectionError:
+            pass  # it closed while this was writing
+        self.gone_at = time.monotonic()
+
+    async def __aenter__(self) -> Engine:
+        self._server = await asyncio.start_server(self._answer, "127.0.0.1", 0)
+        self.address = self._server.sockets[0].getsockname()[:2]
+        return self
+
+    async def __aexit__(self, *_exc: object) -> None:
+        assert self._server is not None
+        self._server.close()
+
+
+@contextlib.asynccontextmanager
+async def api(engine: Engine, pacing: Pacing) -> AsyncIterator[tuple[str, list[bytes]]]:
+    """A real aiohttp server whose one route splices ``engine``'s answer; the URL, and what the route's
+    ``on_data`` saw."""
+    seen: list[bytes] = []
+
+    async def route(request: web.Request) -> web.StreamResponse:
+        answer = await open_stream(engine.address, "/v1/chat/completions", b"{}", {"Authorization": "x"})
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        writer = await response.prepare(request)
+        assert writer is not None
+        chunked = response.headers.get("Transfer-Encoding") == "chunked"
+        if await splice(answer, writer, chunked, pacing, seen.append):
+            await response.write_eof()
+        return response
+
+    app = web.Application()
+    app.router.add_post("/", route)
+    runner = web.AppRunner(app, handler_cancellation=True)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    try:
+        yield f"http://127.0.0.1:{runner.addresses[0][1]}/", seen
+    finally:
+        await runner.cleanup()
+
+
+@pytest.mark.parametrize(("seed", "close_delimited"), [(1, False), (2, False), (3, True)])
+def test_spliced_events_come_whole_in_order_and_a_frame_at_a_time(seed: int, close_delimited: bool) -> None:
+    writes = pieces(STREAM, seed)
+
+    async def go() -> tuple[list[bytes], list[bytes], float, float]:
+        async with (
+            Engine(writes, 0.0005, close_delimited=close_delimited) as engine,
+            api(engine, PACED) as (url, seen),
+            aiohttp.ClientSession() as session,
+        ):
+            sent = time.monotonic()
+            async with session.post(url, data=b"{}") as response:
+                got, first, part = [], 0.0, b""
+                async for data, end_of_chunk in response.content.iter_chunks():
+                    part += data
+                    first = first or (time.monotonic() if b"t0 " in part else 0.0)
+                    if end_of_chunk and part:  # one HTTP chunk of the API's: one write
+                        got.append(part)
+                        part = b""
+            return got, seen, first - sent, time.monotonic() - sent
+
+    got, seen, to_first, took = asyncio.run(go())
+    assert b"".join(got) == STREAM and b"".join(seen) == STREAM
+    assert all(chunk.endswith(b"\n\n") for chunk in got)  # no event cut in two
+    assert len(got) < len(writes) / 4  # grouped: far fewer writes than the engine's
+    assert to_first < took  # the first token before the end, not held to it
+
+
+def test_a_refusal_keeps_the_engines_status_and_words() -> None:
+    async def go() -> tuple[int, bytes]:
+        async with Engine([], 0, status=404) as engine:
+            answer = await open_stream(engine.address, "/slots/9", b"{}", {})
+            try:
+                return answer.status, await answer.read_upto(1000)
+            finally:
+                answer.close()
+
+    assert asyncio.run(go()) == (404, b'{"error":{"message":"no such slot"}}')
+
+
+def test_a_client_that_goes_away_mid_frame_closes_the_engines_connection_at_once() -> None:
+    writes = [EVENTS[0], *EVENTS[1:] * 20]
+
+    async def go() -> float:
+        async with (
+            Engine(writes, 0.01) as engine,
+            api(engine, Pacing(interval_s=60.0)) as (url, _seen),
+            aiohttp.ClientSession() as session,
+        ):
+            async with session.post(url, data=b"{}") as response:
+                await response.content.readuntil(b"\n\n")  # the first token, at once
+            left = time.monotonic()  # closed inside a 60 s frame
+            while engine.gone_at is None:
+                assert time.monotonic() - left < 20, "the engine's connection stayed open"
+                await asyncio.sleep(0.01)
+            assert engine.written < len(writes)
+            return engine.gone_at - left
+
+    assert asyncio.run(go()) < 20
+
+
+def test_an_answer_closed_twice_says_it_finished_once() -> None:
+    calls: list[str] = []
+    answer = EngineAnswer(socket.socket(), 200, "OK", UpToClose(), b"", finished=lambda: calls.append("done"))
+    answer.close()
+    answer.close()
+    assert calls == ["done"]
