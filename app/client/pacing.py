@@ -9,8 +9,9 @@ goes on in one write. Wakes per second are then bounded by the frame rate, not b
 
 The kernel holds what arrives meanwhile, so the loop does not even look at the socket. Under httpx,
 anyio's streams pause their transport whenever nobody is reading, and the connection's reads wait for
-the frame (``paced_network``). Over aiohttp (``ChatClient.forward_stream``: the local API's relay, in
-every dialect, to an engine or a remote) a ``TransportValve`` pauses the connection's transport after
+the frame (``paced_network``). The local API passes a local engine's stream on from a thread that
+reads it once a frame (``app.client.splice``); over aiohttp (``ChatClient.forward_stream``: its relay
+to a remote, and of a stream it rewrites) a ``TransportValve`` pauses the connection's transport after
 each read and a loop timer resumes it when the next frame is due; the relay's task is not held, it
 simply waits for data, so a client that goes away cancels it at once. The valve only ever pauses a
 connection that is still its response's: once aiohttp has read a body's end it puts the connection

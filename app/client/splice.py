@@ -16,8 +16,9 @@ once and writes the client's socket once costs the kernel's share of that and li
   length, or up to the close), cuts it at its events' ends (``Regroup``: the order of the bytes never
   changes, a read that ends inside an event keeps its tail for the next) and writes each read's events
   as one HTTP chunk. The loop's transport does nothing meanwhile: the handler waits for the thread.
-- ``on_data`` sees every write's events in the thread (the API's figures: first token, usage, [DONE]);
-  the caller reads them once ``splice`` has returned.
+- ``translate`` sees every read's events in the thread (the API's figures: first token, usage,
+  [DONE]) and gives what is written for them: the events as they are, or the Anthropic or Ollama
+  dialect's words for them. The caller reads its state once ``splice`` has returned.
 - Cancelling ``splice`` (the client went away, the app stops) stops the thread at once: its wait ends
   and the engine's socket is shut, which makes the engine stop generating. A client gone shows in the
   thread as a failed write, and ends it the same way.
@@ -267,16 +268,28 @@ class _ClientGone(Exception):
     pass
 
 
+def _as_it_is(events: bytes) -> bytes:
+    return events
+
+
+def _never() -> bool:
+    return False
+
+
 async def splice(
     answer: EngineAnswer,
     writer: AbstractStreamWriter,
     chunked: bool,
     pacing: Pacing,
-    on_data: Callable[[bytes], None],
+    translate: Callable[[bytes], bytes] = _as_it_is,
+    enough: Callable[[], bool] = _never,
 ) -> bool:
-    """Pass ``answer``'s body on to the client whose response ``writer`` writes (prepared, its headers
-    not yet sent; ``chunked``: the response's framing), paced, from a thread; True once the body is
-    over, False when the client went away first. ``answer`` is closed whatever ends it."""
+    """Pass ``answer``'s body on to the client whose response ``writer`` writes (prepared; ``chunked``:
+    the response's framing), paced, from a thread; True once the body is over, False when the client
+    went away first. ``translate`` makes each read's events (whole) into what is written for them, in
+    the thread (the API's figures are read there, and another dialect's words written); what it raises
+    is raised here. ``enough`` says, after each read, that the stream is to end here (a stop sequence
+    met): the engine's connection then closes, which stops it. ``answer`` is closed whatever ends it."""
     loop = asyncio.get_running_loop()
     try:
         transport = writer.transport
@@ -292,16 +305,19 @@ async def splice(
                 return False
             await asyncio.sleep(0.005)
         out = os.dup(client.fileno())  # its own descriptor: the loop may close the transport's meanwhile
-        relay = _Relay(answer, out, chunked, pacing)
+        relay = _Relay(answer, out, chunked, pacing, translate, enough)
         done: asyncio.Future[bool] = loop.create_future()
-        threading.Thread(target=relay.run, args=(loop, done, on_data), name="api-relay", daemon=True).start()
+        threading.Thread(target=relay.run, args=(loop, done), name="api-relay", daemon=True).start()
         try:
-            return await asyncio.shield(done)
+            over = await asyncio.shield(done)
         finally:
-            if not done.done():  # cancelled: stopped at once, and waited for (``on_data``'s state is ours)
+            if not done.done():  # cancelled: stopped at once, and waited for (``translate``'s state is ours)
                 relay.stop()
                 with contextlib.suppress(asyncio.CancelledError):
                     await done
+        if relay.failed is not None:
+            raise relay.failed
+        return over
     finally:
         answer.close()
 
@@ -309,33 +325,44 @@ async def splice(
 class _Relay:
     """One stream's thread: the engine's socket read as ``pacing`` says, the client's written."""
 
-    def __init__(self, answer: EngineAnswer, out: int, chunked: bool, pacing: Pacing) -> None:
+    def __init__(
+        self,
+        answer: EngineAnswer,
+        out: int,
+        chunked: bool,
+        pacing: Pacing,
+        translate: Callable[[bytes], bytes],
+        enough: Callable[[], bool],
+    ) -> None:
         self._answer = answer
         self._out = out
         self._chunked = chunked
         self._frame = pacing.frame(time.monotonic)
         self._events = Regroup(pacing, self._frame)
+        self._translate = translate
+        self._enough = enough
         self._stopped = threading.Event()
+        self.failed: Exception | None = None  # what ``translate`` raised
 
     def stop(self) -> None:
         self._stopped.set()
         with contextlib.suppress(OSError):
             self._answer.sock.shutdown(socket.SHUT_RDWR)  # ends a read under way
 
-    def run(
-        self, loop: asyncio.AbstractEventLoop, done: asyncio.Future[bool], on_data: Callable[[bytes], None]
-    ) -> None:
+    def run(self, loop: asyncio.AbstractEventLoop, done: asyncio.Future[bool]) -> None:
         over = False
         try:
-            over = self._relay(on_data)
+            over = self._relay()
         except (_ClientGone, BodyError):
             over = False
+        except Exception as err:  # translate's: raised on the loop, by splice
+            self.failed = err
         finally:
             os.close(self._out)
             with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits
                 loop.call_soon_threadsafe(_settle, done, over)
 
-    def _relay(self, on_data: Callable[[bytes], None]) -> bool:
+    def _relay(self) -> bool:
         answer, frame, stopped = self._answer, self._frame, self._stopped
         sock = answer.sock
         sock.setblocking(True)
@@ -364,14 +391,16 @@ class _Relay:
             if whole:
                 if answer.data_received is not None:
                     answer.data_received()
-                on_data(whole)
-                self._write(whole, poller)
+                self._write(self._translate(whole), poller)
+                if self._enough():
+                    return True
         if self._events.held:
-            on_data(self._events.held)
-            self._write(self._events.held, poller)
+            self._write(self._translate(self._events.held), poller)
         return True
 
     def _write(self, data: bytes, poller: select.poll) -> None:
+        if not data:
+            return
         framed = b"%x\r\n%b\r\n" % (len(data), data) if self._chunked else data
         view = memoryview(framed)
         while view:

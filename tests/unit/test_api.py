@@ -280,21 +280,32 @@ def requests_logged(lines: Iterable[str], what: str) -> list[tuple[int, int]]:
     return [(int(m[1]), int(m[2])) for m in map(pattern.match, list(lines)) if m]
 
 
-def test_a_streamed_reply_goes_out_on_a_connection_of_its_own(
-    standin_settings: Settings, tmp_path: Path
+SPLICED = {  # a streamed reply in each dialect, and how its end reads
+    "/v1/chat/completions": ({}, b"data: [DONE]\n\n"),
+    "/api/v1/chat/completions": ({}, b"data: [DONE]\n\n"),
+    "/v1/messages": ({"max_tokens": 100}, b'"message_stop"}\n\n'),
+    "/api/chat": ({}, b"}\n"),  # its last line says "done": true
+}
+
+
+@pytest.mark.parametrize("path", list(SPLICED))
+def test_a_streamed_reply_is_passed_on_from_a_connection_of_its_own(
+    standin_settings: Settings, tmp_path: Path, path: str
 ) -> None:
-    """A stream the API passes on as it is (``app.client.splice``) is sent on a new connection, closed
-    at its end (the engine closes it anyway, as llama-server does): a loopback connect is a tenth of a
-    millisecond, and no idle connection is opened for the next request."""
+    """A stream is passed on from a thread (``app.client.splice``), in every dialect: sent on a new
+    connection, closed at its end (the engine closes it anyway, as llama-server does; a loopback connect
+    is a tenth of a millisecond), and no idle connection is opened for the next request."""
+    extra, ending = SPLICED[path]
 
     async def body(router: Router, client: httpx.AsyncClient) -> list[tuple[int, int]]:
         (name,) = models(router, tmp_path, "alpha", tokens=3)
-        request = {"model": name, "messages": HI, "stream": True}
+        request = {"model": name, "messages": HI, "stream": True, **extra}
         chat = "POST /v1/chat/completions"
         for n in (1, 2):
-            reply = await client.post("/v1/chat/completions", json=request)
+            reply = await client.post(path, json=request)
             reply.raise_for_status()
-            assert "tok2" in reply.text and reply.text.endswith("data: [DONE]\n\n")
+            assert "tok2" in reply.text and reply.content.endswith(ending)
+            assert path != "/api/chat" or json.loads(reply.text.splitlines()[-1])["done"] is True
             output = router.supervisor.engines[name].output
             await until(lambda n=n, output=output: len(requests_logged(output, chat)) == n)
         return requests_logged(output, chat)

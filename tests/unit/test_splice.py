@@ -150,7 +150,12 @@ async def api(engine: Engine, pacing: Pacing) -> AsyncIterator[tuple[str, list[b
         writer = await response.prepare(request)
         assert writer is not None
         chunked = response.headers.get("Transfer-Encoding") == "chunked"
-        if await splice(answer, writer, chunked, pacing, seen.append):
+
+        def translate(events: bytes) -> bytes:
+            seen.append(events)
+            return events
+
+        if await splice(answer, writer, chunked, pacing, translate):
             await response.write_eof()
         return response
 
@@ -233,3 +238,42 @@ def test_an_answer_closed_twice_says_it_finished_once() -> None:
     answer.close()
     answer.close()
     assert calls == ["done"]
+
+
+def test_what_the_translation_raises_in_the_thread_is_raised_on_the_loop() -> None:
+    def translate(events: bytes) -> bytes:
+        raise ValueError("not a JSON object")
+
+    async def go() -> str:
+        async with Engine(pieces(STREAM, 4), 0.0005) as engine:
+            seen: list[str] = []
+
+            async def route(request: web.Request) -> web.StreamResponse:
+                answer = await open_stream(engine.address, "/", b"{}", {})
+                response = web.StreamResponse()
+                writer = await response.prepare(request)
+                assert writer is not None
+                try:
+                    await splice(answer, writer, True, PACED, translate)
+                except ValueError as err:
+                    seen.append(str(err))
+                await response.write_eof()
+                return response
+
+            app = web.Application()
+            app.router.add_post("/", route)
+            runner = web.AppRunner(app)
+            await runner.setup()
+            await web.TCPSite(runner, "127.0.0.1", 0).start()
+            try:
+                async with aiohttp.ClientSession() as session:
+                    url = f"http://127.0.0.1:{runner.addresses[0][1]}/"
+                    async with session.post(url, data=b"{}") as response:
+                        await response.read()
+            finally:
+                await runner.cleanup()
+            while engine.gone_at is None:  # its connection closed with the failure
+                await asyncio.sleep(0.01)
+            return seen[0]
+
+    assert asyncio.run(go()) == "not a JSON object"

@@ -15,13 +15,17 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 from aiohttp import web
 
 from app.client.adapters import Route
+from app.client.pacing import OPENAI_SSE
+from app.client.splice import splice
 from app.core.errors import LemonDeskError
 from app.core.reasoning import ReasoningFormat
 from app.supervisor.api.chat_events import ChatEvent, ChatReader, Finished
 from app.supervisor.api.errors import ApiError, bad_gateway, from_app_error, server_failed
 
 if TYPE_CHECKING:
-    from app.supervisor.api.openai import OpenAIRoutes
+    from aiohttp.abc import AbstractStreamWriter
+
+    from app.supervisor.api.openai import EngineCall, OpenAIRoutes
 
 log = logging.getLogger(__name__)
 
@@ -87,12 +91,14 @@ async def reply(
         # A reply cut at a stop sequence ends before the engine's usage: llama-server's figures come
         # with every token instead (see chat_events).
         chat["timings_per_token"] = True
-    async with openai.engine_call(chat, Route.CHAT, "chat") as call:
+    async with openai.engine_call(chat, Route.CHAT, "chat", splice=headers is not None) as call:
         reader = ChatReader(stops)
+        if call.spliced is not None and headers is not None:
+            return await _stream(request, headers, codec, _Spliced(openai, call, reader, codec), reader)
         events = cast(AsyncGenerator[list[ChatEvent] | None, None], openai.chat_events(call, reader))
         async with contextlib.aclosing(events):
             if headers is not None:
-                return await _stream(request, headers, codec, events, reader)
+                return await _stream(request, headers, codec, _Relayed(events, codec), reader)
             async for batch in events:
                 for event in batch or ():
                     codec.feed(event)
@@ -100,23 +106,79 @@ async def reply(
     return reader.finished
 
 
+class _Body(Protocol):
+    """How a streamed reply's body goes out, once its start is written."""
+
+    async def accepted(self) -> None:
+        """Until the engine has accepted the request (a refusal before this keeps its own status)."""
+        ...
+
+    async def write(self, response: web.StreamResponse, writer: AbstractStreamWriter) -> bool:
+        """The reply's events, written; False when the client went away."""
+        ...
+
+
+class _Relayed:
+    """Read on the loop (``OpenAIRoutes.chat_events``), one write for each read of the engine's stream
+    (a frame's worth after the first token), not one per event: the write, not the encoding, is what
+    wakes the loop and the client."""
+
+    def __init__(self, events: AsyncGenerator[list[ChatEvent] | None, None], codec: Codec) -> None:
+        self._events, self._codec = events, codec
+
+    async def accepted(self) -> None:
+        await anext(self._events)
+
+    async def write(self, response: web.StreamResponse, writer: AbstractStreamWriter) -> bool:
+        async for batch in self._events:
+            if batch and (data := b"".join([self._codec.feed(event) for event in batch])):
+                await response.write(data)
+        return True
+
+
+class _Spliced:
+    """Passed on from a thread (``app.client.splice``): each read of the engine's stream read into
+    events and written in the dialect's words there, until the reply finishes (a stop sequence: the
+    engine's connection closes, which stops it)."""
+
+    def __init__(self, openai: OpenAIRoutes, call: EngineCall, reader: ChatReader, codec: Codec) -> None:
+        self._openai, self._call, self._reader, self._codec = openai, call, reader, codec
+
+    async def accepted(self) -> None:
+        pass  # its answer's head is in
+
+    def _translate(self, chunk: bytes) -> bytes:
+        self._call.watch.feed(chunk)
+        return b"".join([self._codec.feed(event) for event in self._reader.feed(chunk)])
+
+    def _finished(self) -> bool:
+        return self._reader.finished is not None
+
+    async def write(self, response: web.StreamResponse, writer: AbstractStreamWriter) -> bool:
+        call, reader = self._call, self._reader
+        assert call.spliced is not None
+        chunked = response.headers.get("Transfer-Encoding") == "chunked"
+        with self._openai.router.reply_streaming(call.name):
+            if not await splice(call.spliced, writer, chunked, OPENAI_SSE, self._translate, self._finished):
+                return False
+        if reader.finished is None and (tail := b"".join([self._codec.feed(e) for e in reader.end()])):
+            await response.write(tail)
+        if reader.finished is None:
+            raise await self._openai.cut_short(call.name)
+        return True
+
+
 async def _stream(
-    request: web.Request,
-    headers: dict[str, str],
-    codec: Codec,
-    events: AsyncGenerator[list[ChatEvent] | None, None],
-    reader: ChatReader,
+    request: web.Request, headers: dict[str, str], codec: Codec, body: _Body, reader: ChatReader
 ) -> web.StreamResponse:
-    await anext(events)  # the engine accepted the request: a refusal before this keeps its own status
+    await body.accepted()
     response = web.StreamResponse(headers=headers)
-    await response.prepare(request)
+    writer = await response.prepare(request)
+    assert writer is not None
     try:
         await response.write(codec.start())
-        async for batch in events:
-            # One write for a read of the engine's stream (a frame's worth after the first token), not
-            # one per event: the write, not the encoding, is what wakes the loop and the client.
-            if batch and (data := b"".join([codec.feed(event) for event in batch])):
-                await response.write(data)
+        if not await body.write(response, writer):
+            return response  # the client went away
         assert reader.finished is not None
         await response.write(codec.finish(reader.finished))
     except LemonDeskError as err:

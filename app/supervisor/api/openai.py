@@ -179,6 +179,11 @@ class _Watch:
                 if b'"timings"' in event or b'"usage"' in event:
                     self.whole(event.partition(b"data:")[2])
 
+    def passed(self, chunk: bytes) -> bytes:
+        """``feed``, for a stream passed on as it is (``app.client.splice``)."""
+        self.feed(chunk)
+        return chunk
+
     def whole(self, raw: bytes) -> None:
         """Read the figures from one JSON payload (an event's, or a whole reply's)."""
         try:
@@ -381,7 +386,7 @@ class OpenAIRoutes:
             if events := reader.end():
                 yield events
         if reader.finished is None:
-            raise await self._cut_short(call.name)
+            raise await self.cut_short(call.name)
 
     def _reconnect(self, client: ChatClient) -> None:
         if client.base_url in self._closes_connections:
@@ -475,7 +480,7 @@ class OpenAIRoutes:
                 if spliced is not None and writer is not None:
                     # From a thread, one read and one write a frame: the loop is not woken per frame.
                     chunked = response.headers.get("Transfer-Encoding") == "chunked"  # HTTP/1.1's framing
-                    if not await splice(spliced, writer, chunked, OPENAI_SSE, watch.feed):
+                    if not await splice(spliced, writer, chunked, OPENAI_SSE, watch.passed):
                         return response  # the client went away
                 else:
                     if first:
@@ -485,7 +490,7 @@ class OpenAIRoutes:
                         watch.feed(chunk)
                         await response.write(chunk)
             if ends_with_done and not watch.done:
-                await response.write(sse_error_event(from_app_error(await self._cut_short(name))))
+                await response.write(sse_error_event(from_app_error(await self.cut_short(name))))
         except LemonDeskError as err:
             await response.write(sse_error_event(from_app_error(err)))
         except ApiError as err:
@@ -497,7 +502,7 @@ class OpenAIRoutes:
         await response.write_eof()
         return response
 
-    async def _cut_short(self, name: str) -> LemonDeskError:
+    async def cut_short(self, name: str) -> LemonDeskError:
         """Why a stream ended without [DONE]: the engine's crash when it crashed, said as such."""
         error = RequestError("The engine ended the reply before finishing it.")
         return await self.router.engines.explain(name, error)
