@@ -376,9 +376,9 @@ class _Relay:
                     paced = frame.on
                     _pace(sock, frame.interval_s if paced else 0.0)
                 try:
-                    data = sock.recv(READ_BYTES)
+                    data = _read(sock)
                 except BlockingIOError:
-                    continue  # a frame without a byte (the kernel's timeout)
+                    continue  # a frame without a byte
                 except OSError:
                     data = b""
                 if stopped.is_set():
@@ -425,6 +425,16 @@ def _pace(sock: socket.socket, interval_s: float) -> None:
     timeout = struct.pack("ll", seconds, int((interval_s - seconds) * 1_000_000))
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, held)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, timeout)
+
+
+def _read(sock: socket.socket) -> bytes:
+    """One read of a paced socket. At the frame's end Linux gives what came, however little; a kernel
+    whose timed-out read gives nothing while less than ``HELD_BYTES`` came (BSD's can, so macOS may:
+    not tried here) says EWOULDBLOCK, and what came is then taken without waiting."""
+    try:
+        return sock.recv(READ_BYTES)
+    except BlockingIOError:
+        return sock.recv(READ_BYTES, socket.MSG_DONTWAIT)
 
 
 def _settle(done: asyncio.Future[bool], over: bool) -> None:
