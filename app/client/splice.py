@@ -43,6 +43,7 @@ from urllib.parse import urlsplit
 from app.client.pacing import Pacing, Regroup
 
 if TYPE_CHECKING:
+    from aiohttp import web
     from aiohttp.abc import AbstractStreamWriter
 
 CONNECT_TIMEOUT_S = 10.0
@@ -278,14 +279,14 @@ def _never() -> bool:
 
 async def splice(
     answer: EngineAnswer,
+    response: web.StreamResponse,
     writer: AbstractStreamWriter,
-    chunked: bool,
     pacing: Pacing,
     translate: Callable[[bytes], bytes] = _as_it_is,
     enough: Callable[[], bool] = _never,
 ) -> bool:
-    """Pass ``answer``'s body on to the client whose response ``writer`` writes (prepared; ``chunked``:
-    the response's framing), paced, from a thread; True once the body is over, False when the client
+    """Pass ``answer``'s body on to the client of ``response`` (prepared: ``writer`` is what its prepare
+    gave), in the response's framing, paced, from a thread; True once the body is over, False when the client
     went away first. ``translate`` makes each read's events (whole) into what is written for them, in
     the thread (the API's figures are read there, and another dialect's words written); what it raises
     is raised here. ``enough`` says, after each read, that the stream is to end here (a stop sequence
@@ -305,6 +306,7 @@ async def splice(
                 return False
             await asyncio.sleep(0.005)
         out = os.dup(client.fileno())  # its own descriptor: the loop may close the transport's meanwhile
+        chunked = response.headers.get("Transfer-Encoding") == "chunked"  # HTTP/1.1's framing
         relay = _Relay(answer, out, chunked, pacing, translate, enough)
         done: asyncio.Future[bool] = loop.create_future()
         threading.Thread(target=relay.run, args=(loop, done), name="api-relay", daemon=True).start()

@@ -149,13 +149,12 @@ async def api(engine: Engine, pacing: Pacing) -> AsyncIterator[tuple[str, list[b
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         writer = await response.prepare(request)
         assert writer is not None
-        chunked = response.headers.get("Transfer-Encoding") == "chunked"
 
         def translate(events: bytes) -> bytes:
             seen.append(events)
             return events
 
-        if await splice(answer, writer, chunked, pacing, translate):
+        if await splice(answer, response, writer, pacing, translate):
             await response.write_eof()
         return response
 
@@ -254,7 +253,7 @@ def test_what_the_translation_raises_in_the_thread_is_raised_on_the_loop() -> No
                 writer = await response.prepare(request)
                 assert writer is not None
                 try:
-                    await splice(answer, writer, True, PACED, translate)
+                    await splice(answer, response, writer, PACED, translate)
                 except ValueError as err:
                     seen.append(str(err))
                 await response.write_eof()

@@ -157,9 +157,8 @@ class _Spliced:
     async def write(self, response: web.StreamResponse, writer: AbstractStreamWriter) -> bool:
         call, reader = self._call, self._reader
         assert call.spliced is not None
-        chunked = response.headers.get("Transfer-Encoding") == "chunked"
         with self._openai.router.reply_streaming(call.name):
-            if not await splice(call.spliced, writer, chunked, OPENAI_SSE, self._translate, self._finished):
+            if not await splice(call.spliced, response, writer, OPENAI_SSE, self._translate, self._finished):
                 return False
         if reader.finished is None and (tail := b"".join([self._codec.feed(e) for e in reader.end()])):
             await response.write(tail)

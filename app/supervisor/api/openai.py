@@ -479,8 +479,7 @@ class OpenAIRoutes:
             with self.router.reply_streaming(name):
                 if spliced is not None and writer is not None:
                     # From a thread, one read and one write a frame: the loop is not woken per frame.
-                    chunked = response.headers.get("Transfer-Encoding") == "chunked"  # HTTP/1.1's framing
-                    if not await splice(spliced, writer, chunked, OPENAI_SSE, watch.passed):
+                    if not await splice(spliced, response, writer, OPENAI_SSE, watch.passed):
                         return response  # the client went away
                 else:
                     if first:
