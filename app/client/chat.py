@@ -1,4 +1,5 @@
-"""An OpenAI-compatible chat client for one engine: streaming over httpx, with telemetry per reply.
+"""An OpenAI-compatible chat client for one engine, with telemetry per reply: a stream read straight from
+its socket when the engine is on this machine's loopback (``app.client.splice``), else over httpx.
 
 Streaming requests have no overall or read timeout (a long answer, or a long prompt being read, is not a
 hang: the engine's watchdog decides that); non-streaming ones use ``request_timeout_s``. Cancelling or
@@ -13,14 +14,15 @@ import functools
 import json
 import ssl
 import time
-from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Iterator, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol
+from urllib.parse import urlsplit
 
 from app.client.adapters import DeltaSplitter, EngineAdapter, LlamaCppAdapter, Route, sse_error
 from app.client.capped import read_upto
 from app.client.events import ChatDelta, ChatDone, ChatEvent, ChatReply, ToolCall
-from app.client.pacing import OPENAI_SSE_SHOWN, UNPACED, Pacing, TransportValve, paced, paced_network
+from app.client.pacing import OPENAI_SSE_SHOWN, UNPACED, Frame, Pacing, TransportValve, paced, paced_network
 from app.client.reasoning_relay import StreamReasoning, whole_reasoning
 from app.client.splice import BodyError, EngineAnswer, loopback_address, open_stream
 from app.client.sse import EventTooLarge, SSEEvent, SSEParser
@@ -297,6 +299,8 @@ class ChatClient:
         import httpx
 
         self.base_url = base_url.rstrip("/")
+        self._loopback = loopback_address(self.base_url)  # an engine here: its streams read from the socket
+        self._root = urlsplit(self.base_url).path  # what a route's path is under (a remote's may be a folder)
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._owns_http = http is None
         # trust_env=False: a proxy from the environment must never see loopback traffic or the key.
@@ -343,64 +347,39 @@ class ChatClient:
         if self._telemetry:
             self._telemetry.request_started()
         stream.sent = time.perf_counter()
-        answered = False
+        parser = SSEParser()
+        shown = False  # pacing starts once the first text has been passed on
+        frame = OPENAI_SSE_SHOWN.frame()
+        address = self._loopback
+        # Read to the end even after [DONE] or an error event (the engine ends the body right after
+        # them). A reply that ends early (a stop string the client applies, an unreadable stream)
+        # leaves, closing the reads' generator here: left half-run, it would be finalised by the
+        # garbage collector outside the loop (qasync installs no async-generator hooks).
+        reading = self._socket_reads(address, body, frame) if address else self._httpx_reads(body, frame)
         try:
-            for attempt in range(2):
-                try:
-                    async with self._http.stream(
-                        "POST",
-                        CHAT_PATH,
-                        json=body,
-                        headers={**self._headers, **self._adapter.stream_headers},
-                        timeout=httpx.Timeout(None, connect=CONNECT_TIMEOUT_S),
-                    ) as response:
-                        answered = True
-                        if response.status_code != 200:
-                            refusal = await read_upto(response.aiter_bytes(), REFUSAL_BYTES)
-                            raise _status_error(response.status_code, refusal, response.reason_phrase)
-                        parser = SSEParser()
-                        shown = False  # pacing starts once the first text has been passed on
-                        # Read to the end even after [DONE] or an error event (the engine ends the body
-                        # right after them). A reply that ends early (a stop string the client applies,
-                        # an unreadable stream) leaves, closing the generator here: left half-run, httpx's
-                        # generators would be finalised by the garbage collector outside the loop
-                        # (qasync installs no async-generator hooks). Paced: a frame of tokens in one read.
-                        frame = OPENAI_SSE_SHOWN.frame()
-                        network = response.extensions.get("network_stream")
-                        reading = response.aiter_bytes()
-                        chunks = paced(reading, OPENAI_SSE_SHOWN, frame, reads_wait=bool(network))
-                        reads = paced_network(network, frame) if network else contextlib.nullcontext()
-                        with reads:
-                            async with contextlib.aclosing(chunks):
-                                async for chunk in chunks:
-                                    if observer:
-                                        observer.data_received()
-                                    if stream.done:
-                                        continue
-                                    try:
-                                        events = parser.feed(chunk)
-                                    except EventTooLarge as err:
-                                        # No engine's: the rest may never end, so it is not read.
-                                        why = f"The engine's stream is unreadable: {err}."
-                                        stream.fail(RequestError(why))
-                                        break
-                                    for delta in stream.consume(events):
-                                        if not shown:
-                                            shown = True
-                                            frame.start()
-                                        yield delta
-                                    if stream.stopped:
-                                        break  # leaving the stream closes its connection
-                        if not stream.done:
-                            for delta in stream.consume(parser.close()):
-                                yield delta
-                    break
-                except httpx.RemoteProtocolError:
-                    # llama-server closes its connection after every streamed reply; a pooled one it
-                    # closed as this request went out was never answered: sent once more, on a new one.
-                    if answered or attempt:
-                        raise
-        except httpx.HTTPError as err:  # a broken connection, or a body that cannot be decoded
+            async with contextlib.aclosing(reading) as chunks:
+                async for chunk in chunks:
+                    if observer:
+                        observer.data_received()
+                    if stream.done:
+                        continue
+                    try:
+                        events = parser.feed(chunk)
+                    except EventTooLarge as err:
+                        # No engine's: the rest may never end, so it is not read.
+                        stream.fail(RequestError(f"The engine's stream is unreadable: {err}."))
+                        break
+                    for delta in stream.consume(events):
+                        if not shown:
+                            shown = True
+                            frame.start()
+                        yield delta
+                    if stream.stopped:
+                        break  # leaving the stream closes its connection
+            if not stream.done:
+                for delta in stream.consume(parser.close()):
+                    yield delta
+        except (httpx.HTTPError, OSError, BodyError) as err:  # a broken connection, or an undecodable body
             raise await self._broken(
                 RequestError(f"The connection to the engine broke during the reply ({type(err).__name__}).")
             ) from None
@@ -417,6 +396,55 @@ class ChatClient:
         telemetry = await self._telemetry.refine(done.telemetry) if self._telemetry else done.telemetry
         finish = self._adapter.finish_reason(done.finish_reason, body, telemetry.completion_tokens)
         yield ChatDone(finish, telemetry, done.tool_calls)
+
+    async def _socket_reads(
+        self, address: tuple[str, int], body: dict[str, Any], frame: Frame
+    ) -> AsyncGenerator[bytes, None]:
+        """A stream's body from an engine on loopback, on a connection of its own read straight from its
+        socket, a frame at a time once ``frame`` is on (``EngineAnswer.read``: one wake of the loop a
+        frame, and the engine's close is read at once, so a reply's last tokens are never held)."""
+        headers = {**self._headers, **self._adapter.stream_headers}
+        answer = await open_stream(address, self._root + CHAT_PATH, json.dumps(body).encode(), headers)
+        try:
+            if answer.status != 200:
+                refusal = await answer.read_upto(REFUSAL_BYTES)
+                raise _status_error(answer.status, refusal, answer.reason)
+            while chunk := await answer.read(frame):
+                yield chunk
+        finally:
+            answer.close()
+
+    async def _httpx_reads(self, body: dict[str, Any], frame: Frame) -> AsyncGenerator[bytes, None]:
+        """A stream's body over httpx (an engine elsewhere: a remote), read a frame at a time once
+        ``frame`` is on (``paced_network``: a frame of tokens in one read)."""
+        import httpx
+
+        for attempt in range(2):
+            answered = False
+            try:
+                async with self._http.stream(
+                    "POST",
+                    CHAT_PATH,
+                    json=body,
+                    headers={**self._headers, **self._adapter.stream_headers},
+                    timeout=httpx.Timeout(None, connect=CONNECT_TIMEOUT_S),
+                ) as response:
+                    answered = True
+                    if response.status_code != 200:
+                        refusal = await read_upto(response.aiter_bytes(), REFUSAL_BYTES)
+                        raise _status_error(response.status_code, refusal, response.reason_phrase)
+                    network = response.extensions.get("network_stream")
+                    chunks = paced(response.aiter_bytes(), OPENAI_SSE_SHOWN, frame, reads_wait=bool(network))
+                    with paced_network(network, frame) if network else contextlib.nullcontext():
+                        async with contextlib.aclosing(chunks):
+                            async for chunk in chunks:
+                                yield chunk
+                return
+            except httpx.RemoteProtocolError:
+                # llama-server closes its connection after every streamed reply; a pooled one it
+                # closed as this request went out was never answered: sent once more, on a new one.
+                if answered or attempt:
+                    raise
 
     async def reconnect(self, relay: aiohttp.ClientSession) -> bool:
         """Leave an open connection to the engine in ``relay``'s pool for the next request. llama-server
@@ -520,7 +548,7 @@ class ChatClient:
         stream is to be rewritten here (no stop strings it leaves to us, no reasoning to place, no
         finish reason to correct). None otherwise: the stream goes through ``forward_stream``. A refusal
         or a broken connection raises as there."""
-        address = loopback_address(self.base_url)
+        address = self._loopback
         if address is None or not body.get("stream"):
             return None
         try:
@@ -542,7 +570,8 @@ class ChatClient:
         if observer:
             observer.request_started()
         try:
-            answer = await open_stream(address, route.value, json.dumps(body).encode(), self._headers)
+            path, data = self._root + route.value, json.dumps(body).encode()
+            answer = await open_stream(address, path, data, self._headers)
         except (OSError, TimeoutError, BodyError) as err:
             if observer:
                 observer.request_finished()

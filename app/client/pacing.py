@@ -7,10 +7,11 @@ so after the first token (passed on at once: the time to first token is unchange
 alone for ``FRAME_S`` and then read once: everything that arrived meanwhile comes in one read and
 goes on in one write. Wakes per second are then bounded by the frame rate, not by the engine's speed.
 
-The kernel holds what arrives meanwhile, so the loop does not even look at the socket. Under httpx,
-anyio's streams pause their transport whenever nobody is reading, and the connection's reads wait for
-the frame (``paced_network``). The local API passes a local engine's stream on from a thread that
-reads it once a frame (``app.client.splice``); over aiohttp (``ChatClient.forward_stream``: its relay
+The kernel holds what arrives meanwhile, so the loop does not even look at the socket. The window's
+client reads a local engine's socket itself, once a frame (``app.client.splice``); under httpx (a
+remote), anyio's streams pause their transport whenever nobody is reading, and the connection's reads
+wait for the frame (``paced_network``). The local API passes a local engine's stream on from a thread
+that reads it once a frame (``app.client.splice``); over aiohttp (``ChatClient.forward_stream``: its relay
 to a remote, and of a stream it rewrites) a ``TransportValve`` pauses the connection's transport after
 each read and a loop timer resumes it when the next frame is due; the relay's task is not held, it
 simply waits for data, so a client that goes away cancels it at once. The valve only ever pauses a

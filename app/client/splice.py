@@ -22,6 +22,11 @@ once and writes the client's socket once costs the kernel's share of that and li
 - Cancelling ``splice`` (the client went away, the app stops) stops the thread at once: its wait ends
   and the engine's socket is shut, which makes the engine stop generating. A client gone shows in the
   thread as a failed write, and ends it the same way.
+
+The window's client reads a local engine's stream the same way, on its loop (``EngineAnswer.read``):
+it parses every event, so there is no thread to gain, only the wakes: the socket's low-water mark keeps
+the loop from waking for each token, a timer reads what came once a frame, and the engine's close is
+read at once.
 """
 
 from __future__ import annotations
@@ -40,7 +45,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 from urllib.parse import urlsplit
 
-from app.client.pacing import Pacing, Regroup
+from app.client.pacing import Frame, Pacing, Regroup
 
 if TYPE_CHECKING:
     from aiohttp import web
@@ -168,6 +173,7 @@ class EngineAnswer:
     data_received: Callable[[], None] | None = None  # called in the thread, with each read
     finished: Callable[[], None] | None = None  # called on the loop, once, when the answer is done with
     _closed: bool = field(default=False, repr=False)
+    _reader: _LoopReader | None = field(default=None, repr=False)
 
     async def read_upto(self, limit: int) -> bytes:
         """The body, up to ``limit`` bytes (a refusal's), read on the loop."""
@@ -182,13 +188,107 @@ class EngineAnswer:
             out += self.body.feed(data)
         return out[:limit]
 
+    async def read(self, frame: Frame) -> bytes:
+        """The body's next bytes, read on the loop (b"" once it is over): as they come until ``frame``
+        is on, then once a frame (``_LoopReader``)."""
+        if self._reader is None:
+            self._reader = _LoopReader(self.sock)
+        while not self.body.ended:
+            if self.rest:
+                data, self.rest = self.rest, b""
+            else:
+                paced = frame.on and frame.interval_s > 0
+                data = await self._reader.read(frame.due() if paced else None)
+                frame.read()
+            if not data:
+                self.body.eof()  # raises BodyError when the engine broke off
+                break
+            if out := self.body.feed(data):
+                return out
+        return b""
+
     def close(self) -> None:
         if self._closed:
             return
         self._closed = True
+        if self._reader is not None:
+            self._reader.close()
         self.sock.close()
         if self.finished is not None:
             self.finished()
+
+
+class _LoopReader:
+    """A socket read on the loop a frame at a time, its reader registered for as long as it is read.
+
+    Paced, the socket's low-water mark (``HELD_BYTES``) keeps it from being readable until far more than
+    a frame of tokens is in, or the engine closes the connection (a reply's last events are then read
+    at once); a timer takes what came when the frame is due. One wake of the loop a frame, with no
+    selector change: a frame without a byte lowers the mark, so the next byte is read as it comes.
+    Unpaced, every byte is read as it comes."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self._sock = sock
+        self._loop = asyncio.get_running_loop()
+        self._got = bytearray()
+        self._over = False  # the engine closed the connection, or it broke (``_error``)
+        self._error: OSError | None = None
+        self._held = 1
+        self._waiter: asyncio.Future[None] | None = None
+        self._loop.add_reader(sock.fileno(), self._take)
+
+    async def read(self, due: float | None) -> bytes:
+        """What came since the last read, once there is some: at ``due`` (the loop's time), or before
+        it when the engine closes the connection; at once with None."""
+        if not self._got and not self._over:
+            if due is not None and self._held == 1:
+                self._hold(HELD_BYTES)
+            elif due is None and self._held != 1:
+                self._hold(1)
+            self._waiter = self._loop.create_future()
+            timer = self._loop.call_at(due, self._due) if due is not None else None
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+                if timer is not None:
+                    timer.cancel()
+        if self._got:
+            data, self._got = bytes(self._got), bytearray()
+            return data
+        if self._error is not None:
+            raise self._error
+        return b""
+
+    def close(self) -> None:
+        if not self._over:
+            self._over = True
+            self._loop.remove_reader(self._sock.fileno())
+
+    def _due(self) -> None:
+        if not self._take():
+            self._hold(1)  # nothing came in the frame: the next byte is read as it comes
+
+    def _take(self) -> bool:
+        """Read what the socket holds, however little (MSG_DONTWAIT: BSD's kernel, so macOS's, gives a
+        non-blocking read nothing below the low-water mark otherwise); False when it held nothing."""
+        try:
+            data = self._sock.recv(READ_BYTES, socket.MSG_DONTWAIT)
+        except (BlockingIOError, InterruptedError):
+            return False
+        except OSError as err:
+            self._error, data = err, b""
+        if data:
+            self._got += data
+        else:
+            self.close()  # the end: readable from now on, so no longer watched
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+        return True
+
+    def _hold(self, held: int) -> None:
+        self._held = held
+        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, held)
 
 
 def loopback_address(base_url: str) -> tuple[str, int] | None:
@@ -223,7 +323,7 @@ async def open_stream(
             "Content-Type: application/json",
             f"Content-Length: {len(body)}",
             "Connection: close",
-            *(f"{name}: {value}" for name, value in headers.items()),
+            *(f"{name}: {value}" for name, value in headers.items() if name.lower() != "connection"),
         ]
         await loop.sock_sendall(sock, ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body)
         data = b""

@@ -44,6 +44,7 @@ class StandInEngine:
     script: Script
     requests: list[dict[str, Any]] = field(default_factory=list)
     headers: list[dict[str, str]] = field(default_factory=list)
+    paths: list[str] = field(default_factory=list)
     hung_up: asyncio.Event = field(default_factory=asyncio.Event)
     handlers: set[asyncio.Task[None]] = field(default_factory=set)
 
@@ -53,7 +54,8 @@ class StandInEngine:
         self.handlers.add(task)
         task.add_done_callback(self.handlers.discard)
         head = (await reader.readuntil(b"\r\n\r\n")).decode()
-        lines = head.split("\r\n")[1:]
+        request_line, *lines = head.split("\r\n")
+        self.paths.append(request_line.split(" ")[1])
         headers = {k.lower(): v.strip() for k, _, v in (line.partition(":") for line in lines if line)}
         body = await reader.readexactly(int(headers.get("content-length", "0")))
         self.headers.append(headers)
@@ -310,18 +312,37 @@ def test_a_stop_string_the_engine_ignores_ends_the_reply_and_hangs_up() -> None:
     assert stand_in.headers[0]["connection"] == "close"
 
 
-def test_a_llama_server_stream_keeps_its_connection_for_the_next_request() -> None:
+def test_each_stream_from_an_engine_on_loopback_goes_on_a_connection_of_its_own() -> None:
+    """Read straight from its socket, asked to close (llama-server closes a stream's connection anyway)."""
+
+    async def script(w: asyncio.StreamWriter) -> None:
+        await start_stream(w)
+        await send(w, delta("hi") + delta(finish="stop") + sse("[DONE]"))
+        await end(w)
+
+    async def go() -> tuple[list[list[ChatEvent]], StandInEngine]:
+        async with engine(script) as (stand_in, url), ChatClient(url, None) as client:
+            return [await collect(client), await collect(client)], stand_in
+
+    replies, stand_in = asyncio.run(go())
+    assert [reply[0] for reply in replies] == [ChatDelta("hi", "")] * 2
+    assert [h["connection"] for h in stand_in.headers] == ["close", "close"]
+
+
+def test_a_stream_goes_to_the_route_under_the_servers_root() -> None:
+    """A remote's root may be a folder (a server behind a path): its chat route is under it."""
+
     async def script(w: asyncio.StreamWriter) -> None:
         await start_stream(w)
         await send(w, delta("hi") + delta(finish="stop") + sse("[DONE]"))
         await end(w)
 
     async def go() -> StandInEngine:
-        async with engine(script) as (stand_in, url), ChatClient(url, None) as client:
+        async with engine(script) as (stand_in, url), ChatClient(f"{url}/lemon/", None) as client:
             await collect(client)
             return stand_in
 
-    assert asyncio.run(go()).headers[0].get("connection", "keep-alive") == "keep-alive"
+    assert asyncio.run(go()).paths == ["/lemon/v1/chat/completions"]
 
 
 def test_non_streaming_reply_and_timeout() -> None:

@@ -200,17 +200,27 @@ def test_what_is_left_unended_at_the_end_is_passed_on() -> None:
 def test_the_windows_client_gets_the_first_token_at_once_then_a_frame_at_a_time(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    """Then a frame without a byte: the next token is read as it comes; and the reply's end, with the
+    engine's close, is read at once, not a frame later."""
     monkeypatch.setattr(pacing, "FRAME_S", 0.5)
     words = [f"w{i} " for i in range(40)]
+    sent: dict[str, float] = {}
 
     async def script(w: asyncio.StreamWriter) -> None:
         await start_stream(w)
         await send(w, delta(words[0]))
         await asyncio.sleep(0.05)
-        for word in words[1:]:  # as fast as the loop writes them: far inside one frame
+        for word in words[1:20]:  # as fast as the loop writes them: far inside one frame
+            await send(w, delta(word))
+        await asyncio.sleep(1.2)  # a frame goes by without a byte
+        sent["resumed"] = time.monotonic()
+        await send(w, delta(words[20]))
+        await asyncio.sleep(0.4)  # not read with the rest: at once
+        for word in words[21:]:
             await send(w, delta(word))
         await send(w, delta(finish="stop") + sse("[DONE]"))
         await end(w)
+        sent["ended"] = time.monotonic()
 
     async def go() -> list[tuple[float, ChatEvent]]:
         async with engine(script) as (_stand_in, url), ChatClient(url, None) as client:
@@ -223,7 +233,9 @@ def test_the_windows_client_gets_the_first_token_at_once_then_a_frame_at_a_time(
     times = [t for t, e in got if isinstance(e, ChatDelta)]
     # The first token came alone, the rest (sent well inside a frame) together with the next frame.
     assert times[1] - times[0] >= 0.3
-    assert times[-1] - times[1] < 0.25
+    assert times[19] - times[1] < 0.25
+    assert times[20] - sent["resumed"] < 0.25  # not held: the frame before it had nothing
+    assert got[-1][0] - sent["ended"] < 0.25  # the end is read with the close, not at the frame
 
 
 def test_pacing_starts_at_the_first_text_shown_not_at_a_tag_the_client_takes_out(
@@ -231,7 +243,7 @@ def test_pacing_starts_at_the_first_text_shown_not_at_a_tag_the_client_takes_out
 ) -> None:
     """lemon-mlx sends its reasoning inline: "<think>" is the first text delta, and the window shows
     nothing of it. Held a frame after it, the first word the user sees was late by a frame."""
-    monkeypatch.setattr(pacing, "FRAME_S", 3.0)
+    monkeypatch.setattr(pacing, "FRAME_S", 1.0)
     sent: list[float] = []
 
     async def script(w: asyncio.StreamWriter) -> None:
@@ -240,9 +252,10 @@ def test_pacing_starts_at_the_first_text_shown_not_at_a_tag_the_client_takes_out
         await asyncio.sleep(0.2)
         sent.append(time.monotonic())
         await send(w, delta("Let"))
-        await asyncio.sleep(0.2)
+        await asyncio.sleep(0.05)
         for word in (" me", " think", "</think>", "Sure"):
             await send(w, delta(word))
+        await asyncio.sleep(1.5)  # held until the frame, not until the reply's end (read with the close)
         await send(w, delta(finish="stop") + sse("[DONE]"))
         await end(w)
 
@@ -259,8 +272,8 @@ def test_pacing_starts_at_the_first_text_shown_not_at_a_tag_the_client_takes_out
     assert "".join(e.reasoning for _, e in shown) == "Let me think"
     assert "".join(e.content for _, e in shown) == "Sure"
     assert shown[0][1].reasoning == "Let"
-    assert shown[0][0] - sent[0] < 1.5  # at once, not a 3 s frame after "<think>"
-    assert shown[1][0] - shown[0][0] >= 2.0  # the rest waited for the frame that "Let" started
+    assert shown[0][0] - sent[0] < 0.5  # at once, not a 1 s frame after "<think>"
+    assert shown[1][0] - shown[0][0] >= 0.7  # the rest waited for the frame that "Let" started
 
 
 def test_the_windows_client_hangs_up_mid_frame_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
