@@ -33,13 +33,14 @@ from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from typing import Protocol
 
-# 40 reads a second, above the 25 updates a second at which text still reads as smooth, and at the
-# 150-500 tok/s these engines reach 4-12 times fewer wakes than one per token. Measured on a busy
-# 2-core machine (the relay, paced, in front of the stand-in engine at 250 tok/s, CPU per token):
-# unpaced 360-430 us, 16 ms 183, 25 ms 133-150, 40 ms 100-108. 40 ms saves a quarter more than 25, but
-# a reply's last tokens are held up to the interval, which a client timing a 1-2 s reply sees as up to
-# 2-4% less decode speed; 25 ms halves that. 0 turns pacing off.
-FRAME_S = 0.025
+# 25 reads a second: the rate at which text still reads as smooth, and at the 150-500 tok/s these
+# engines reach 6-20 times fewer wakes than one per token. The window's client on the real llama-server
+# (stream_overhead.py, CPU per token): 168 us before it read the socket itself, then 81 at 25 ms and 56
+# at 40 ms. A local engine's stream, in the window or spliced by the local API, is read at once when
+# the engine closes it, so a reply's last tokens are not held for the frame; a remote's (and a stream
+# the API rewrites) may be, which a client timing a 1-2 s reply sees as up to 2-4% less decode speed.
+# 0 turns pacing off.
+FRAME_S = 0.040
 # An event this long is passed on in pieces rather than held whole (no engine's event comes near).
 HELD_LIMIT = 1 << 20
 # A delta with text in it, as llama-server writes JSON (no spaces) and as Python's json module does; a
