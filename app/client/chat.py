@@ -350,12 +350,16 @@ class ChatClient:
         parser = SSEParser()
         shown = False  # pacing starts once the first text has been passed on
         frame = OPENAI_SSE_SHOWN.frame()
-        address = self._loopback
+        address, headers = self._loopback, {**self._headers, **self._adapter.stream_headers}
         # Read to the end even after [DONE] or an error event (the engine ends the body right after
         # them). A reply that ends early (a stop string the client applies, an unreadable stream)
         # leaves, closing the reads' generator here: left half-run, it would be finalised by the
         # garbage collector outside the loop (qasync installs no async-generator hooks).
-        reading = self._socket_reads(address, body, frame) if address else self._httpx_reads(body, frame)
+        reading = (
+            self._socket_reads(address, body, headers, frame)
+            if address
+            else self._httpx_reads(body, headers, frame)
+        )
         try:
             async with contextlib.aclosing(reading) as chunks:
                 async for chunk in chunks:
@@ -398,12 +402,11 @@ class ChatClient:
         yield ChatDone(finish, telemetry, done.tool_calls)
 
     async def _socket_reads(
-        self, address: tuple[str, int], body: dict[str, Any], frame: Frame
+        self, address: tuple[str, int], body: dict[str, Any], headers: dict[str, str], frame: Frame
     ) -> AsyncGenerator[bytes, None]:
         """A stream's body from an engine on loopback, on a connection of its own read straight from its
         socket, a frame at a time once ``frame`` is on (``EngineAnswer.read``: one wake of the loop a
         frame, and the engine's close is read at once, so a reply's last tokens are never held)."""
-        headers = {**self._headers, **self._adapter.stream_headers}
         answer = await open_stream(address, self._root + CHAT_PATH, json.dumps(body).encode(), headers)
         try:
             if answer.status != 200:
@@ -414,7 +417,9 @@ class ChatClient:
         finally:
             answer.close()
 
-    async def _httpx_reads(self, body: dict[str, Any], frame: Frame) -> AsyncGenerator[bytes, None]:
+    async def _httpx_reads(
+        self, body: dict[str, Any], headers: dict[str, str], frame: Frame
+    ) -> AsyncGenerator[bytes, None]:
         """A stream's body over httpx (an engine elsewhere: a remote), read a frame at a time once
         ``frame`` is on (``paced_network``: a frame of tokens in one read)."""
         import httpx
@@ -426,7 +431,7 @@ class ChatClient:
                     "POST",
                     CHAT_PATH,
                     json=body,
-                    headers={**self._headers, **self._adapter.stream_headers},
+                    headers=headers,
                     timeout=httpx.Timeout(None, connect=CONNECT_TIMEOUT_S),
                 ) as response:
                     answered = True

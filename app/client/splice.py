@@ -231,7 +231,9 @@ class _LoopReader:
         self._sock = sock
         self._loop = asyncio.get_running_loop()
         self._got = bytearray()
-        self._over = False  # the engine closed the connection, or it broke (``_error``)
+        self._over = (
+            False  # no longer watched: the connection closed or broke (``_error``), or the reader did
+        )
         self._error: OSError | None = None
         self._held = 1
         self._waiter: asyncio.Future[None] | None = None
