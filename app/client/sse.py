@@ -38,6 +38,8 @@ class SSEParser:
 
     def feed(self, chunk: bytes) -> list[SSEEvent]:
         """The events completed by ``chunk``."""
+        if (simple := self._simple(chunk)) is not None:
+            return simple
         if not self._started and chunk:
             buf = self._rest + chunk
             if len(buf) < len(_BOM) and _BOM.startswith(buf):
@@ -60,6 +62,20 @@ class SSEParser:
         if len(self._rest) > MAX_EVENT_BYTES:
             raise EventTooLarge(f"a line went on past {MAX_EVENT_BYTES >> 20} MiB")
         return events
+
+    def _simple(self, chunk: bytes) -> list[SSEEvent] | None:
+        """``chunk``'s events when it is nothing but whole one-line ``data: `` events and none is pending,
+        as an engine's paced stream comes (``app.client.pacing``); None for anything else, which is
+        read line by line. The same events either way, for a fraction of the work a token."""
+        if self._rest or self._data or self._skip_lf or not self._started or not chunk.endswith(b"\n\n"):
+            return None
+        if b"\r" in chunk or len(chunk) > MAX_EVENT_BYTES:
+            return None
+        parts = chunk[:-2].split(b"\n\n")
+        for part in parts:
+            if not part.startswith(b"data: ") or b"\n" in part:
+                return None
+        return [SSEEvent(part[6:].decode("utf-8", errors="replace"), "message", self._id) for part in parts]
 
     def close(self) -> list[SSEEvent]:
         """End of stream: the last unterminated line, and an event that was never followed by a blank line."""

@@ -14,7 +14,8 @@ import httpx
 import pytest
 
 from app.store.settings import Settings
-from app.supervisor.api.anthropic import chat_body
+from app.supervisor.api.anthropic import _Message, _sse, chat_body
+from app.supervisor.api.chat_events import Finish, Finished, Reasoning, Text, ToolCallArguments, ToolCallStart
 from app.supervisor.api.errors import ApiError
 from app.supervisor.router import RequestFinished, RequestSource, Router, RouterEvent
 from tests.support.standin import control
@@ -314,3 +315,33 @@ def test_llama_cpps_sampling_extras_go_on_to_the_engine_and_other_fields_do_not(
     with pytest.raises(ApiError) as refused:
         chat_body({**ask, "logit_bias": "<tool_call>"})
     assert refused.value.status == 400 and "'logit_bias'" in refused.value.message
+
+
+def test_each_streamed_event_is_its_dicts_json_and_the_whole_message_holds_every_piece() -> None:
+    message = _Message("m")
+    batches = [
+        [Reasoning("so"), Reasoning(' "hm"')],
+        [Text("Grüße\n"), Text("🍋")],
+        [ToolCallStart(0, "call_1", "get"), ToolCallArguments(0, '{"a"'), ToolCallArguments(0, ": 1}")],
+    ]
+    raw = b"".join(message.feed(batch) for batch in batches) + message.finish(
+        Finished(Finish.TOOL_CALLS, None, 3, 5)
+    )
+    events = sse_events(raw)
+    # Formatted, not encoded from a dict: the same bytes the dict would have been.
+    assert raw == b"".join(_sse(name, data) for name, data in events)
+    deltas = [(data["index"], data["delta"]) for name, data in events if name == "content_block_delta"]
+    assert deltas == [
+        (0, {"type": "thinking_delta", "thinking": "so"}),
+        (0, {"type": "thinking_delta", "thinking": ' "hm"'}),
+        (1, {"type": "text_delta", "text": "Grüße\n"}),
+        (1, {"type": "text_delta", "text": "🍋"}),
+        (2, {"type": "input_json_delta", "partial_json": '{"a"'}),
+        (2, {"type": "input_json_delta", "partial_json": ": 1}"}),
+    ]
+    content = message.whole(Finished(Finish.TOOL_CALLS, None, 3, 5))["content"]
+    assert content == [
+        {"type": "thinking", "thinking": 'so "hm"', "signature": ""},
+        {"type": "text", "text": "Grüße\n🍋"},
+        {"type": "tool_use", "id": "call_1", "name": "get", "input": {"a": 1}},
+    ]

@@ -19,7 +19,9 @@ import pytest
 
 from app.store.model_options import ModelOptions
 from app.store.settings import Settings
+from app.supervisor.api.chat_events import Finish, Finished, Reasoning, Text, ToolCallArguments, ToolCallStart
 from app.supervisor.api.ollama import keep_alive_unloads
+from app.supervisor.api.ollama_chat import Reply, ndjson_line
 from app.supervisor.router import Dialect, RequestFinished, RequestSource, Router, RouterEvent
 from tests.support.hubserver import LoopbackHub
 from tests.support.testrepos import BIG, big_files
@@ -442,3 +444,30 @@ def test_a_pull_paused_in_the_app_ends_with_an_error_not_success(
     lines = run_api(standin_settings, body)
     assert not any(line.get("status") == "success" for line in lines), lines
     assert "paused in the app" in lines[-1]["error"] and "Resume it" in lines[-1]["error"]
+
+
+@pytest.mark.parametrize("chat", [True, False])
+def test_each_streamed_line_is_its_dicts_json_and_a_reads_lines_share_their_time(chat: bool) -> None:
+    reply = Reply('a "model"', chat, 0.0)
+    batch = [
+        Reasoning("so"),
+        Text("Grüße\n"),
+        ToolCallStart(0, "c", "get"),
+        ToolCallArguments(0, "{}"),
+        Text("🍋"),
+    ]
+    raw = reply.feed(batch)
+    lines = [json.loads(line) for line in raw.splitlines()]
+    # Formatted, not encoded from a dict: the same bytes the dict would have been.
+    assert raw == b"".join(ndjson_line(line) for line in lines)
+    assert len({line["created_at"] for line in lines}) == 1
+    said = [(line["message"] if chat else line) for line in lines]
+    key = "content" if chat else "response"
+    assert [(piece[key], piece.get("thinking")) for piece in said] == [
+        ("", "so"),
+        ("Grüße\n", None),
+        ("🍋", None),
+    ]
+    assert all(line["model"] == 'a "model"' and line["done"] is False for line in lines)
+    whole = reply.whole(Finished(Finish.TOOL_CALLS, None, 1, 4))
+    assert (whole["message"] if chat else whole)[key] == "Grüße\n🍋"

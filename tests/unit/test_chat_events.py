@@ -130,6 +130,15 @@ def test_a_stream_that_never_finishes_has_no_end_and_garbage_is_a_502() -> None:
     assert raised.value.status == 502
 
 
+def test_an_events_json_is_read_whatever_whitespace_is_around_it_and_nothing_may_follow_it() -> None:
+    payload = json.dumps({"choices": [{"index": 0, "delta": {"content": "hi"}}]})
+    for data in (payload, f" {payload}", f"{payload} ", f"\t{payload}\t"):
+        assert ChatReader().feed(f"data: {data}\n\n".encode()) == [Text("hi")]
+    with pytest.raises(ApiError) as raised:
+        ChatReader().feed(f"data: {payload} {payload}\n\n".encode())
+    assert raised.value.status == 502
+
+
 def test_a_reply_cut_at_a_stop_sequence_takes_its_figures_from_per_token_timings() -> None:
     timings = {"cache_n": 3, "prompt_n": 8, "predicted_n": 2}
     reader = ChatReader(stop=["three"])

@@ -90,3 +90,25 @@ def test_a_line_or_an_event_without_end_is_refused_past_the_cap() -> None:
     parser = SSEParser()
     big = "y" * (MAX_EVENT_BYTES - 1)
     assert parser.feed(f"data: {big}\n\n".encode()) == [SSEEvent(big)]
+
+
+def test_chunks_cut_at_events_ends_read_as_line_by_line() -> None:
+    # A paced stream comes in whole events: one-line data events are read in one pass, anything else
+    # (another field, two data lines, a comment, CRs) line by line, to the same events either way.
+    events = [
+        b"id: 3\ndata: a\n\n",
+        b'data: {"x": 1}\n\n',
+        b"data: \xc3\xa9\n\n",
+        b"data: b\ndata: c\n\n",
+        b"data: d\n\nevent: y\ndata: z\n\n",
+        b": beat\n\ndata: e\n\n",
+        b"data: f\r\n\r\n",
+        b"data:\n\n",
+        b"data: [DONE]\n\n",
+    ]
+    expected = parse(*(byte for event in events for byte in (event[i : i + 1] for i in range(len(event)))))
+    assert [e.data for e in expected] == ["a", '{"x": 1}', "é", "b\nc", "d", "z", "e", "f", "", "[DONE]"]
+    assert expected[5] == SSEEvent("z", "y", "3")
+    groups = [events[:1], events[1:3], events[3:4], events[4:5], events[5:8], events[8:]]
+    assert parse(*(b"".join(group) for group in groups)) == expected
+    assert parse(b"".join(events)) == expected

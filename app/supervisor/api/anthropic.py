@@ -97,6 +97,12 @@ def _sse(event: str, data: dict[str, Any]) -> bytes:
     return f"event: {event}\ndata: {json.dumps(data)}\n\n".encode()
 
 
+_DELTA = (
+    b'event: content_block_delta\ndata: {"type": "content_block_delta", "index": %d, '
+    b'"delta": {"type": "%b", "%b": %b}}\n\n'
+)
+
+
 # --- requests -------------------------------------------------------------------------------------------
 
 
@@ -286,6 +292,7 @@ class _Message:
         self._tool: int | None = None  # the tool call (its index) the open tool_use block is
         self._arguments: list[str] = []  # the open tool_use block's argument fragments
         self._raw_arguments: list[str] = []  # each finished tool_use block's arguments, in order
+        self._pieces: list[str] = []  # the open text or thinking block's text
 
     def start(self) -> bytes:
         message: dict[str, Any] = {
@@ -302,12 +309,15 @@ class _Message:
             "ping", {"type": "ping"}
         )
 
-    def feed(self, event: ChatEvent) -> bytes:
+    def feed(self, events: list[ChatEvent]) -> bytes:
+        return b"".join([self._event(event) for event in events])
+
+    def _event(self, event: ChatEvent) -> bytes:
         if isinstance(event, Text):
-            return self._into("text", {"type": "text", "text": ""}, "text_delta", "text", event.text)
+            return self._into("text", {"type": "text", "text": ""}, "text", event.text)
         if isinstance(event, Reasoning):
             block = {"type": "thinking", "thinking": "", "signature": ""}
-            return self._into("thinking", block, "thinking_delta", "thinking", event.text)
+            return self._into("thinking", block, "thinking", event.text)
         if isinstance(event, ToolCallStart):
             out = self._stop_block()
             self._tool = event.index
@@ -317,24 +327,22 @@ class _Message:
             )
         if isinstance(event, ToolCallArguments) and self._open == "tool_use" and event.index == self._tool:
             self._arguments.append(event.fragment)
-            delta = {"type": "input_json_delta", "partial_json": event.fragment}
-            return _sse(
-                "content_block_delta",
-                {"type": "content_block_delta", "index": len(self.blocks) - 1, "delta": delta},
-            )
+            return self._delta("input_json_delta", "partial_json", event.fragment)
         return b""
 
-    def _into(self, kind: str, block: dict[str, Any], delta_type: str, key: str, text: str) -> bytes:
+    def _into(self, kind: str, block: dict[str, Any], key: str, text: str) -> bytes:
         out = b"" if self._open == kind else self._stop_block() + self._begin(kind, block)
-        self.blocks[-1][key] += text
-        delta = {"type": delta_type, key: text}
-        index = len(self.blocks) - 1
-        return out + _sse(
-            "content_block_delta", {"type": "content_block_delta", "index": index, "delta": delta}
-        )
+        self._pieces.append(text)
+        return out + self._delta(f"{key}_delta", key, text)
+
+    def _delta(self, delta_type: str, key: str, text: str) -> bytes:
+        """The open block's content_block_delta event: ``_sse``'s bytes for it, formatted rather than
+        built and encoded as a dict (this is once a token, and the dict's encoding was most of it)."""
+        return _DELTA % (len(self.blocks) - 1, delta_type.encode(), key.encode(), json.dumps(text).encode())
 
     def _begin(self, kind: str, block: dict[str, Any]) -> bytes:
         self._open = kind
+        self._pieces = []
         self.blocks.append(dict(block))
         start = {"type": "content_block_start", "index": len(self.blocks) - 1, "content_block": block}
         return _sse("content_block_start", start)
@@ -344,6 +352,8 @@ class _Message:
             return b""
         if self._open == "tool_use":
             self._raw_arguments.append("".join(self._arguments))
+        else:
+            self.blocks[-1][self._open] = "".join(self._pieces)
         self._open = None
         return _sse("content_block_stop", {"type": "content_block_stop", "index": len(self.blocks) - 1})
 

@@ -59,8 +59,9 @@ class Codec(Protocol):
         """What a stream begins with, once the engine has accepted the request."""
         ...
 
-    def feed(self, event: ChatEvent) -> bytes:
-        """Take one event; what to stream for it (b"": nothing yet)."""
+    def feed(self, events: list[ChatEvent]) -> bytes:
+        """Take the events of one read of the engine's stream; what to stream for them (b"": nothing
+        yet)."""
         ...
 
     def finish(self, end: Finished) -> bytes:
@@ -100,8 +101,8 @@ async def reply(
             if headers is not None:
                 return await _stream(request, headers, codec, _Relayed(events, codec), reader)
             async for batch in events:
-                for event in batch or ():
-                    codec.feed(event)
+                if batch:
+                    codec.feed(batch)
     assert reader.finished is not None  # chat_events raises when a reply does not finish
     return reader.finished
 
@@ -131,7 +132,7 @@ class _Relayed:
 
     async def write(self, response: web.StreamResponse, writer: AbstractStreamWriter) -> bool:
         async for batch in self._events:
-            if batch and (data := b"".join([self._codec.feed(event) for event in batch])):
+            if batch and (data := self._codec.feed(batch)):
                 await response.write(data)
         return True
 
@@ -149,7 +150,7 @@ class _Spliced:
 
     def _translate(self, chunk: bytes) -> bytes:
         self._call.watch.feed(chunk)
-        return b"".join([self._codec.feed(event) for event in self._reader.feed(chunk)])
+        return self._codec.feed(self._reader.feed(chunk))
 
     def _finished(self) -> bool:
         return self._reader.finished is not None
@@ -160,7 +161,7 @@ class _Spliced:
         with self._openai.router.reply_streaming(call.name):
             if not await splice(call.spliced, response, writer, OPENAI_SSE, self._translate, self._finished):
                 return False
-        if reader.finished is None and (tail := b"".join([self._codec.feed(e) for e in reader.end()])):
+        if reader.finished is None and (tail := self._codec.feed(reader.end())):
             await response.write(tail)
         if reader.finished is None:
             raise await self._openai.cut_short(call.name)

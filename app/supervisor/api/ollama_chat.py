@@ -56,6 +56,10 @@ def ndjson_line(data: dict[str, Any]) -> bytes:
     return json.dumps(data).encode() + b"\n"
 
 
+def _json(text: str) -> bytes:
+    return json.dumps(text).encode()
+
+
 def _image_part(data: Any, where: str) -> dict[str, Any]:
     if not isinstance(data, str) or not data:
         raise bad_request(f"'{where}' must be base64 image data.")
@@ -167,19 +171,37 @@ class Reply:
         self.thinking: list[str] = []
         self.calls: list[tuple[str, list[str]]] = []  # (name, argument fragments) by index
 
-    def feed(self, event: ChatEvent) -> bytes:
+    def feed(self, events: list[ChatEvent]) -> bytes:
+        """The lines for one read's events: they came together, so their lines say one ``created_at``."""
+        if not events:
+            return b""
         self.first = self.first or time.perf_counter()
-        if isinstance(event, Text):
-            self.text.append(event.text)
-            return ndjson_line(self._piece(content=event.text))
-        if isinstance(event, Reasoning):
-            self.thinking.append(event.text)
-            return ndjson_line(self._piece(thinking=event.text))
-        if isinstance(event, ToolCallStart):
-            self.calls.append((event.name, []))
-        elif isinstance(event, ToolCallArguments) and self.calls:
-            self.calls[-1][1].append(event.fragment)
-        return b""
+        head, out = b"", []
+        for event in events:
+            if isinstance(event, Text | Reasoning):
+                head = head or b'{"model": %b, "created_at": %b, ' % (_json(self.model), _json(now()))
+                if isinstance(event, Text):
+                    self.text.append(event.text)
+                    out.append(self._streamed(head, event.text, ""))
+                else:
+                    self.thinking.append(event.text)
+                    out.append(self._streamed(head, "", event.text))
+            elif isinstance(event, ToolCallStart):
+                self.calls.append((event.name, []))
+            elif isinstance(event, ToolCallArguments) and self.calls:
+                self.calls[-1][1].append(event.fragment)
+        return b"".join(out)
+
+    def _streamed(self, head: bytes, content: str, thinking: str) -> bytes:
+        """``_piece``'s line for a token (``head``: its model and time), formatted rather than built
+        and encoded as a dict: this is once a token, and the dict's encoding was most of it."""
+        thought = b', "thinking": %b' % _json(thinking) if thinking else b""
+        if self.chat:
+            return head + b'"message": {"role": "assistant", "content": %b%b}, "done": false}\n' % (
+                _json(content),
+                thought,
+            )
+        return head + b'"response": %b%b, "done": false}\n' % (_json(content), thought)
 
     def _piece(self, content: str = "", thinking: str = "", **extra: Any) -> dict[str, Any]:
         data: dict[str, Any] = {"model": self.model, "created_at": now()}
