@@ -7,8 +7,8 @@ request through the API with the same request sent straight to the same engine.
 Loads MODEL, then prints one line, ``API_URL ENGINE_URL ENGINE_KEY``, to its parent's pipe (the engine's
 key exists only in this process's memory otherwise: its file is gone once the engine has read it). Then
 answers each ``cpu`` line on its standard input with the CPU time this process has spent, every thread's
-(live or ended), in seconds to the nanosecond: user + system time from outside come in 10 ms ticks, a
-fifth of a reply's 50 ms. Stops every engine and exits when its standard input closes.
+(live or ended), in seconds to the nanosecond: user + system time from outside come in 10 ms ticks, about
+what the API spends on a whole 200-token reply. Stops every engine and exits when its standard input closes.
 """
 
 from __future__ import annotations

@@ -56,7 +56,7 @@ def ndjson_line(data: dict[str, Any]) -> bytes:
     return json.dumps(data).encode() + b"\n"
 
 
-def _json(text: str) -> bytes:
+def _encoded(text: str) -> bytes:
     return json.dumps(text).encode()
 
 
@@ -179,7 +179,7 @@ class Reply:
         head, out = b"", []
         for event in events:
             if isinstance(event, Text | Reasoning):
-                head = head or b'{"model": %b, "created_at": %b, ' % (_json(self.model), _json(now()))
+                head = head or b'{"model": %b, "created_at": %b, ' % (_encoded(self.model), _encoded(now()))
                 if isinstance(event, Text):
                     self.text.append(event.text)
                     out.append(self._streamed(head, event.text, ""))
@@ -195,13 +195,13 @@ class Reply:
     def _streamed(self, head: bytes, content: str, thinking: str) -> bytes:
         """``_piece``'s line for a token (``head``: its model and time), formatted rather than built
         and encoded as a dict: this is once a token, and the dict's encoding was most of it."""
-        thought = b', "thinking": %b' % _json(thinking) if thinking else b""
+        thought = b', "thinking": %b' % _encoded(thinking) if thinking else b""
         if self.chat:
             return head + b'"message": {"role": "assistant", "content": %b%b}, "done": false}\n' % (
-                _json(content),
+                _encoded(content),
                 thought,
             )
-        return head + b'"response": %b%b, "done": false}\n' % (_json(content), thought)
+        return head + b'"response": %b%b, "done": false}\n' % (_encoded(content), thought)
 
     def _piece(self, content: str = "", thinking: str = "", **extra: Any) -> dict[str, Any]:
         data: dict[str, Any] = {"model": self.model, "created_at": now()}
