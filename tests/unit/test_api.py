@@ -27,6 +27,7 @@ from app.store.model_options import ModelOptions, load_model_options, model_opti
 from app.store.settings import Settings
 from app.supervisor.api import ApiServer
 from app.supervisor.api import openai as openai_routes
+from app.supervisor.api.chat_events import ChatReader
 from app.supervisor.router import RequestFinished, RequestSource, Router, RouterEvent
 from tests.support.hubserver import LoopbackHub
 from tests.support.standin import control, make_standin_model
@@ -255,6 +256,37 @@ def test_a_responses_stream_gives_its_first_token_and_figures() -> None:
     telemetry = watch.telemetry()
     assert (telemetry.prompt_tokens, telemetry.cached_tokens, telemetry.completion_tokens) == (31, 30, 2)
     assert telemetry.decode_tps == 89.8
+
+
+def test_a_stream_read_once_into_chat_events_gives_the_watch_what_its_own_scan_of_the_bytes_gives() -> None:
+    """The Anthropic and Ollama dialects read the engine's stream once (ChatReader) and hand its figures
+    to the watch; the OpenAI dialect's watch scans the bytes it passes on. The two must agree."""
+
+    def event(delta: dict[str, Any] | None, **extra: Any) -> bytes:
+        choices = [{"index": 0, "delta": delta, "finish_reason": extra.pop("finish", None)}] if delta else []
+        return f"data: {json.dumps({'choices': choices, **extra})}\n\n".encode()
+
+    timings = {"prompt_n": 5, "cache_n": 2, "predicted_n": 2, "predicted_per_second": 41.5}
+    chunks = [
+        event({"role": "assistant", "content": None}),
+        event({"content": "Hel"}) + event({"content": "lo"})[:20],  # an event cut across two reads
+        event({"content": "lo"})[20:],
+        event({"content": ""}, finish="stop", timings=timings),
+        event(None, usage={"prompt_tokens": 7, "completion_tokens": 2, "total_tokens": 9}),
+        b"data: [DONE]\n\n",
+    ]
+    scanned, read, reader = openai_routes._Watch(), openai_routes._Watch(), ChatReader()
+    for chunk in chunks:
+        scanned.feed(chunk)
+        read.read(reader, reader.feed(chunk))
+        assert (read.first is None) == (scanned.first is None)
+    assert read.first is not None and read.done
+    assert (read.events, read.timings, read.usage) == (scanned.events, scanned.timings, scanned.usage)
+    figures = [
+        (t.prompt_tokens, t.cached_tokens, t.completion_tokens, t.decode_tps)
+        for t in (read.telemetry(), scanned.telemetry())
+    ]
+    assert figures[0] == figures[1] == (7, 2, 2, 41.5)
 
 
 def test_a_client_that_goes_away_stops_the_generation(standin_settings: Settings, tmp_path: Path) -> None:

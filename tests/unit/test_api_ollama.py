@@ -10,6 +10,7 @@ import contextlib
 import hashlib
 import json
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -456,8 +457,12 @@ def test_each_streamed_line_is_its_dicts_json_and_a_reads_lines_share_their_time
         ToolCallArguments(0, "{}"),
         Text("🍋"),
     ]
+    before = datetime.now(UTC)
     raw = reply.feed(batch)
+    after = datetime.now(UTC)
     lines = [json.loads(line) for line in raw.splitlines()]
+    when = datetime.fromisoformat(lines[0]["created_at"])
+    assert before - timedelta(microseconds=1) <= when <= after and lines[0]["created_at"].endswith("Z")
     # Formatted, not encoded from a dict: the same bytes the dict would have been.
     assert raw == b"".join(ndjson_line(line) for line in lines)
     assert len({line["created_at"] for line in lines}) == 1

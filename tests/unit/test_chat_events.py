@@ -139,6 +139,18 @@ def test_an_events_json_is_read_whatever_whitespace_is_around_it_and_nothing_may
     assert raised.value.status == 502
 
 
+@pytest.mark.parametrize(
+    ("data", "text"),
+    [
+        ('{"choices":[{"index":0,"delta":{"content":"\\ud83c"}}]}', "\ud83c"),  # a lone surrogate's escape
+        ('{"choices":[{"index":0,"delta":{"content":"x"}}],"timings":{"predicted_per_second":NaN}}', "x"),
+    ],
+    ids=["lone surrogate", "NaN"],
+)
+def test_json_that_pythons_reader_takes_is_read_though_the_fast_one_refuses_it(data: str, text: str) -> None:
+    assert ChatReader().feed(f"data: {data}\n\n".encode()) == [Text(text)]
+
+
 def test_a_reply_cut_at_a_stop_sequence_takes_its_figures_from_per_token_timings() -> None:
     timings = {"cache_n": 3, "prompt_n": 8, "predicted_n": 2}
     reader = ChatReader(stop=["three"])

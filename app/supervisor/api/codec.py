@@ -149,8 +149,9 @@ class _Spliced:
         pass  # its answer's head is in
 
     def _translate(self, chunk: bytes) -> bytes:
-        self._call.watch.feed(chunk)
-        return self._codec.feed(self._reader.feed(chunk))
+        events = self._reader.feed(chunk)
+        self._call.watch.read(self._reader, events)
+        return self._codec.feed(events)
 
     def _finished(self) -> bool:
         return self._reader.finished is not None

@@ -5,6 +5,7 @@ as Ollama's reply (``Reply``: NDJSON lines, or one object). The routes that use 
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import time
@@ -45,7 +46,16 @@ def _is_int(value: Any) -> bool:
 
 
 def now() -> str:
-    return datetime.now(UTC).isoformat().replace("+00:00", "Z")
+    """This moment as Ollama writes it (RFC 3339 in UTC, to the microsecond). A stream asks once a
+    read: the date and time of day are worked out once a second."""
+    moment = time.time()
+    second = int(moment)
+    return f"{_second(second)}.{int((moment - second) * 1e6):06d}Z"
+
+
+@functools.lru_cache(maxsize=1)
+def _second(second: int) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
 
 
 def iso(unix: float) -> str:

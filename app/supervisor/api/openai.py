@@ -179,6 +179,14 @@ class _Watch:
                 if b'"timings"' in event or b'"usage"' in event:
                     self.whole(event.partition(b"data:")[2])
 
+    def read(self, reader: ChatReader, events: list[ChatEvent]) -> None:
+        """``feed``, for a stream that ``reader`` reads (the other dialects'): its figures, not the
+        bytes scanned again; ``events`` are those of its last read."""
+        if self.first is None and events:
+            self.first = time.perf_counter()
+        self.events, self.done = reader.events, reader.done
+        self.timings, self.usage = reader.timings or self.timings, reader.usage or self.usage
+
     def passed(self, chunk: bytes) -> bytes:
         """``feed``, for a stream passed on as it is (``app.client.splice``)."""
         self.feed(chunk)
@@ -378,8 +386,9 @@ class OpenAIRoutes:
         yield None
         with self.router.reply_streaming(call.name):
             async for chunk in call.stream:
-                call.watch.feed(chunk)
-                if events := reader.feed(chunk):
+                events = reader.feed(chunk)
+                call.watch.read(reader, events)
+                if events:
                     yield events
                 if reader.finished is not None:
                     return  # at a stop sequence: the caller's closing the stream stops the engine
