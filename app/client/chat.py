@@ -1,5 +1,6 @@
 """An OpenAI-compatible chat client for one engine, with telemetry per reply: a stream read straight from
-its socket when the engine is on this machine's loopback (``app.client.splice``), else over httpx.
+its socket when the engine speaks plain HTTP (on this machine's loopback, or a remote at an ``http://``
+address: ``app.client.splice``), else over httpx (a remote over HTTPS).
 
 Streaming requests have no overall or read timeout (a long answer, or a long prompt being read, is not a
 hang: the engine's watchdog decides that); non-streaming ones use ``request_timeout_s``. Cancelling or
@@ -24,7 +25,7 @@ from app.client.capped import read_upto
 from app.client.events import ChatDelta, ChatDone, ChatEvent, ChatReply, ToolCall
 from app.client.pacing import OPENAI_SSE_SHOWN, UNPACED, Frame, Pacing, TransportValve, paced, paced_network
 from app.client.reasoning_relay import StreamReasoning, whole_reasoning
-from app.client.splice import BodyError, EngineAnswer, loopback_address, open_stream
+from app.client.splice import BodyError, EngineAnswer, open_stream, plain_http_address
 from app.client.sse import EventTooLarge, SSEEvent, SSEParser
 from app.client.stop_relay import StreamFinish, StreamStops, cut_whole, whole_finish
 from app.core.errors import ContextError, LemonDeskError, RequestError, UnsupportedRequestError
@@ -299,7 +300,8 @@ class ChatClient:
         import httpx
 
         self.base_url = base_url.rstrip("/")
-        self._loopback = loopback_address(self.base_url)  # an engine here: its streams read from the socket
+        # Plain HTTP (an engine here, a remote at an http:// address): its streams read from the socket.
+        self._address = plain_http_address(self.base_url)
         self._root = urlsplit(self.base_url).path  # what a route's path is under (a remote's may be a folder)
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._owns_http = http is None
@@ -350,7 +352,7 @@ class ChatClient:
         parser = SSEParser()
         shown = False  # pacing starts once the first text has been passed on
         frame = OPENAI_SSE_SHOWN.frame()
-        address, headers = self._loopback, {**self._headers, **self._adapter.stream_headers}
+        address, headers = self._address, {**self._headers, **self._adapter.stream_headers}
         # Read to the end even after [DONE] or an error event (the engine ends the body right after
         # them). A reply that ends early (a stop string the client applies, an unreadable stream)
         # leaves, closing the reads' generator here: left half-run, it would be finalised by the
@@ -404,7 +406,7 @@ class ChatClient:
     async def _socket_reads(
         self, address: tuple[str, int], body: dict[str, Any], headers: dict[str, str], frame: Frame
     ) -> AsyncGenerator[bytes, None]:
-        """A stream's body from an engine on loopback, on a connection of its own read straight from its
+        """A stream's body from an engine over plain HTTP, on a connection of its own read straight from its
         socket, a frame at a time once ``frame`` is on (``EngineAnswer.read``: one wake of the loop a
         frame, and the engine's close is read at once, so a reply's last tokens are never held)."""
         answer = await open_stream(address, self._root + CHAT_PATH, json.dumps(body).encode(), headers)
@@ -420,7 +422,7 @@ class ChatClient:
     async def _httpx_reads(
         self, body: dict[str, Any], headers: dict[str, str], frame: Frame
     ) -> AsyncGenerator[bytes, None]:
-        """A stream's body over httpx (an engine elsewhere: a remote), read a frame at a time once
+        """A stream's body over httpx (a remote over HTTPS), read a frame at a time once
         ``frame`` is on (``paced_network``: a frame of tokens in one read)."""
         import httpx
 
@@ -549,11 +551,11 @@ class ChatClient:
         self, route: Route, body: dict[str, Any], reasoning: ReasoningFormat | None = None
     ) -> EngineAnswer | None:
         """The engine's answer to a streamed request, its head read, for ``app.client.splice`` to pass
-        its body on from a thread: when the engine is on this machine's loopback and nothing of the
+        its body on from a thread: when the engine speaks plain HTTP (here, or a remote's) and nothing of the
         stream is to be rewritten here (no stop strings it leaves to us, no reasoning to place, no
         finish reason to correct). None otherwise: the stream goes through ``forward_stream``. A refusal
         or a broken connection raises as there."""
-        address = self._loopback
+        address = self._address
         if address is None or not body.get("stream"):
             return None
         try:

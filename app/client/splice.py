@@ -1,4 +1,5 @@
-"""A stream from an engine on this machine passed on by a thread of its own, not by the event loop.
+"""A stream from an engine on this machine, or from a remote over plain HTTP, passed on by a thread of
+its own, not by the event loop.
 
 Paced on the loop (``app.client.pacing``), every frame still cost the local API three turns of its
 loop (the timer that lets the engine's connection be read again, the read, the relay's task), two
@@ -23,7 +24,7 @@ once and writes the client's socket once costs the kernel's share of that and li
   and the engine's socket is shut, which makes the engine stop generating. A client gone shows in the
   thread as a failed write, and ends it the same way.
 
-The window's client reads a local engine's stream the same way, on its loop (``EngineAnswer.read``):
+The window's client reads such a stream the same way, on its loop (``EngineAnswer.read``):
 it parses every event, so there is no thread to gain, only the wakes: the socket's low-water mark keeps
 the loop from waking for each token, a timer reads what came once a frame, and the engine's close is
 read at once.
@@ -293,32 +294,31 @@ class _LoopReader:
         self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, held)
 
 
-def loopback_address(base_url: str) -> tuple[str, int] | None:
-    """The address of an engine at ``base_url`` when it is plain HTTP on this machine's loopback."""
+def plain_http_address(base_url: str) -> tuple[str, int] | None:
+    """The host and port of a server at ``base_url`` that speaks plain HTTP: an engine on this machine's
+    loopback, or a remote at an ``http://`` address. Its streams are read from a socket of their own;
+    None for anything else (HTTPS: httpx and aiohttp read those)."""
     parts = urlsplit(base_url)
-    if parts.scheme != "http" or parts.hostname is None:
+    if parts.scheme != "http" or not parts.hostname:
         return None
     try:
-        loopback = ipaddress.ip_address(parts.hostname).is_loopback
         port = parts.port or 80
     except ValueError:
         return None
-    return (parts.hostname, port) if loopback else None
+    return parts.hostname, port
 
 
 async def open_stream(
     address: tuple[str, int], path: str, body: bytes, headers: dict[str, str]
 ) -> EngineAnswer:
-    """POST ``body`` (JSON) to ``path`` on a new connection and read the answer's head."""
+    """POST ``body`` (JSON) to ``path`` on a new connection to ``address`` (an IP address, or a host
+    name, looked up) and read the answer's head."""
     loop = asyncio.get_running_loop()
     host, port = address
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock = await asyncio.wait_for(_connect(host, port), CONNECT_TIMEOUT_S)
     try:
-        sock.setblocking(False)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        await asyncio.wait_for(loop.sock_connect(sock, address), CONNECT_TIMEOUT_S)
-        named = f"[{host}]" if family == socket.AF_INET6 else host
+        named = f"[{host}]" if ":" in host else host
         lines = [
             f"POST {path} HTTP/1.1",
             f"Host: {named}:{port}",
@@ -340,6 +340,33 @@ async def open_stream(
     except BaseException:
         sock.close()
         raise
+
+
+async def _connect(host: str, port: int) -> socket.socket:
+    """A non-blocking socket connected to ``host``: an IP address as it is, a name at each address it
+    has in turn (as the resolver orders them) until one answers."""
+    loop = asyncio.get_running_loop()
+    try:
+        version = ipaddress.ip_address(host).version
+    except ValueError:
+        found = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP)
+        addresses = [(family, address) for family, _, _, _, address in found]
+    else:
+        addresses = [(socket.AF_INET6 if version == 6 else socket.AF_INET, (host, port))]
+    failure: OSError = OSError(f"{host} has no address")
+    for family, address in addresses:
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            sock.setblocking(False)
+            await loop.sock_connect(sock, address)
+            return sock
+        except OSError as err:
+            sock.close()
+            failure = err
+        except BaseException:
+            sock.close()
+            raise
+    raise failure
 
 
 def _answer(sock: socket.socket, head: str, rest: bytes) -> EngineAnswer:

@@ -409,8 +409,9 @@ def test_forwarding_retries_once_on_a_connection_closed_before_any_answer() -> N
 
 
 def test_a_streamed_reply_is_sent_again_once_on_a_connection_closed_before_any_answer() -> None:
-    """llama-server closes its connection after every streamed reply: a next turn sent on that pooled
-    connection meets "Server disconnected" and must go out once more, not fail the chat."""
+    """A server over HTTPS (a remote: httpx's pool) may close a kept connection (llama-server does after
+    every streamed reply): a next turn sent on that pooled connection meets "Server disconnected" and
+    must go out once more, not fail the chat."""
     calls = 0
     sse = b'data: {"choices":[{"delta":{"content":"Paris"},"finish_reason":"stop"}]}\n\ndata: [DONE]\n\n'
 
@@ -422,8 +423,8 @@ def test_a_streamed_reply_is_sent_again_once_on_a_connection_closed_before_any_a
         return httpx.Response(200, content=sse, headers={"content-type": "text/event-stream"})
 
     async def go() -> list[object]:
-        pool = httpx.AsyncClient(base_url="http://engine", transport=httpx.MockTransport(answer))
-        async with pool, ChatClient("http://engine", "k", http=pool) as client:
+        pool = httpx.AsyncClient(base_url="https://engine", transport=httpx.MockTransport(answer))
+        async with pool, ChatClient("https://engine", "k", http=pool) as client:
             return [event async for event in client.stream_chat([{"role": "user", "content": "hi"}])]
 
     events = asyncio.run(go())
@@ -543,8 +544,8 @@ def test_an_answer_whose_body_cannot_be_decoded_is_a_broken_reply() -> None:
         raise httpx.DecodingError("Error -3 while decompressing data: incorrect header check")
 
     async def go() -> None:
-        http = httpx.AsyncClient(base_url="http://engine", transport=httpx.MockTransport(answer))
-        async with http, ChatClient("http://engine", None, http=http) as client:
+        http = httpx.AsyncClient(base_url="https://engine", transport=httpx.MockTransport(answer))
+        async with http, ChatClient("https://engine", None, http=http) as client:
             with pytest.raises(RequestError, match=r"The connection to the engine broke \(DecodingError\)"):
                 await client.chat([{"role": "user", "content": "hi"}])
             with pytest.raises(RequestError, match=r"broke during the reply \(DecodingError\)"):

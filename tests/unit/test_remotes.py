@@ -20,8 +20,10 @@ import httpx
 import pytest
 
 from app.cli import main
+from app.client import chat as chat_client
 from app.client import remote as remote_http
 from app.client.events import ChatDelta, ChatDone
+from app.client.splice import EngineAnswer, open_stream, splice
 from app.core.errors import ConfigError, LemonDeskError, ModelError, RemoteError, RequestError
 from app.core.remotes import RemoteKind, RemoteModelStatus, RemoteState
 from app.store import secrets
@@ -466,6 +468,63 @@ async def streamed_through_api(router: Router) -> tuple[httpx.Response, dict[str
             return streamed, (await api.get("/api/v1/stats")).json()
     finally:
         await server.stop()
+
+
+def test_a_remote_over_plain_http_streams_through_the_relay_thread_as_a_local_engine_does(
+    lemon_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The remote hop: the API passes a remote's stream on from the splice's thread (one read and one
+    write a frame), not from its loop per token, and counts it the same."""
+    spliced: list[int] = []
+
+    async def spy(answer: EngineAnswer, *args: Any, **kwargs: Any) -> bool:
+        spliced.append(answer.status)
+        return await splice(answer, *args, **kwargs)
+
+    monkeypatch.setattr(openai_routes, "splice", spy)
+
+    async def body(router: Router, remote: StandinRemote) -> None:
+        streamed, stats = await streamed_through_api(router)
+        assert spliced == [200]
+        assert "".join(REPLY) == "".join(
+            json.loads(line[6:])["choices"][0]["delta"].get("content") or ""
+            for line in streamed.text.splitlines()
+            if line.startswith("data: {")
+        )
+        assert streamed.text.rstrip().endswith("data: [DONE]")
+        assert (stats["model_name"], stats["output_tokens"]) == ("@box/smol", len(REPLY))
+
+    with_router(body)
+
+
+def test_a_remote_named_by_host_name_streams_to_the_window_from_a_socket(
+    lemon_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``http://localhost:PORT``: the window's client looks the name up and reads the stream from a socket
+    of its own, a frame at a time, as it reads a local engine's."""
+    opened: list[tuple[str, int]] = []
+
+    async def spy(address: tuple[str, int], *args: Any) -> EngineAnswer:
+        opened.append(address)
+        return await open_stream(address, *args)
+
+    monkeypatch.setattr(chat_client, "open_stream", spy)
+
+    async def go() -> str:
+        remote = StandinRemote()
+        await remote.start()
+        try:
+            async with Router(Settings()) as router:
+                await router.remotes.add("box", f"http://localhost:{remote.port}/v1", None)
+                text = ""
+                async for event in router.stream_chat("@box/smol", HI, max_tokens=8):
+                    text += event.content if isinstance(event, ChatDelta) else ""
+                return text
+        finally:
+            await remote.stop()
+
+    assert asyncio.run(go()) == "".join(REPLY)
+    assert [host for host, _ in opened] == ["localhost"]
 
 
 def test_a_remote_stream_whose_figures_are_too_deep_to_read_still_reaches_the_client(

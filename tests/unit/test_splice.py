@@ -24,8 +24,8 @@ from app.client.splice import (
     EngineAnswer,
     Length,
     UpToClose,
-    loopback_address,
     open_stream,
+    plain_http_address,
     splice,
 )
 from tests.unit.test_pacing import EVENTS, STREAM, pieces
@@ -78,11 +78,32 @@ def test_a_body_cut_off_before_its_end_is_refused_and_one_up_to_the_close_is_not
     assert close.ended
 
 
-def test_only_plain_http_on_loopback_is_spliced() -> None:
-    assert loopback_address("http://127.0.0.1:8080") == ("127.0.0.1", 8080)
-    assert loopback_address("http://[::1]:9000/") == ("::1", 9000)
-    for url in ("https://127.0.0.1:8080", "http://192.168.1.4:8080", "http://localhost:8080", "http://x"):
-        assert loopback_address(url) is None
+def test_every_plain_http_server_is_read_from_a_socket_and_https_is_not() -> None:
+    assert plain_http_address("http://127.0.0.1:8080") == ("127.0.0.1", 8080)
+    assert plain_http_address("http://[::1]:9000/") == ("::1", 9000)
+    assert plain_http_address("http://192.168.1.4:8080/lemon") == ("192.168.1.4", 8080)  # a remote
+    assert plain_http_address("http://box.local") == ("box.local", 80)
+    for url in ("https://127.0.0.1:8080", "https://box.local", "http://:80", "http://x:port", "ftp://x"):
+        assert plain_http_address(url) is None
+
+
+def test_a_server_named_by_host_name_is_reached_at_an_address_of_its_name() -> None:
+    """``localhost`` may name ::1 first, where nothing listens here: its next address answers."""
+
+    async def go() -> tuple[int, bytes]:
+        async with Engine([EVENTS[0]], 0) as engine:
+            answer = await open_stream(("localhost", engine.address[1]), "/v1/chat/completions", b"{}", {})
+            try:
+                return answer.status, await answer.read_upto(1000)
+            finally:
+                answer.close()
+
+    assert asyncio.run(go()) == (200, EVENTS[0])
+
+
+def test_a_host_name_that_names_nothing_is_an_error_the_caller_reports() -> None:
+    with pytest.raises(OSError):
+        asyncio.run(open_stream(("no-such-host.invalid", 80), "/", b"{}", {}))
 
 
 class Engine:

@@ -321,7 +321,7 @@ class OpenAIRoutes:
         """The one path of every dialect's generation: the body's model checked and routed to its engine
         (loaded on demand under the router's policy; ``@NAME/MODEL`` to its remote), the body checked
         and sent, and the reply's figures fed to the router's telemetry when it ends. ``splice``: the
-        caller passes the stream on as it is, so a local engine's may be ``spliced`` (``_stream``)."""
+        caller passes the stream on as it is, so one over plain HTTP may be ``spliced`` (``_stream``)."""
         name = required_str(body, "model")
         reasoning = None
         if is_remote_model(name):
@@ -356,7 +356,7 @@ class OpenAIRoutes:
                 # wake per token, in every dialect (the others read this stream through chat_events).
                 pacing = OPENAI_SSE if body.get("stream") else None
                 remote = is_remote_model(name)
-                spliced = await client.open_spliced(route, body, reasoning) if splice and not remote else None
+                spliced = await client.open_spliced(route, body, reasoning) if splice else None
                 forward = client.forward_stream(route, body, self.relay(), pacing, reasoning=reasoning)
                 stream = cast(AsyncGenerator[bytes, None], forward)
                 async with contextlib.aclosing(stream):
