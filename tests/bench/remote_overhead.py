@@ -12,7 +12,7 @@ it would not): ``--threads 1`` leaves the engine one core and the hops the other
 hops add to the reply's timing rather than what they take from the engine.
 
 The CPU time each serve process spent per token it passed on is read from the process's own CPU clock
-(``cpu_s``: every thread's, ended ones too, to the nanosecond; psutil's 10 ms ticks are about what a
+(``process_cpu_s``: every thread's, ended ones too, to the nanosecond; psutil's 10 ms ticks are about what a
 200-token reply costs): B's over the one-hop replies, and A's (the remote hop: its remote client reading
 B's stream and passing it on) over the two-hop replies. Target: at most 60 us per token (PRODUCT.md).
 
@@ -46,7 +46,7 @@ from app.store.library import Library
 from app.store.model_options import ModelOptions, save_model_options
 from app.store.settings import Settings, save_settings
 from app.supervisor.engine import Engine
-from tests.bench.serve_overhead import PROMPTS, Target, Timing, stream
+from tests.bench.serve_overhead import PROMPTS, Target, Timing, process_cpu_s, stream
 from tests.conftest import profile_path
 from tests.support.llama import build_llama_server, fetch_smollm_gguf
 from tests.support.serve import Serving, serving
@@ -82,12 +82,6 @@ def wait_for_listing(url: str, name: str, timeout_s: float = 60.0) -> None:
     raise SystemExit(f"{url} did not list {name} within {timeout_s:g} s")
 
 
-def cpu_s(pid: int) -> float:
-    """The CPU time process ``pid`` has spent, read from outside it to the nanosecond: its Linux CPU clock
-    (what clock_getcpuclockid gives: the pid, inverted, shifted past the clock's kind, CPUCLOCK_SCHED)."""
-    return time.clock_gettime(((~pid) << 3) | 2)
-
-
 async def bench(args: argparse.Namespace, engine: Engine, via_b: Serving, via_a: Serving) -> None:
     direct = Target(engine.base_url, {"Authorization": f"Bearer {engine.api_key}"}, None)
     one_hop = Target(via_b.url, {}, MODEL)
@@ -105,10 +99,10 @@ async def bench(args: argparse.Namespace, engine: Engine, via_b: Serving, via_a:
             order = list(zip(runs.items(), paths, strict=True))
             for (label, results), path in order if i % 2 == 0 else reversed(order):
                 pid = serves.get(label)
-                before = cpu_s(pid) if pid else 0.0
+                before = process_cpu_s(pid) if pid else 0.0
                 results.append(await stream(client, path, prompt, args.tokens))
                 if pid:
-                    cpu[label] += cpu_s(pid) - before
+                    cpu[label] += process_cpu_s(pid) - before
 
     print(
         f"llama-server, SmolLM2-135M, loopback, engine args {' '.join(engine_args(args))!r}; "

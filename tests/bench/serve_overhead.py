@@ -10,9 +10,14 @@ memory, their threads) passes for the API's.
   a 95% interval of the median too;
 - 8 concurrent streams: aggregate tok/s through serve / direct (target >= 0.95);
 - the CPU time the API's process spent per token it passed on, over the decode pairs (target <= 60 us):
-  on a machine whose cores the engine uses, that time is taken from the engine. The process reads its
-  own (``tests.support.served_engine``), to the nanosecond: psutil's 10 ms ticks, over ten replies of
-  200 tokens, moved the figure by several us either way;
+  on a machine whose cores the engine uses, that time is taken from the engine. It is read from the
+  process's Linux CPU clock (``process_cpu_s``: every thread's, ended ones too, to the nanosecond):
+  psutil's 10 ms ticks, over ten replies of 200 tokens, moved the figure by several us either way;
+- the floor under that figure: the same replies passed on by a bare paced TCP relay
+  (``tests.support.paced_relay``: one blocking read a frame and one write, no HTTP, no events), its CPU
+  per token read the same way. Paced at one wake a frame, a relay costs this machine at least that per
+  token at the engine's speed (fewer tokens a frame, more per token); the API's figure over it is what
+  the API's own work adds;
 - the engine's own decode speed (its ``timings``) through serve / direct: what the API's CPU took from
   the engine, apart from when the client saw the tokens.
 
@@ -47,6 +52,7 @@ from collections.abc import Awaitable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 
@@ -192,23 +198,31 @@ def median_interval(values: list[float], draws: int = 2000) -> tuple[float, floa
     return medians[int(draws * 0.025)], medians[int(draws * 0.975) - 1]
 
 
+def process_cpu_s(pid: int) -> float:
+    """The CPU time process ``pid`` has spent, every thread's (ended ones too), read from outside it to
+    the nanosecond: its Linux CPU clock (what clock_getcpuclockid gives: the pid, inverted, shifted past
+    the clock's kind, CPUCLOCK_SCHED)."""
+    return time.clock_gettime(((~pid) << 3) | 2)
+
+
 @dataclass
 class CpuUse:
-    """The CPU time the API's process spent over the replies that went through it, and their tokens."""
+    """The CPU time a process (``pid``: the API's, or the floor's relay) spent over the replies that went
+    through it, and their tokens."""
 
-    served: Served
+    pid: int
     seconds: float = 0.0
     tokens: int = 0
 
-    def _now(self) -> float:
-        return self.served.cpu_s()
-
     async def over(self, reply: Awaitable[Timing]) -> Timing:
-        before = self._now()
+        before = process_cpu_s(self.pid)
         timing = await reply
-        self.seconds += self._now() - before
+        self.seconds += process_cpu_s(self.pid) - before
         self.tokens += timing.tokens
         return timing
+
+    def per_token_us(self) -> float:
+        return self.seconds / max(self.tokens, 1) * 1e6
 
 
 async def paired(
@@ -245,8 +259,9 @@ async def bench(args: argparse.Namespace, served: Served) -> None:
         for path in (through, direct):  # warm-up, not counted
             await stream(client, path, PROMPTS[0], 8)
         first_pairs = await paired(client, through, direct, args.ttft_rounds, 2)
-        cpu = CpuUse(served)
+        cpu = CpuUse(served.child.pid)
         decode_pairs = await paired(client, through, direct, args.rounds, args.tokens, cpu)
+        floor = await floor_use(client, served, args)
         serve_agg: list[float] = []
         direct_agg: list[float] = []
         for i in range(args.concurrent_rounds):
@@ -290,7 +305,8 @@ async def bench(args: argparse.Namespace, served: Served) -> None:
     per_token = cpu.seconds / cpu.tokens
     print(
         f"the API process's CPU time per token it passed on: {per_token * 1e6:.0f} us"
-        f" (over {cpu.tokens} tokens)"
+        f" (over {cpu.tokens} tokens); the floor, a bare relay paced the same: {floor.per_token_us():.0f} us"
+        f" (over {floor.tokens} tokens); the API over the floor: {over_floor(cpu, floor)}"
     )
     print(
         f"8 concurrent streams, aggregate tok/s (median of {args.concurrent_rounds}): "
@@ -305,11 +321,38 @@ async def bench(args: argparse.Namespace, served: Served) -> None:
     )
     async with httpx.AsyncClient(trust_env=False, limits=limits) as client:
         for dialect in args.dialect or DIALECTS:
-            await by_dialect(client, served, dialect, args)
+            await by_dialect(client, served, dialect, args, floor)
+
+
+async def floor_use(client: httpx.AsyncClient, served: Served, args: argparse.Namespace) -> CpuUse:
+    """The CPU a bare paced relay (``tests.support.paced_relay``) spends on ``args.rounds`` replies."""
+    root = Path(__file__).resolve().parents[2]
+    engine = urlsplit(served.engine_url)
+    argv = [sys.executable, "-m", "tests.support.paced_relay", str(engine.hostname), str(engine.port)]
+    relay = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=root)
+    assert relay.stdin is not None and relay.stdout is not None
+    try:
+        path = Target(
+            f"http://127.0.0.1:{int(relay.stdout.readline())}",
+            {"Authorization": f"Bearer {served.engine_key}"},
+            None,
+        )
+        await stream(client, path, PROMPTS[0], 8)  # warm-up, not counted
+        floor = CpuUse(relay.pid)
+        for i in range(args.rounds):
+            await floor.over(stream(client, path, PROMPTS[i % len(PROMPTS)], args.tokens))
+        return floor
+    finally:
+        relay.stdin.close()
+        relay.wait(timeout=30)
+
+
+def over_floor(cpu: CpuUse, floor: CpuUse) -> str:
+    return f"{cpu.per_token_us() / floor.per_token_us():.2f}x"
 
 
 async def by_dialect(
-    client: httpx.AsyncClient, served: Served, dialect: str, args: argparse.Namespace
+    client: httpx.AsyncClient, served: Served, dialect: str, args: argparse.Namespace, floor: CpuUse
 ) -> None:
     """One line: replies asked through serve in ``dialect`` against the same sent straight to the engine."""
     plain = dialect in ("anthropic", "ollama")
@@ -320,7 +363,7 @@ async def by_dialect(
     for path in (through, direct):  # warm-up, not counted
         await stream(client, path, PROMPTS[0], 8)
     gaps = [s.ttft_s - d.ttft_s for s, d in await paired(client, through, direct, args.ttft_rounds, 2)]
-    cpu = CpuUse(served)
+    cpu = CpuUse(served.child.pid)
     pairs = await paired(client, through, direct, args.rounds, args.tokens, cpu)
     ratios = [s.decode_tps / d.decode_tps for s, d in pairs]
     low, high = median_interval(ratios)
@@ -331,7 +374,7 @@ async def by_dialect(
         f" {statistics.median(p.tokens for p, _ in pairs)} tokens)"
         f"  TTFT difference {statistics.median(gaps) * 1000:+.2f} ms"
         f" (95% interval {gap_low * 1000:+.2f} to {gap_high * 1000:+.2f}; {args.ttft_rounds} pairs)"
-        f"  the API's CPU per token {cpu.seconds / max(cpu.tokens, 1) * 1e6:.0f} us"
+        f"  the API's CPU per token {cpu.per_token_us():.0f} us ({over_floor(cpu, floor)} the floor)"
     )
 
 
@@ -341,13 +384,6 @@ class Served:
     engine_url: str
     engine_key: str
     child: subprocess.Popen[str]
-
-    def cpu_s(self) -> float:
-        """The API process's CPU time so far, every thread's, to the nanosecond (it reads its own)."""
-        assert self.child.stdin is not None and self.child.stdout is not None
-        self.child.stdin.write("cpu\n")
-        self.child.stdin.flush()
-        return float(self.child.stdout.readline())
 
 
 @contextlib.contextmanager
