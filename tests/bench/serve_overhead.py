@@ -332,9 +332,11 @@ async def floor_use(client: httpx.AsyncClient, served: Served, args: argparse.Na
     relay = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=root)
     assert relay.stdin is not None and relay.stdout is not None
     try:
+        # A connection a reply: the relay closes the client's with the engine's (a kept one could
+        # meet the next request closed).
         path = Target(
             f"http://127.0.0.1:{int(relay.stdout.readline())}",
-            {"Authorization": f"Bearer {served.engine_key}"},
+            {"Authorization": f"Bearer {served.engine_key}", "Connection": "close"},
             None,
         )
         await stream(client, path, PROMPTS[0], 8)  # warm-up, not counted
