@@ -349,7 +349,10 @@ async def _connect(host: str, port: int) -> socket.socket:
     try:
         version = ipaddress.ip_address(host).version
     except ValueError:
-        found = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP)
+        try:
+            found = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP)
+        except UnicodeError as err:  # a name no resolver takes (an empty label, one over 63 letters)
+            raise OSError(f"{host} is not a host name ({err})") from None
         addresses = [(family, address) for family, _, _, _, address in found]
     else:
         addresses = [(socket.AF_INET6 if version == 6 else socket.AF_INET, (host, port))]

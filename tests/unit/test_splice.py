@@ -101,9 +101,10 @@ def test_a_server_named_by_host_name_is_reached_at_an_address_of_its_name() -> N
     assert asyncio.run(go()) == (200, EVENTS[0])
 
 
-def test_a_host_name_that_names_nothing_is_an_error_the_caller_reports() -> None:
+@pytest.mark.parametrize("host", ["no-such-host.invalid", "a..b", "x" * 64 + ".lan"])
+def test_a_host_name_that_names_nothing_is_an_error_the_caller_reports(host: str) -> None:
     with pytest.raises(OSError):
-        asyncio.run(open_stream(("no-such-host.invalid", 80), "/", b"{}", {}))
+        asyncio.run(open_stream((host, 80), "/", b"{}", {}))
 
 
 class Engine:
