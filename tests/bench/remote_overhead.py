@@ -12,9 +12,10 @@ it would not): ``--threads 1`` leaves the engine one core and the hops the other
 hops add to the reply's timing rather than what they take from the engine.
 
 The CPU time each serve process spent per token it passed on is read from the process's own CPU clock
-(``process_cpu_s``: every thread's, ended ones too, to the nanosecond; psutil's 10 ms ticks are about what a
-200-token reply costs): B's over the one-hop replies, and A's (the remote hop: its remote client reading
-B's stream and passing it on) over the two-hop replies. Target: at most 60 us per token (PRODUCT.md).
+(``serve_overhead.CpuUse``: every thread's, ended ones too, to the nanosecond; psutil's 10 ms ticks are
+about what a 200-token reply costs): B's over the one-hop replies, and A's (the remote hop: its remote
+client reading B's stream and passing it on) over the two-hop replies. Target: at most 60 us per token
+(PRODUCT.md).
 
 Each round sends the same prompt down each path in turn (the order alternating, so the machine's load
 hits all three), timed the same way on the client as tests/bench/serve_overhead.py times it. The
@@ -46,7 +47,7 @@ from app.store.library import Library
 from app.store.model_options import ModelOptions, save_model_options
 from app.store.settings import Settings, save_settings
 from app.supervisor.engine import Engine
-from tests.bench.serve_overhead import PROMPTS, Target, Timing, process_cpu_s, stream
+from tests.bench.serve_overhead import PROMPTS, CpuUse, Target, Timing, stream
 from tests.conftest import profile_path
 from tests.support.llama import build_llama_server, fetch_smollm_gguf
 from tests.support.serve import Serving, serving
@@ -86,8 +87,8 @@ async def bench(args: argparse.Namespace, engine: Engine, via_b: Serving, via_a:
     direct = Target(engine.base_url, {"Authorization": f"Bearer {engine.api_key}"}, None)
     one_hop = Target(via_b.url, {}, MODEL)
     two_hops = Target(via_a.url, {}, f"@b/{MODEL}")
-    serves = {"one hop": via_b.proc.pid, "two hops": via_a.proc.pid}  # whose CPU each path's figure is
-    cpu = {label: 0.0 for label in serves}
+    # Whose CPU each path's figure is: B's over the one-hop replies, A's over the two-hop ones.
+    cpu = {"one hop": CpuUse(via_b.proc.pid), "two hops": CpuUse(via_a.proc.pid)}
     paths = [direct, one_hop, two_hops]
     runs: dict[str, list[Timing]] = {"direct": [], "one hop": [], "two hops": []}
     limits = httpx.Limits(max_connections=None, keepalive_expiry=2.0)
@@ -98,11 +99,8 @@ async def bench(args: argparse.Namespace, engine: Engine, via_b: Serving, via_a:
             prompt = PROMPTS[i % len(PROMPTS)]
             order = list(zip(runs.items(), paths, strict=True))
             for (label, results), path in order if i % 2 == 0 else reversed(order):
-                pid = serves.get(label)
-                before = process_cpu_s(pid) if pid else 0.0
-                results.append(await stream(client, path, prompt, args.tokens))
-                if pid:
-                    cpu[label] += process_cpu_s(pid) - before
+                reply = stream(client, path, prompt, args.tokens)
+                results.append(await (cpu[label].over(reply) if label in cpu else reply))
 
     print(
         f"llama-server, SmolLM2-135M, loopback, engine args {' '.join(engine_args(args))!r}; "
@@ -118,9 +116,8 @@ async def bench(args: argparse.Namespace, engine: Engine, via_b: Serving, via_a:
             ratio = statistics.median(t.decode_tps / d.decode_tps for t, d in zip(timings, base, strict=True))
             extra = statistics.median(t.ttft_s - d.ttft_s for t, d in zip(timings, base, strict=True)) * 1000
             line += f"  decode ratio {ratio:.4f}  TTFT {extra:+.2f} ms (paired medians against direct)"
-            tokens = sum(t.tokens for t in timings)
             whose = "B's serve" if label == "one hop" else "A's serve (the remote hop)"
-            per_token = cpu[label] / tokens * 1e6
+            per_token = cpu[label].per_token_us()
             line += f"\n          {whose} CPU per token it passed on: {per_token:.1f} us (target <= 60)"
         print(line)
 

@@ -20,9 +20,7 @@ import sys
 import threading
 
 from app.client.pacing import FRAME_S
-
-READ_BYTES = 256 * 1024
-HELD_BYTES = 64 * 1024
+from app.client.splice import HELD_BYTES, READ_BYTES
 
 
 def _upstream(client: socket.socket, engine: socket.socket) -> None:
@@ -32,11 +30,12 @@ def _upstream(client: socket.socket, engine: socket.socket) -> None:
 
 
 def _relay(client: socket.socket, address: tuple[str, int]) -> None:
-    engine = socket.create_connection(address)
-    engine.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    threading.Thread(target=_upstream, args=(client, engine), daemon=True).start()
+    engine: socket.socket | None = None
     reads = 0
     try:
+        engine = socket.create_connection(address)
+        engine.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        threading.Thread(target=_upstream, args=(client, engine), daemon=True).start()
         while True:
             if reads == 2:
                 engine.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, HELD_BYTES)
@@ -54,7 +53,8 @@ def _relay(client: socket.socket, address: tuple[str, int]) -> None:
     except OSError:
         pass
     finally:
-        engine.close()
+        if engine is not None:
+            engine.close()
         with contextlib.suppress(OSError):
             client.shutdown(socket.SHUT_RDWR)
         client.close()
