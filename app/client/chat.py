@@ -26,7 +26,7 @@ from app.client.events import ChatDelta, ChatDone, ChatEvent, ChatReply, ToolCal
 from app.client.pacing import OPENAI_SSE_SHOWN, UNPACED, Frame, Pacing, TransportValve, paced, paced_network
 from app.client.reasoning_relay import StreamReasoning, whole_reasoning
 from app.client.splice import BodyError, EngineAnswer, open_stream, plain_http_address
-from app.client.sse import EventTooLarge, SSEEvent, SSEParser
+from app.client.sse import EventTooLarge, SSEParser, event_json
 from app.client.stop_relay import StreamFinish, StreamStops, cut_whole, whole_finish
 from app.core.errors import ContextError, LemonDeskError, RequestError, UnsupportedRequestError
 from app.core.reasoning import ReasoningFormat
@@ -192,44 +192,63 @@ class _Stream:
     def fail(self, error: RequestError) -> None:
         self.failure, self.done = error, True
 
-    def consume(self, events: list[SSEEvent]) -> Iterator[ChatDelta]:
-        for event in events:
-            if event.data == "[DONE]":
+    def consume(self, events: list[bytes]) -> Iterator[ChatDelta]:
+        """The deltas the data of a read's events bring, those in a row as one: a paced read holds a
+        frame of tokens, which the chat shows at once (one delta to pass on, not one a token). A delta's
+        reasoning comes before its content, so reasoning after content begins the next."""
+        content: list[str] = []
+        reasoning: list[str] = []
+        for data in events:
+            if data == b"[DONE]":
                 self.done = True
-                return
+                break
             try:
-                payload = json.loads(event.data)
+                payload = event_json(data)
             except (ValueError, RecursionError):
-                self.fail(RequestError(f"The engine sent an unreadable event: {event.data[:200]!r}"))
-                return
+                text = data[:200].decode("utf-8", errors="replace")
+                self.fail(RequestError(f"The engine sent an unreadable event: {text!r}"))
+                break
             if not isinstance(payload, dict):
                 continue
             if "error" in payload:
                 self.fail(RequestError(f"The engine reported an error: {_error_text(payload)}"))
-                return
+                break
             choices = payload.get("choices")
             for choice in choices if isinstance(choices, list) else ():
                 if not isinstance(choice, dict):
                     continue
                 delta = choice.get("delta")
-                delta = delta if isinstance(delta, dict) else {}
-                content, reasoning = _text(delta.get("content")), _text(delta.get("reasoning_content"))
-                self.tool_calls.feed(delta.get("tool_calls"))
-                if content or reasoning:
-                    if self.first is None:
-                        self.first = time.perf_counter()
-                    self.deltas += 1
-                    if self.cutter is not None:
-                        content = self.cutter.feed(content)
-                    yield from self._split(ChatDelta(content, reasoning))
-                self.finish = _text(choice.get("finish_reason")) or self.finish
+                if isinstance(delta, dict):
+                    text, thought = _text(delta.get("content")), _text(delta.get("reasoning_content"))
+                    if "tool_calls" in delta:
+                        self.tool_calls.feed(delta["tool_calls"])
+                    if text or thought:
+                        if self.first is None:
+                            self.first = time.perf_counter()
+                        self.deltas += 1
+                        if self.cutter is not None:
+                            text = self.cutter.feed(text)
+                        if thought:
+                            if content:  # reasoning after content: the delta so far goes first
+                                yield from self._split(ChatDelta("".join(content), "".join(reasoning)))
+                                content, reasoning = [], []
+                            reasoning.append(thought)
+                        if text:
+                            content.append(text)
+                if (reason := choice.get("finish_reason")) is not None:
+                    self.finish = _text(reason) or self.finish
                 if self.cutter is not None and self.cutter.hit:
                     # The reply ends at its stop string: the caller hangs up, which stops the engine.
                     self.finish, self.done = "stop", True
-                    return
-            timings, usage = payload.get("timings"), payload.get("usage")
-            self.timings = timings if isinstance(timings, dict) and timings else self.timings
-            self.usage = usage if isinstance(usage, dict) and usage else self.usage
+                    break
+            if self.done:
+                break
+            if "timings" in payload or "usage" in payload:
+                timings, usage = payload.get("timings"), payload.get("usage")
+                self.timings = timings if isinstance(timings, dict) and timings else self.timings
+                self.usage = usage if isinstance(usage, dict) and usage else self.usage
+        if content or reasoning:
+            yield from self._split(ChatDelta("".join(content), "".join(reasoning)))
 
     def _split(self, delta: ChatDelta) -> Iterable[ChatDelta]:
         if self.splitter is None:
@@ -370,7 +389,7 @@ class ChatClient:
                     if stream.done:
                         continue
                     try:
-                        events = parser.feed(chunk)
+                        events = parser.data(chunk)
                     except EventTooLarge as err:
                         # No engine's: the rest may never end, so it is not read.
                         stream.fail(RequestError(f"The engine's stream is unreadable: {err}."))
@@ -383,7 +402,7 @@ class ChatClient:
                     if stream.stopped:
                         break  # leaving the stream closes its connection
             if not stream.done:
-                for delta in stream.consume(parser.close()):
+                for delta in stream.consume([event.data.encode() for event in parser.close()]):
                     yield delta
         except (httpx.HTTPError, OSError, BodyError) as err:  # a broken connection, or an undecodable body
             raise await self._broken(

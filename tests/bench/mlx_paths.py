@@ -19,7 +19,7 @@ from collections.abc import Callable
 
 import httpx
 
-from app.client.events import ChatDelta
+from app.client.events import ChatDelta, ChatDone
 from app.core.reasoning import ThinkSplitter
 from app.supervisor.engine import Engine
 from tests.bench.stream_overhead import PathFn, Timing, timing
@@ -44,6 +44,10 @@ class Pieces:
             self.first = self.first or self.last
             self.count += 1
 
+    def told(self, tokens: int) -> None:
+        """The reply's end says how many tokens came (the app's deltas hold a read's tokens each)."""
+        self.count = tokens or self.count
+
     def timing(self) -> Timing:
         return timing(self._sent, self.first, self.last, self.count, time.process_time() - self._cpu)
 
@@ -58,6 +62,8 @@ def paths(params: Params) -> tuple[PathFn, PathFn]:
             async for event in client.stream_chat(messages, **params(tokens)):
                 if isinstance(event, ChatDelta):
                     pieces.saw(event.content + event.reasoning)
+                elif isinstance(event, ChatDone):
+                    pieces.told(event.telemetry.completion_tokens)
         return pieces.timing()
 
     async def direct(engine: Engine, prompt: str, tokens: int) -> Timing:
@@ -74,10 +80,11 @@ def paths(params: Params) -> tuple[PathFn, PathFn]:
                 async for line in response.aiter_lines():
                     if not line.startswith("data: {"):
                         continue
-                    choices = json.loads(line[6:]).get("choices") or [{}]
-                    delta = choices[0].get("delta") or {}
+                    event = json.loads(line[6:])
+                    delta = (event.get("choices") or [{}])[0].get("delta") or {}
                     split = think.feed(delta.get("content") or "")
                     pieces.saw(split.content + split.reasoning + (delta.get("reasoning_content") or ""))
+                    pieces.told((event.get("usage") or {}).get("completion_tokens") or 0)
             held = think.finish()  # a tail that never became a tag, as the app's client gives it at the end
             pieces.saw(held.content + held.reasoning)
         return pieces.timing()

@@ -114,25 +114,38 @@ def request(path: Target, prompt: str, tokens: int) -> tuple[str, dict[str, Any]
     return f"{path.base}{prefix}/chat/completions", body
 
 
-def token_of(dialect: str, line: bytes) -> tuple[bool, float | None]:
-    """Whether a line of a stream in ``dialect`` brings text, and the engine's decode speed if it says."""
+@dataclass(frozen=True)
+class Line:
+    """What one line of a stream says: whether it brings text, the engine's decode speed and the reply's
+    output tokens, where it says them (the API's dialects give a read's tokens as one event, so their
+    lines are not its tokens: the end's usage says how many came)."""
+
+    text: bool = False
+    engine_tps: float | None = None
+    tokens: int | None = None
+
+
+def line_of(dialect: str, line: bytes) -> Line:
+    """What a line of a stream in ``dialect`` says."""
     if dialect == "ollama":
         if not line.startswith(b"{"):
-            return False, None
+            return Line()
         event = json.loads(line)
-        return bool((event.get("message") or {}).get("content")), None
+        return Line(bool((event.get("message") or {}).get("content")), None, event.get("eval_count"))
     if not line.startswith(b"data: {"):
-        return False, None
+        return Line()
     event = json.loads(line[6:])
     if dialect == "anthropic":
-        delta = event.get("delta") or {}
-        return event.get("type") == "content_block_delta" and bool(delta.get("text")), None
+        delta, usage = event.get("delta") or {}, event.get("usage") or {}
+        text = event.get("type") == "content_block_delta" and bool(delta.get("text"))
+        return Line(text, None, usage.get("output_tokens") if event.get("type") == "message_delta" else None)
     choices = event.get("choices") or [{}]
     timings = event.get("timings")
-    engine_tps = None
-    if isinstance(timings, dict) and timings.get("predicted_per_second"):
-        engine_tps = float(timings["predicted_per_second"])
-    return bool((choices[0].get("delta") or {}).get("content")), engine_tps
+    engine_tps, told = None, None
+    if isinstance(timings, dict):
+        engine_tps = float(timings["predicted_per_second"]) if timings.get("predicted_per_second") else None
+        told = timings.get("predicted_n")
+    return Line(bool((choices[0].get("delta") or {}).get("content")), engine_tps, told)
 
 
 def payload(prompt: str, tokens: int, model: str | None) -> dict[str, Any]:
@@ -162,7 +175,8 @@ async def stream(client: httpx.AsyncClient, path: Target, prompt: str, tokens: i
 async def _stream(client: httpx.AsyncClient, path: Target, prompt: str, tokens: int) -> Timing:
     first: float | None = None
     last = 0.0
-    count = 0
+    count = 0  # lines with text
+    told: int | None = None  # the tokens the reply's end says came
     engine_tps: float | None = None
     sent = time.perf_counter()
     url, body = request(path, prompt, tokens)
@@ -172,15 +186,18 @@ async def _stream(client: httpx.AsyncClient, path: Target, prompt: str, tokens: 
         rest = b""
         async for chunk in response.aiter_bytes():
             *lines, rest = (rest + chunk).split(b"\n")
-            for line in lines:
-                text, speed = token_of(path.dialect, line)
-                if text:
+            for raw in lines:
+                line = line_of(path.dialect, raw)
+                if line.text:
                     last = time.perf_counter()
                     first = first or last
                     count += 1
-                engine_tps = speed or engine_tps
-    assert first is not None and count > 1, "the reply had no tokens"
-    return Timing(first - sent, (count - 1) / (last - first), count, engine_tps)
+                engine_tps = line.engine_tps or engine_tps
+                told = line.tokens or told
+    tokens = told or count
+    assert first is not None, "the reply had no tokens"
+    decode_tps = (tokens - 1) / (last - first) if last > first else 0.0  # 0: all its text came at once
+    return Timing(first - sent, decode_tps, tokens, engine_tps)
 
 
 async def concurrent(client: httpx.AsyncClient, path: Target, streams: int, tokens: int) -> float:

@@ -34,7 +34,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from app.client.events import ChatDelta
+from app.client.events import ChatDelta, ChatDone
 from app.client.pacing import FRAME_S
 from app.core.hardware import hardware_from_json
 from app.core.launch import LaunchRequest
@@ -87,6 +87,8 @@ async def through_app(engine: Engine, prompt: str, tokens: int) -> Timing:
                 last = time.perf_counter()
                 first = first or last
                 count += 1
+            elif isinstance(event, ChatDone):  # a delta holds a read's tokens: the end says how many
+                count = event.telemetry.completion_tokens or count
     return timing(sent, first, last, count, time.process_time() - cpu)
 
 
@@ -111,11 +113,13 @@ async def direct(engine: Engine, prompt: str, tokens: int) -> Timing:
                 for line in lines:
                     if not line.startswith(b"data: {"):
                         continue
-                    choices = json.loads(line[6:]).get("choices") or [{}]
-                    if (choices[0].get("delta") or {}).get("content"):
+                    event = json.loads(line[6:])
+                    if ((event.get("choices") or [{}])[0].get("delta") or {}).get("content"):
                         last = time.perf_counter()
                         first = first or last
                         count += 1
+                    told = (event.get("usage") or {}).get("completion_tokens")
+                    count = told or count  # as the app's client counts
     return timing(sent, first, last, count, time.process_time() - cpu)
 
 

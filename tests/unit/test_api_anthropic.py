@@ -57,11 +57,13 @@ def test_a_streamed_message_has_anthropics_event_sequence_and_feeds_telemetry(
     raw, finished = run_api(standin_settings, body)
     events = sse_events(raw)
     names = [name for name, _ in events]
+    pieces = names.count("content_block_delta")  # the tokens of one read of the engine's are one delta
+    assert 1 <= pieces <= 4
     assert names == [
         "message_start",
         "ping",
         "content_block_start",
-        *["content_block_delta"] * 4,
+        *["content_block_delta"] * pieces,
         "content_block_stop",
         "message_delta",
         "message_stop",

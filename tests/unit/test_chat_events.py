@@ -59,6 +59,35 @@ def test_text_and_reasoning_come_through_and_the_end_carries_the_engines_usage()
     assert reader.finished == Finished(Finish.STOP, None, 11, 4)
 
 
+def test_the_deltas_of_one_read_come_as_one_text_and_one_reasoning_in_their_order() -> None:
+    # A paced read holds a frame of tokens: their text is one event (a dialect writes one for it), the
+    # tokens still counted one by one when the engine's usage never comes.
+    call = {"index": 0, "id": "call_1", "function": {"name": "look", "arguments": "{}"}}
+    frame = [
+        event({"reasoning_content": "Th"}),
+        event({"reasoning_content": "ink."}),
+        event({"content": "Hel"}),
+        event({"content": "lo"}),
+        event({"reasoning_content": "Again."}),
+        event({"content": " you"}),
+        event({"tool_calls": [call]}),
+        event({"content": "!"}),
+    ]
+    reader = ChatReader()
+    assert reader.feed(b"".join(frame)) == [
+        Reasoning("Think."),
+        Text("Hello"),
+        Reasoning("Again."),
+        Text(" you"),
+        ToolCallStart(0, "call_1", "look"),
+        ToolCallArguments(0, "{}"),
+        Text("!"),
+    ]
+    assert reader.feed(b"".join([event({"content": "a"}), event({"content": "b"})])) == [Text("ab")]
+    reader.feed(event({}, "stop") + DONE)
+    assert reader.finished == Finished(Finish.STOP, None, 0, 10)
+
+
 def test_a_stop_sequence_split_across_chunks_ends_the_reply_before_it() -> None:
     whole = b"".join([event({"content": "one, two, th"}), event({"content": "ree, four"}), event({}, "stop")])
     for size in (1, 3, 7, len(whole)):  # the same bytes split anywhere

@@ -112,3 +112,22 @@ def test_chunks_cut_at_events_ends_read_as_line_by_line() -> None:
     groups = [events[:1], events[1:3], events[3:4], events[4:5], events[5:8], events[8:]]
     assert parse(*(b"".join(group) for group in groups)) == expected
     assert parse(b"".join(events)) == expected
+
+
+@pytest.mark.parametrize(
+    "chunks",
+    [
+        [STREAM],
+        [b'data: {"a": 1}\n\ndata: {"b": 2}\n\n', b"data: [DONE]\n\n"],
+        [b"data: a\n\n", b"data: b\n\n\ndata: c\n\n", b"data: d\n\nretry: 5\n\n"],
+        [b"data: a\n\n", b"data: b\n\ndata: c\ndata: d\n\n", b"data: e\n\n: beat\n\ndata: f\n\n"],
+        [b"data: a\n\n", b"data: \n\ndata: data: x\n\n", b"data: \xff\n\n", b"data:\n\ndata: b\n\n"],
+    ],
+)
+def test_data_gives_the_events_data(chunks: list[bytes]) -> None:
+    # ``data`` is ``feed`` for a reader of the data alone: the paced chunks of whole one-line events,
+    # split without a line pass, and anything else, give the same events' data.
+    by_feed, by_data = SSEParser(), SSEParser()
+    for chunk in chunks:
+        expected = [event.data for event in by_feed.feed(chunk)]
+        assert [data.decode("utf-8", errors="replace") for data in by_data.data(chunk)] == expected

@@ -16,14 +16,11 @@ counted and no input tokens.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
-import orjson
-
-from app.client.sse import EventTooLarge, SSEParser
+from app.client.sse import EventTooLarge, SSEParser, event_json
 from app.supervisor.api.errors import ApiError, bad_gateway, bad_request
 
 
@@ -68,16 +65,6 @@ class Finished:
 ChatEvent = Text | Reasoning | ToolCallStart | ToolCallArguments
 
 
-def _json(data: str) -> Any:
-    """``json.loads(data)``, in half its time for an engine's event (once a token) by orjson; what
-    orjson refuses and ``json`` reads (a lone surrogate's escape, NaN) and the words for what is no
-    JSON come from ``json``."""
-    try:
-        return orjson.loads(data)
-    except orjson.JSONDecodeError:
-        return json.loads(data)
-
-
 def _int(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
@@ -86,7 +73,11 @@ class ChatReader:
     """Reads one engine chat stream. ``feed`` gives the events a chunk completes; once ``finished`` is
     set the reply is over (the engine's ``[DONE]`` may still follow, and means nothing more). It keeps
     the figures the API's telemetry takes from a stream (``events``, ``done``, ``usage``, ``timings``),
-    so the stream is read once."""
+    so the stream is read once.
+
+    The text of a chunk's deltas in a row comes as one ``Text`` (and their reasoning as one
+    ``Reasoning``): a paced read holds a frame of tokens, and a dialect writes one event for it, not one
+    a token (the same text, for a fraction of the work)."""
 
     def __init__(self, stop: list[str] | None = None) -> None:
         self._parser = SSEParser()
@@ -99,18 +90,21 @@ class ChatReader:
         self.timings: dict[str, Any] = {}  # llama-server's figures so far, when it sends them per token
         self._deltas = 0  # token-bearing deltas: the output tokens, when the engine's usage never comes
         self._tool_ids: dict[int, str] = {}
+        self._run: list[str] = []  # the pieces of the Text or Reasoning being gathered
+        self._run_kind: type[Text] | type[Reasoning] = Text
         self.finished: Finished | None = None
 
     def feed(self, chunk: bytes) -> list[ChatEvent]:
         try:
-            events = self._parser.feed(chunk)
+            events = self._parser.data(chunk)
         except EventTooLarge as err:
             raise bad_gateway(f"The engine sent an event too large to read ({err}).") from None
         self.events += len(events)
         out: list[ChatEvent] = []
-        for event in events:
+        for data in events:
             if self.finished is None:
-                self._event(event.data, out)
+                self._event(data, out)
+        self._gathered(out)
         return out
 
     def end(self) -> list[ChatEvent]:
@@ -118,21 +112,22 @@ class ChatReader:
         out: list[ChatEvent] = []
         for event in self._parser.close():
             if self.finished is None:
-                self._event(event.data, out)
+                self._event(event.data.encode(), out)
         if self.finished is None and self._finish is not None:
             self._text("", out, final=True)
             self._close(self._finish, None)
+        self._gathered(out)
         return out
 
-    def _event(self, data: str, out: list[ChatEvent]) -> None:
-        if data == "[DONE]":
+    def _event(self, data: bytes, out: list[ChatEvent]) -> None:
+        if data == b"[DONE]":
             self.done = True
             if self._finish is not None:
                 self._text("", out, final=True)
                 self._close(self._finish, None)
             return
         try:
-            payload = _json(data)
+            payload = event_json(data)
         except (ValueError, RecursionError):
             raise bad_gateway("The engine sent an event that is not JSON.") from None
         if not isinstance(payload, dict):
@@ -158,7 +153,7 @@ class ChatReader:
         reasoning = delta.get("reasoning_content")
         if isinstance(reasoning, str) and reasoning:
             self._deltas += 1
-            out.append(Reasoning(reasoning))
+            self._gather(Reasoning, reasoning, out)
         content = delta.get("content")
         if isinstance(content, str) and content:
             self._deltas += 1
@@ -177,17 +172,19 @@ class ChatReader:
             self._text("", out, final=True)  # text held back before the call is text after all
             call_id = call.get("id") if isinstance(call.get("id"), str) and call.get("id") else None
             self._tool_ids[index] = call_id or f"call_{index}"
+            self._gathered(out)
             out.append(ToolCallStart(index, self._tool_ids[index], str(function.get("name") or "")))
         arguments = function.get("arguments")
         if isinstance(arguments, str) and arguments:
             self._deltas += 1
+            self._gathered(out)
             out.append(ToolCallArguments(index, arguments))
 
     def _text(self, text: str, out: list[ChatEvent], *, final: bool) -> None:
         """Pass text on, holding back what could begin a stop sequence; end the reply at one."""
         if not self._stop:
             if text:
-                out.append(Text(text))
+                self._gather(Text, text, out)
             return
         held = self._held + text
         found = [(held.find(s), s) for s in self._stop if s in held]
@@ -195,13 +192,26 @@ class ChatReader:
             at, sequence = min(found)
             self._held = ""
             if at:
-                out.append(Text(held[:at]))
+                self._gather(Text, held[:at], out)
             self._close(Finish.STOP_SEQUENCE, sequence)
             return
         keep = 0 if final else _partial_stop(held, self._stop)
         self._held = held[len(held) - keep :] if keep else ""
         if len(held) > keep:
-            out.append(Text(held[: len(held) - keep]))
+            self._gather(Text, held[: len(held) - keep], out)
+
+    def _gather(self, kind: type[Text] | type[Reasoning], text: str, out: list[ChatEvent]) -> None:
+        """Add ``text`` to the Text or Reasoning being gathered (another kind's is put out first)."""
+        if kind is not self._run_kind:
+            self._gathered(out)
+            self._run_kind = kind
+        self._run.append(text)
+
+    def _gathered(self, out: list[ChatEvent]) -> None:
+        """Put out the Text or Reasoning gathered so far, if any."""
+        if self._run:
+            out.append(self._run_kind("".join(self._run)))
+            self._run = []
 
     def _close(self, reason: Finish, sequence: str | None) -> None:
         prompt = _int(self.usage.get("prompt_tokens")) if self.usage else None

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import logging
 import shlex
 import time
@@ -22,6 +23,7 @@ from app.core.attachments import chunk_spans, cosine, pick_spans
 from app.core.bench import hardware_summary, known_version
 from app.core.engine_state import EngineState
 from app.core.errors import EngineError, LemonDeskError, RequestError
+from app.core.hardware import Hardware
 from app.core.launch import DEFAULT_CTX_SIZE
 from app.core.remotes import is_remote_model
 from app.core.runcard import RunCard, figures, quant_of
@@ -262,7 +264,6 @@ class Requests:
         record = self._runtime.get(name)
         model = record.model if record is not None else None
         request = engine.request if engine is not None else None
-        hardware = engine.hardware.to_json() if engine is not None else {}
         checkpoint = model.checkpoint if model is not None else (request.model if request else "")
         return RunCard(
             model=name,
@@ -276,8 +277,15 @@ class Requests:
             else None,
             extra_args=shlex.join(request.user_args) if request else "",
             sampling={k: v for k, v in params.items() if isinstance(v, int | float | str)},
-            hardware=hardware_summary(hardware) if hardware else "",
+            hardware=_hardware_line(engine.hardware) if engine is not None else "",
             **figures(telemetry),
             restored_tokens=restored,
             resumes=engine is not None and resumable(engine),
         )
+
+
+@functools.lru_cache(maxsize=4)
+def _hardware_line(hardware: Hardware) -> str:
+    """``hardware_summary`` of an engine's hardware, worked out once: it does not change, and a run card
+    is made for every reply of the API's."""
+    return hardware_summary(hardware.to_json())
