@@ -8,25 +8,26 @@ database when the tab is first shown. pyqtgraph (with numpy) is imported when th
 not at start-up. Charts are redrawn at most once a second, one per slice (``SLICE_MS`` apart), off the
 token path: a reply streaming into the chat never waits for them.
 
-Only what changed on screen is drawn again: a sample adds points to CPU and RAM (and to GPU and VRAM
-where the machine has them), and the time window all charts share is always the last 30 minutes, moved
-in steps of ``WINDOW_STEP_S`` rather than with every sample (30 s is 5 px of a 300 px chart), so the
-per-reply charts and the time axes are drawn again twice a minute, not every second. A line is handed
-to pyqtgraph again only when a new point moves a pixel (``_Drawn``): a 30-minute chart a few hundred
-pixels wide holds several seconds a pixel (a window as wide as the data, minutes after start, held a
-fraction of a second, and every sample moved the line), and an idle machine's figures stay on the same
-pixel row, so most samples change no pixel of the curves. Titles with their latest figures and the
-"Now" line are QLabels set once a sample, each in a box of its own without a layout (``_Steady``): a
-label's new text asks its parent's layout to run, and that ran up through the tab, the splitter and
-the window's layout (with an animation object for the central widget) every second; in its box it
-stops there and repaints only the label, never a chart. The box keeps the height its text needed at
-its width, so a figure a digit wider that wraps a line sooner does not make the page jump. The axes are
-cached as pixmaps (unchanged, an axis replayed the text of its tick labels on every paint), and lines
-are 1 px wide, which Qt draws without a stroker (at 1.5 px a chart's paint cost about three times as
-much). A sample costs the UI thread about 3.5 ms of
-CPU instead of 20, and the longest chart paint about 2 ms instead of 4. Nothing runs while the tab is
-hidden or its window minimized: no sampling (the desktop stops it) and no timer (the slicer stops,
-and what came meanwhile is drawn when the tab is back on screen).
+Only what changed on screen is drawn again: a sample adds points to CPU and RAM (and to GPU and VRAM where
+the machine has them), and the time window all charts share is always the last 30 minutes, moved in steps
+of ``WINDOW_STEP_S`` rather than with every sample (30 s is 5 px of a 300 px chart), so the per-reply
+charts and the time axes are drawn again twice a minute, not every second. A line is handed to pyqtgraph
+again only when a new point moves a pixel (``_Drawn``), and a sampled line at most once in ``CURVE_S`` of
+its time: a 30-minute chart holds a second or more a pixel (a window as wide as the data, minutes after
+start, held a fraction of a second, and every sample moved the line), and an idle machine's figures mostly
+stay on the same pixel row; but a chart a thousand pixels wide gains a column every other sample, and the
+CPU chart of an idle machine, whose axis is a few percent high, moves a row with most of them, so the
+lines follow their titles by a few seconds (a few pixels). Titles with their latest figures and the "Now"
+line are QLabels set once a sample, each in a box of its own without a layout (``_Steady``): a label's new
+text asks its parent's layout to run, and that ran up through the tab, the splitter and the window's
+layout (with an animation object for the central widget) every second; in its box it stops there and
+repaints only the label, never a chart. The box keeps the height its text needed at its width, so a figure
+a digit wider that wraps a line sooner does not make the page jump. The axes are cached as pixmaps
+(unchanged, an axis replayed the text of its tick labels on every paint), and lines are 1 px wide, which
+Qt draws without a stroker (at 1.5 px a chart's paint cost about three times as much). A sample costs the
+UI thread about 3.5 ms of CPU instead of 20, and the longest chart paint about 2 ms instead of 4. Nothing
+runs while the tab is hidden or its window minimized: no sampling (the desktop stops it) and no timer (the
+slicer stops, and what came meanwhile is drawn when the tab is back on screen).
 """
 
 from __future__ import annotations
@@ -60,6 +61,10 @@ SYSTEM = "System"
 # Distinct on light and dark backgrounds; the system series is always the first.
 SLICE_MS = 40  # between two charts' updates
 WINDOW_STEP_S = 30  # the shared time window moves in steps of this (1.7% of the 30 minutes shown)
+# A sampled line is handed its points again at most once in this much of its time: 3 px of a 1,000 px
+# chart of 30 minutes. At a pixel a second or two (a wide chart, an idle machine's jitter on its CPU
+# chart's rows) a line was drawn again with most samples, most of the tab's cost.
+CURVE_S = 5.0
 PER_REPLY = ("decode", "prompt", "ttft")
 CHAT_REPLY = "Reply"  # the line of this app's own chat replies
 API_REPLIES_SHOWN = 4
@@ -455,8 +460,12 @@ class TelemetryView(QWidget):
                 if moved and not per_reply and series.xs:  # the same points, on new pixels
                     self._shown[(key, name)] = self._pixels(series, axes)
                 continue
-            if not per_reply and not moved and not self._moves_a_pixel((key, name), series, axes):
-                continue
+            if not per_reply and not moved:
+                last = self._drawn.get((key, name))
+                if last is not None and drawn[1] - last[1] < CURVE_S:
+                    continue  # drawn again with a later sample
+                if not self._moves_a_pixel((key, name), series, axes):
+                    continue
             self._drawn[(key, name)] = drawn
             curve.setData(list(series.xs), list(series.ys))
             self.curve_updates += 1
