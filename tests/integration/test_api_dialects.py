@@ -144,9 +144,11 @@ def talk_ollama(api: ollama.Client) -> None:
             stream=True,
         )
     )
-    assert len(parts) > 3 and all(not p.done for p in parts[:-1]) and parts[-1].done
+    assert len(parts) >= 2 and all(not p.done for p in parts[:-1]) and parts[-1].done
     assert "".join(p.message.content or "" for p in parts).strip()
-    assert parts[-1].eval_count == len([p for p in parts[:-1] if p.message.content])
+    # A line holds the tokens of one read of the engine's stream (one or more): the end counts them all.
+    assert (parts[-1].eval_count or 0) >= len([p for p in parts[:-1] if p.message.content]) >= 1
+    assert parts[-1].done_reason == "stop" or parts[-1].eval_count == 30
 
     generated = api.generate(model=MODEL, prompt="The capital of France is", options={"num_predict": 8})
     assert generated.response and generated.done
