@@ -455,13 +455,12 @@ class TelemetryView(QWidget):
         painted = moved
         for index, (name, series) in enumerate(chart.series.items()):
             curve = self._curve(key, name, COLOURS[index % len(COLOURS)], per_reply)
-            drawn = (len(series.xs), series.xs[-1] if series.xs else 0.0)
-            if self._drawn.get((key, name)) == drawn:
+            drawn, last = (len(series.xs), series.xs[-1] if series.xs else 0.0), self._drawn.get((key, name))
+            if last == drawn:
                 if moved and not per_reply and series.xs:  # the same points, on new pixels
                     self._shown[(key, name)] = self._pixels(series, axes)
                 continue
             if not per_reply and not moved:
-                last = self._drawn.get((key, name))
                 if last is not None and drawn[1] - last[1] < CURVE_S:
                     continue  # drawn again with a later sample
                 if not self._moves_a_pixel((key, name), series, axes):
