@@ -10,22 +10,26 @@ token path: a reply streaming into the chat never waits for them.
 
 Only what changed on screen is drawn again: a sample adds points to CPU and RAM (and to GPU and VRAM where
 the machine has them), and the time window all charts share is always the last 30 minutes, moved in steps
-of ``WINDOW_STEP_S`` rather than with every sample (30 s is 5 px of a 300 px chart), so the per-reply
-charts and the time axes are drawn again twice a minute, not every second. A line is handed to pyqtgraph
-again only when a new point moves a pixel (``_Drawn``), and a sampled line at most once in ``CURVE_S`` of
+of ``WINDOW_STEP_S`` rather than with every sample (60 s is 10 px of a 300 px chart), so the per-reply
+charts and the time axes are drawn again once a minute, not every second (a step draws every shown
+chart's time axis and lines again: 15-20 ms of CPU). A line is handed to pyqtgraph again only when a
+new point moves a pixel (``_Drawn``), and a sampled line at most once in ``CURVE_S`` of
 its time: a 30-minute chart holds a second or more a pixel (a window as wide as the data, minutes after
 start, held a fraction of a second, and every sample moved the line), and an idle machine's figures mostly
 stay on the same pixel row; but a chart a thousand pixels wide gains a column every other sample, and the
 CPU chart of an idle machine, whose axis is a few percent high, moves a row with most of them, so the
-lines follow their titles by a few seconds (a few pixels). Titles with their latest figures and the "Now"
-line are QLabels set once a sample, each in a box of its own without a layout (``_Steady``): a label's new
-text asks its parent's layout to run, and that ran up through the tab, the splitter and the window's
-layout (with an animation object for the central widget) every second; in its box it stops there and
-repaints only the label, never a chart. The box keeps the height its text needed at its width, so a figure
-a digit wider that wraps a line sooner does not make the page jump. The axes are cached as pixmaps
+lines follow their legends by up to ``CURVE_S`` (a few pixels). The charts' legends with their latest
+figures and the "Now" figures change once a sample, as plain text: a legend paints its runs itself
+(``_Legend``), "Now" is a plain-text label (``_Steady``). A rich-text label laid its text out as a
+document and was painted twice for each new figure, about half of what an idle tab cost. Each is in a box
+of its own without a layout: a label's new text asks its parent's layout to run, and that ran up through
+the tab, the splitter and the window's layout (with an animation object for the central widget) every
+second; in its box it stops there and repaints only the text, never a chart. The "Now" box keeps the
+height its text needed at its width, so a figure a digit wider that wraps a line sooner does not make the
+page jump. The axes are cached as pixmaps
 (unchanged, an axis replayed the text of its tick labels on every paint), and lines are 1 px wide, which
 Qt draws without a stroker (at 1.5 px a chart's paint cost about three times as much). A sample costs the
-UI thread about 3.5 ms of CPU instead of 20, and the longest chart paint about 2 ms instead of 4. Nothing
+UI thread about 2 ms of CPU instead of 20, and the longest chart paint about 2 ms instead of 4. Nothing
 runs while the tab is hidden or its window minimized: no sampling (the desktop stops it) and no timer (the
 slicer stops, and what came meanwhile is drawn when the tab is back on screen).
 """
@@ -43,8 +47,25 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import QPoint, QRect, Qt, QTimer, Signal
-from PySide6.QtGui import QGuiApplication, QHideEvent, QPalette, QResizeEvent, QShowEvent
-from PySide6.QtWidgets import QGraphicsItem, QLabel, QScrollArea, QSizePolicy, QVBoxLayout, QWidget
+from PySide6.QtGui import (
+    QColor,
+    QGuiApplication,
+    QHideEvent,
+    QPainter,
+    QPaintEvent,
+    QPalette,
+    QResizeEvent,
+    QShowEvent,
+)
+from PySide6.QtWidgets import (
+    QGraphicsItem,
+    QHBoxLayout,
+    QLabel,
+    QScrollArea,
+    QSizePolicy,
+    QVBoxLayout,
+    QWidget,
+)
 
 from app.core.runcard import RunCard, dialect_label
 from app.core.units import GB
@@ -60,11 +81,12 @@ NOT_AVAILABLE = "not available"
 SYSTEM = "System"
 # Distinct on light and dark backgrounds; the system series is always the first.
 SLICE_MS = 40  # between two charts' updates
-WINDOW_STEP_S = 30  # the shared time window moves in steps of this (1.7% of the 30 minutes shown)
-# A sampled line is handed its points again at most once in this much of its time: 3 px of a 1,000 px
+WINDOW_STEP_S = 60  # the shared time window moves in steps of this (3.3% of the 30 minutes shown)
+# A sampled line is handed its points again at most once in this much of its time: 6 px of a 1,000 px
 # chart of 30 minutes. At a pixel a second or two (a wide chart, an idle machine's jitter on its CPU
-# chart's rows) a line was drawn again with most samples, most of the tab's cost.
-CURVE_S = 5.0
+# chart's rows) a line was drawn again with most samples, most of the tab's cost; at 5 s a line's
+# update and paint were still a fifth of it.
+CURVE_S = 10.0
 PER_REPLY = ("decode", "prompt", "ttft")
 CHAT_REPLY = "Reply"  # the line of this app's own chat replies
 API_REPLIES_SHOWN = 4
@@ -127,16 +149,16 @@ class ChartData:
 
 
 class _Steady(QWidget):
-    """A label in a box without a layout: a new text lays out nothing but the box (see the module
-    docstring). The box is as high as the text needs at its width, and no lower than it has been at
-    that width. Working out a rich text's height costs about half a millisecond, so it is done only for
-    a text of other lines or longer than any fitted at this width: the same lines with other figures
-    need no more room than the longest before them."""
+    """A plain-text label in a box without a layout: a new text lays out nothing but the box (see the
+    module docstring). The box is as high as the text needs at its width, and no lower than it has been
+    at that width. Its height is worked out only for a text of other lines or longer than any fitted at
+    this width: the same lines with other figures need no more room than the longest before them."""
 
-    def __init__(self, parent: QWidget, word_wrap: bool) -> None:
+    def __init__(self, parent: QWidget) -> None:
         super().__init__(parent)
         self.label = QLabel(self)
-        self.label.setWordWrap(word_wrap)
+        self.label.setTextFormat(Qt.TextFormat.PlainText)
+        self.label.setWordWrap(True)
         self.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Fixed)
         self.setFixedHeight(0)
         self._fitted = (-1, -1)  # the lines and the length of the longest text fitted at this width
@@ -146,24 +168,81 @@ class _Steady(QWidget):
             return
         self.label.setText(text)
         lines, longest = self._fitted
-        if text.count("<br>") != lines or len(text) > longest:
+        if text.count("\n") != lines or len(text) > longest:
             self._fit(grow_only=True)
 
     def _fit(self, grow_only: bool) -> None:
         label, text = self.label, self.label.text()
-        needed = label.heightForWidth(self.width()) if label.wordWrap() else -1
+        needed = label.heightForWidth(self.width())
         needed = needed if needed >= 0 else label.sizeHint().height()
         if needed > self.height() or (not grow_only and needed != self.height()):
             self.setFixedHeight(needed)
         lines, longest = self._fitted
-        same_lines = text.count("<br>") == lines and grow_only
-        self._fitted = (text.count("<br>"), max(longest, len(text)) if same_lines else len(text))
+        same_lines = text.count("\n") == lines and grow_only
+        self._fitted = (text.count("\n"), max(longest, len(text)) if same_lines else len(text))
 
     def resizeEvent(self, event: QResizeEvent) -> None:
         super().resizeEvent(event)
         self.label.setGeometry(self.rect())
         if event.size().width() != event.oldSize().width():
             self._fit(grow_only=False)
+
+
+class _Legend(QWidget):
+    """A chart's lines, each a coloured square, its name and its latest figure, painted as runs of plain
+    text (see the module docstring). Too long for its width, it is cut off, as a title is."""
+
+    GAP = "   "
+
+    def __init__(self, parent: QWidget) -> None:
+        super().__init__(parent)
+        self._items: tuple[tuple[str, str], ...] = ()  # (colour, text) of each line
+
+    def set_items(self, items: Iterable[tuple[str, str]]) -> None:
+        items = tuple(items)
+        if items != self._items:
+            self._items = items
+            self.update()  # no geometry changes: nothing is laid out again
+
+    def text(self) -> str:
+        return self.GAP.join(text for _colour, text in self._items)
+
+    def paintEvent(self, event: QPaintEvent) -> None:
+        painter = QPainter(self)
+        metrics = self.fontMetrics()
+        x = 0
+        for colour, text in self._items:
+            painter.setPen(QColor(colour))
+            painter.drawText(x, metrics.ascent(), text)
+            x += metrics.horizontalAdvance(text + self.GAP)
+
+
+class _Title(QWidget):
+    """A chart's title over its legend, in a box of a fixed height without a layout: a new figure
+    repaints the legend alone, and lays out nothing (a chart resized is drawn from scratch)."""
+
+    def __init__(self, parent: QWidget) -> None:
+        super().__init__(parent)
+        self.header = QLabel(self)
+        self._header = ("", "")  # the title and unit it says
+        self.legend = _Legend(self)
+        font = self.font()
+        font.setPointSize(9)
+        for part in (self.header, self.legend):
+            part.setFont(font)
+        self.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Fixed)
+        self.setFixedHeight(2 * self.legend.fontMetrics().lineSpacing() + 2)
+
+    def set_header(self, title: str, unit: str) -> None:
+        if self._header != (title, unit):
+            self._header = (title, unit)
+            self.header.setText(f"<b>{html.escape(title)}</b> ({html.escape(unit)})")
+
+    def resizeEvent(self, event: QResizeEvent) -> None:
+        super().resizeEvent(event)
+        line = self.height() // 2
+        self.header.setGeometry(0, 0, self.width(), line)
+        self.legend.setGeometry(0, line, self.width(), self.height() - line)
 
 
 class TelemetryView(QWidget):
@@ -187,8 +266,7 @@ class TelemetryView(QWidget):
         self._window: tuple[float, float] | None = None  # the time window the charts show
         self._drawn: dict[tuple[str, str], tuple[int, float]] = {}  # a curve's points and last time
         self._shown: dict[tuple[str, str], _Drawn] = {}  # a line's pixels as drawn
-        self._title_labels: dict[str, QLabel] = {}
-        self._title_boxes: dict[str, _Steady] = {}
+        self._titles: dict[str, _Title] = {}
         self._minimized = False  # the window is: nothing is drawn, as while the tab is hidden
         self._axes: dict[str, tuple[float, ...]] = {}  # each chart's view and size as last set
         self._slicer = QTimer(self)
@@ -203,8 +281,15 @@ class TelemetryView(QWidget):
         )
         self.note.setWordWrap(True)
         self.note.setStyleSheet(f"color: {current_theme().muted}; font-size: 11px;")
-        self.summary_box = _Steady(self, word_wrap=True)  # "Now": one height, whatever its figures
+        now = QWidget(self)  # "Now", and its figures in a box of one height, whatever they are
+        now_title = QLabel("<b>Now</b>", now)
+        now_title.setAlignment(Qt.AlignmentFlag.AlignTop)
+        self.summary_box = _Steady(now)
         self.summary = self.summary_box.label
+        row = QHBoxLayout(now)
+        row.setContentsMargins(0, 0, 0, 0)
+        row.addWidget(now_title)
+        row.addWidget(self.summary_box, 1)
         self.api_replies: deque[tuple[float, RunCard]] = deque(maxlen=API_REPLIES_SHOWN)
         self.last_api = QLabel("", self)  # the last replies the local API gave, by dialect
         self.last_api.setWordWrap(True)
@@ -222,7 +307,7 @@ class TelemetryView(QWidget):
         layout = QVBoxLayout(self)
         layout.setContentsMargins(8, 6, 8, 8)
         layout.addWidget(self.note)
-        layout.addWidget(self.summary_box)
+        layout.addWidget(now)
         layout.addWidget(self.last_api)
         layout.addWidget(scroll, 1)
 
@@ -327,14 +412,13 @@ class TelemetryView(QWidget):
             if s.vram_used is not None and s.vram_total
             else NOT_AVAILABLE
         )
-        engines = "<br>".join(
-            f"{html.escape(e.model)}: CPU {_percent(e.cpu_percent)} of one core · {e.rss_bytes / GB:.2f} GB"
+        engines = "\n".join(
+            f"{e.model}: CPU {_percent(e.cpu_percent)} of one core · {e.rss_bytes / GB:.2f} GB"
             for e in s.engines
         )
         self.summary_box.set_text(
-            f"<b>Now</b> — machine: CPU {s.cpu_percent:.0f}% · RAM {s.memory_used / GB:.1f} of "
-            f"{s.memory_total / GB:.1f} GB<br>GPU {gpu} · VRAM {vram}<br>"
-            + (engines or "No engine is running.")
+            f"machine: CPU {s.cpu_percent:.0f}% · RAM {s.memory_used / GB:.1f} of "
+            f"{s.memory_total / GB:.1f} GB\nGPU {gpu} · VRAM {vram}\n" + (engines or "No engine is running.")
         )
 
     # --- drawing ----------------------------------------------------------------------------------
@@ -362,20 +446,16 @@ class TelemetryView(QWidget):
             plot.getPlotItem().vb.sigResized.connect(lambda _box, k=key: self._redraw({k}))
             for side in ("left", "bottom"):  # kept as pixmaps: drawn again only when their range moves
                 plot.getAxis(side).setCacheMode(QGraphicsItem.CacheMode.DeviceCoordinateCache)
-            # Of a fixed height (its two lines, the title and the legend): a label whose height followed
-            # its text would lay the charts out again, and pyqtgraph draws a resized chart from scratch.
-            box = _Steady(self.body, word_wrap=False)
-            box.label.setStyleSheet("font-size: 9pt;")
-            box.set_text(f"<b>{chart.title}</b> ({chart.unit})<br>&nbsp;")
+            title = _Title(self.body)
+            title.set_header(chart.title, chart.unit)
             missing = QLabel("", self.body)
             missing.setAlignment(Qt.AlignmentFlag.AlignCenter)
             missing.setStyleSheet(f"color: {current_theme().muted}; padding: 8px;")
             missing.hide()
-            self.charts_layout.addWidget(box)
+            self.charts_layout.addWidget(title)
             self.charts_layout.addWidget(plot)
             self.charts_layout.addWidget(missing)
-            self._title_boxes[key] = box
-            self._title_labels[key] = box.label
+            self._titles[key] = title
             self._plots[key] = plot
             self._missing_labels[key] = missing
         self.charts_layout.addStretch(1)
@@ -404,21 +484,23 @@ class TelemetryView(QWidget):
         """A chart's title, with a line for each origin or process and its latest figure, or the note
         that says why there is no chart: set at once, so that the charts are laid out before the
         slices draw them (a chart drawn and then resized would be drawn again)."""
-        chart, note, box = self.charts[key], self._missing_labels[key], self._title_boxes[key]
+        chart, note, title = self.charts[key], self._missing_labels[key], self._titles[key]
         note.setText(chart.missing)
         drawn = not chart.missing
-        for widget, shown in ((note, not drawn), (self._plots[key], drawn), (box, drawn)):
+        for widget, shown in ((note, not drawn), (self._plots[key], drawn), (title, drawn)):
             if widget.isVisibleTo(self) != shown:
                 widget.setVisible(shown)
         if chart.missing:
             return
-        names = []
-        for index, (name, series) in enumerate(chart.series.items()):
-            colour = COLOURS[index % len(COLOURS)]
-            latest = f" {series.ys[-1]:,.{_digits(chart.unit)}f}" if series.ys else ""
-            names.append(f"<span style='color: {colour};'>■ {html.escape(name)}{latest}</span>")
-        legend = "<br>" + " &nbsp; ".join(names)  # per reply: a line for each origin (chat, each dialect)
-        self._title_boxes[key].set_text(f"<b>{html.escape(chart.title)}</b> ({chart.unit}){legend}")
+        title.set_header(chart.title, chart.unit)
+        digits = _digits(chart.unit)
+        title.legend.set_items(  # per reply: a line for each origin (chat, each dialect)
+            (
+                COLOURS[index % len(COLOURS)],
+                f"■ {name}" + (f" {series.ys[-1]:,.{digits}f}" if series.ys else ""),
+            )
+            for index, (name, series) in enumerate(chart.series.items())
+        )
 
     def _draw_next(self) -> None:
         visible = self._plots and self.on_screen()

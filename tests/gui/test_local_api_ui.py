@@ -194,4 +194,4 @@ def test_a_request_in_each_dialect_shows_on_the_telemetry_with_its_dialect(
     listed = view.last_api.text()
     assert view.last_api.isVisible() and all(f"<b>{label}</b>" in listed for label in labels)
     assert "Asked through: Ollama API" in view.last_api.toolTip()  # the last reply's run card
-    qtbot.waitUntil(lambda: all(label in view._title_labels["ttft"].text() for label in labels))
+    qtbot.waitUntil(lambda: all(label in view._titles["ttft"].legend.text() for label in labels))

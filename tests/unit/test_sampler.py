@@ -4,8 +4,10 @@ machine and a real child process; GPU figures from a fake sysfs tree (this machi
 from __future__ import annotations
 
 import asyncio
+import itertools
 import subprocess
 import sys
+import time
 from pathlib import Path
 from types import SimpleNamespace
 from typing import cast
@@ -14,7 +16,7 @@ from app.core.engine_state import EngineState
 from app.platform.gpu import GpuReader
 from app.store.settings import Settings
 from app.supervisor.router import EngineUsage, Router
-from app.supervisor.router.usage import Usage
+from app.supervisor.router.usage import SYSTEM_INTERVAL_S, USAGE_INTERVAL_S, Usage
 from app.supervisor.sampler import Sampler, SystemSample
 from app.supervisor.supervisor import Supervisor
 from tests.support.waiting import until
@@ -90,8 +92,9 @@ def test_router_system_stats_and_watching_start_and_stop() -> None:
 
 
 def test_while_the_telemetry_view_watches_its_samples_carry_the_status_bars_figures() -> None:
-    """Both asked for, one sampler runs: the status bar's engine figures come with each system sample,
-    and its own 2 s timer is back once the view stops watching."""
+    """Both asked for, one sampler runs: the status bar's engine figures come with a system sample, at
+    their own pace (about USAGE_INTERVAL_S apart, not each second: a new text lays the bar out), and
+    its own 2 s timer is back once the view stops watching."""
     child = _running_python()
 
     async def until_seen(events: list[object], count: int) -> None:
@@ -101,7 +104,14 @@ def test_while_the_telemetry_view_watches_its_samples_carry_the_status_bars_figu
         engine = SimpleNamespace(state=EngineState.READY, pid=child.pid)
         supervisor = SimpleNamespace(engines={"engine": engine}, known_hardware=None)
         events: list[object] = []
-        usage = Usage(cast(Supervisor, supervisor), events.append, lambda: False)
+        usage_times: list[float] = []
+
+        def emit(event: object) -> None:
+            events.append(event)
+            if isinstance(event, EngineUsage):
+                usage_times.append(time.monotonic())
+
+        usage = Usage(cast(Supervisor, supervisor), emit, lambda: False)
         usage.sample_usage(True)
         usage.watch_system(True)
         try:
@@ -109,8 +119,11 @@ def test_while_the_telemetry_view_watches_its_samples_carry_the_status_bars_figu
             assert usage.sampler is not None
             await asyncio.wait_for(usage.sampler, 5)  # the status bar's timer ended: one sampler
             events.clear()
-            await until_seen(events, 2)
+            usage_times.clear()
+            await until_seen(events, 3)
             kinds = [type(e) for e in events]
+            gaps = [later - earlier for earlier, later in itertools.pairwise(usage_times)]
+            assert min(gaps) >= USAGE_INTERVAL_S - SYSTEM_INTERVAL_S / 2 - 0.05, gaps
             assert all(kinds[i - 1] is SystemSample for i, k in enumerate(kinds) if k is EngineUsage)
             (figures,) = {(e.model, e.rss_bytes > 1_000_000) for e in events if isinstance(e, EngineUsage)}
             assert figures == ("engine", True)

@@ -1,7 +1,8 @@
 """Usage: each running engine's CPU and memory (``EngineUsage``, while the window's status bar asks) and
 the machine's with every engine's (``SystemSample``, each second while the Telemetry view is on
 screen; off, nothing is sampled at all). While both are asked for, one sampler serves both: the
-status bar's figures come from the Telemetry view's samples, not from a timer of their own."""
+status bar's figures come from the Telemetry view's samples (every other one: ``USAGE_INTERVAL_S`` apart,
+as from their own timer), not from a timer of their own."""
 
 from __future__ import annotations
 
@@ -92,15 +93,17 @@ class Usage:
         return self.watcher is not None and not self.watcher.done()
 
     async def _watch_system(self) -> None:
+        usage_due = 0.0  # the status bar's figures keep their own pace: a new text lays the bar out
         while self.watching:
             started = time.monotonic()
             sample = await self.system_sample()
             if not self.watching:
                 break
             self._emit(sample)
-            for engine in sample.engines if self.sampling else ():
+            for engine in sample.engines if self.sampling and started >= usage_due else ():
                 if engine.cpu_percent is not None:  # None: first seen, nothing to compare with yet
                     self._emit(EngineUsage(engine.model, engine.cpu_percent, engine.rss_bytes))
+                    usage_due = started + USAGE_INTERVAL_S - SYSTEM_INTERVAL_S / 2
             await asyncio.sleep(max(0.0, SYSTEM_INTERVAL_S - (time.monotonic() - started)))
 
     def stop(self) -> list[asyncio.Task[None]]:
