@@ -8,28 +8,27 @@ database when the tab is first shown. pyqtgraph (with numpy) is imported when th
 not at start-up. Charts are redrawn at most once a second, one per slice (``SLICE_MS`` apart), off the
 token path: a reply streaming into the chat never waits for them.
 
-Only what changed on screen is drawn again: a sample adds points to CPU and RAM (and to GPU and VRAM where
-the machine has them), and the time window all charts share is always the last 30 minutes, moved in steps
-of ``WINDOW_STEP_S`` rather than with every sample (60 s is 10 px of a 300 px chart), so the per-reply
-charts and the time axes are drawn again once a minute, not every second (a step draws every shown
-chart's time axis and lines again: 15-20 ms of CPU). A line is handed to pyqtgraph again only when a
-new point moves a pixel (``_Drawn``), and a sampled line at most once in ``CURVE_S`` of
-its time: a 30-minute chart holds a second or more a pixel (a window as wide as the data, minutes after
-start, held a fraction of a second, and every sample moved the line), and an idle machine's figures mostly
-stay on the same pixel row; but a chart a thousand pixels wide gains a column every other sample, and the
-CPU chart of an idle machine, whose axis is a few percent high, moves a row with most of them, so the
-lines follow their legends by up to ``CURVE_S`` (a few pixels). The charts' legends with their latest
+Only what changed on screen is drawn again: a sample adds points to CPU and RAM (and to GPU and VRAM where the
+machine has them), and the time window all charts share is always the last 30 minutes, moved in steps of
+``WINDOW_STEP_S`` rather than with every sample (60 s is 10 px of a 300 px chart), so the per-reply charts and
+the time axes are drawn again once a minute, not every second (a step draws every shown chart's time axis and
+lines again: 15-20 ms of CPU). A line is handed to pyqtgraph again only when a new point moves a pixel
+(``_Drawn``), and the sampled charts at most once in ``CURVE_S`` of their time (a sample between queues no
+chart and starts no timer): a 30-minute chart holds a second or more a pixel (a window as wide as the data,
+minutes after start, held a fraction of a second, and every sample moved the line), and an idle machine's
+figures mostly stay on the same pixel row; but a chart a thousand pixels wide gains a column every other
+sample, and the CPU chart of an idle machine, whose axis is a few percent high, moves a row with most of them,
+so the lines follow their legends by up to ``CURVE_S`` (a few pixels). The charts' legends with their latest
 figures and the "Now" figures change once a sample, as plain text: a legend paints its runs itself
-(``_Legend``), "Now" is a plain-text label (``_Steady``). A rich-text label laid its text out as a
-document and was painted twice for each new figure, about half of what an idle tab cost. Each is in a box
-of its own without a layout: a label's new text asks its parent's layout to run, and that ran up through
-the tab, the splitter and the window's layout (with an animation object for the central widget) every
-second; in its box it stops there and repaints only the text, never a chart. The "Now" box keeps the
-height its text needed at its width, so a figure a digit wider that wraps a line sooner does not make the
-page jump. The axes are cached as pixmaps
-(unchanged, an axis replayed the text of its tick labels on every paint), and lines are 1 px wide, which
-Qt draws without a stroker (at 1.5 px a chart's paint cost about three times as much). A sample costs the
-UI thread about 2 ms of CPU instead of 20, and the longest chart paint about 2 ms instead of 4. Nothing
+(``_Legend``), "Now" is a plain-text label (``_Steady``). A rich-text label laid its text out as a document
+and was painted twice for each new figure, about half of what an idle tab cost. Each is in a box of its own
+without a layout: a label's new text asks its parent's layout to run, and that ran up through the tab, the
+splitter and the window's layout (with an animation object for the central widget) every second; in its box it
+stops there and repaints only the text, never a chart. The "Now" box keeps the height its text needed at its
+width, so a figure a digit wider that wraps a line sooner does not make the page jump. The axes are cached as
+pixmaps (unchanged, an axis replayed the text of its tick labels on every paint), and lines are 1 px wide,
+which Qt draws without a stroker (at 1.5 px a chart's paint cost about three times as much). A sample costs
+the UI thread about 2 ms of CPU instead of 20, and the longest chart paint about 2 ms instead of 4. Nothing
 runs while the tab is hidden or its window minimized: no sampling (the desktop stops it) and no timer (the
 slicer stops, and what came meanwhile is drawn when the tab is back on screen).
 """
@@ -268,6 +267,7 @@ class TelemetryView(QWidget):
         self._shown: dict[tuple[str, str], _Drawn] = {}  # a line's pixels as drawn
         self._titles: dict[str, _Title] = {}
         self._minimized = False  # the window is: nothing is drawn, as while the tab is hidden
+        self._lines_due = 0.0  # the sample time from which the sampled charts' lines are drawn again
         self._axes: dict[str, tuple[float, ...]] = {}  # each chart's view and size as last set
         self._slicer = QTimer(self)
         self._slicer.setInterval(SLICE_MS)
@@ -394,16 +394,23 @@ class TelemetryView(QWidget):
             "gpu": "" if charts["gpu"].points() else f"GPU load: {NOT_AVAILABLE} on this machine.",
             "vram": "" if charts["vram"].points() else f"VRAM: {NOT_AVAILABLE} on this machine.",
         }
+        shown = False  # a chart or its note shown instead, or a title, changed: drawn at once
         if sample.unified_memory and charts["vram"].title != UNIFIED_TITLE:
             charts["vram"].title = UNIFIED_TITLE
             changed.add("vram")
+            shown = True
         for key, text in missing.items():
             if charts[key].missing != text:
                 charts[key].missing = text
                 changed.add(key)
+                shown = True
         self.samples += 1
         self._show_summary(sample)
-        self._changed(changed)
+        # The legends say each sample; the lines are drawn again at most once in CURVE_S of its time.
+        draw = shown or not 0 < self._lines_due - at <= CURVE_S  # (a clock set back waits for nothing)
+        if draw:
+            self._lines_due = at + CURVE_S
+        self._changed(changed, draw)
 
     def _show_summary(self, s: SystemSample) -> None:
         gpu = f"{s.gpu_percent:.0f}%" if s.gpu_percent is not None else NOT_AVAILABLE
@@ -460,19 +467,21 @@ class TelemetryView(QWidget):
             self._missing_labels[key] = missing
         self.charts_layout.addStretch(1)
 
-    def _changed(self, keys: set[str]) -> None:
-        """``keys`` have new points: draw those charts, and every chart if the shared window moved."""
+    def _changed(self, keys: set[str], draw: bool = True) -> None:
+        """``keys`` have new points: their titles say so, and with ``draw`` their charts are drawn; every
+        chart is drawn if the shared window moved."""
         window = self._span()
         if window != self._window:
             self._window = window
-            keys = set(self.charts)
-        self._redraw(keys)
+            keys, draw = set(self.charts), True
+        self._redraw(keys, draw)
 
-    def _redraw(self, keys: set[str]) -> None:
-        """Queue ``keys`` for drawing: their titles now, their curves one chart per ``SLICE_MS``, so that
-        no turn of the event loop pays for more than one chart's update and paint (a reply may be
-        streaming meanwhile)."""
-        self._dirty |= keys
+    def _redraw(self, keys: set[str], draw: bool = True) -> None:
+        """Set the titles of ``keys`` now and, with ``draw``, queue their charts for drawing, one chart per
+        ``SLICE_MS``, so that no turn of the event loop pays for more than one chart's update and paint
+        (a reply may be streaming meanwhile)."""
+        if draw:
+            self._dirty |= keys
         if not (self._plots and self.on_screen()):
             return
         for key in keys:
@@ -542,11 +551,8 @@ class TelemetryView(QWidget):
                 if moved and not per_reply and series.xs:  # the same points, on new pixels
                     self._shown[(key, name)] = self._pixels(series, axes)
                 continue
-            if not per_reply and not moved:
-                if last is not None and drawn[1] - last[1] < CURVE_S:
-                    continue  # drawn again with a later sample
-                if not self._moves_a_pixel((key, name), series, axes):
-                    continue
+            if not per_reply and not moved and not self._moves_a_pixel((key, name), series, axes):
+                continue
             self._drawn[(key, name)] = drawn
             curve.setData(list(series.xs), list(series.ys))
             self.curve_updates += 1

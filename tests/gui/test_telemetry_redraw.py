@@ -142,6 +142,21 @@ def test_a_line_whose_every_sample_moves_a_pixel_is_drawn_once_in_curve_s(qtbot:
     assert drawn_points(view, "cpu", SYSTEM) >= 180 - CURVE_S, "and the line still follows the samples"
 
 
+def test_a_sample_between_two_curve_s_sets_the_figures_and_queues_no_chart(qtbot: QtBot) -> None:
+    view = shown_view(qtbot, seconds=120)
+    qtbot.waitUntil(lambda: settled(view))
+    due, cpu_legend = view._lines_due, view._titles["cpu"].legend.text()
+    view.add_sample(sample(due - 1.0, 40.0, 9.0))  # rows higher: drawn with the next due sample
+    assert not view._dirty and not view._slicer.isActive()
+    assert view._titles["cpu"].legend.text() != cpu_legend and "9.00" in view._titles["ram"].legend.text()
+    view.add_sample(sample(due, 40.0, 9.0))
+    assert {"cpu", "ram"} <= view._dirty and view._slicer.isActive()
+    qtbot.waitUntil(lambda: drawn_points(view, "ram", SYSTEM) == 122)
+    qtbot.waitUntil(lambda: settled(view))
+    view.add_sample(sample(due - 3600.0, 2.0, 6.0))  # the clock set back an hour: not held for it
+    assert {"cpu", "ram"} <= view._dirty and view._lines_due == due - 3600.0 + CURVE_S
+
+
 def test_new_figures_lay_out_nothing_and_keep_their_height(qtbot: QtBot) -> None:
     view = shown_view(qtbot, seconds=60)
     qtbot.waitUntil(lambda: settled(view))
