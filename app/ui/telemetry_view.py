@@ -201,6 +201,7 @@ class _Legend(QWidget):
         items = tuple(items)
         if items != self._items:
             self._items = items
+            self.setAccessibleName(self.text())  # what a label's text told a screen reader
             self.update()  # no geometry changes: nothing is laid out again
 
     def text(self) -> str:
@@ -546,8 +547,8 @@ class TelemetryView(QWidget):
         painted = moved
         for index, (name, series) in enumerate(chart.series.items()):
             curve = self._curve(key, name, COLOURS[index % len(COLOURS)], per_reply)
-            drawn, last = (len(series.xs), series.xs[-1] if series.xs else 0.0), self._drawn.get((key, name))
-            if last == drawn:
+            drawn = (len(series.xs), series.xs[-1] if series.xs else 0.0)
+            if self._drawn.get((key, name)) == drawn:
                 if moved and not per_reply and series.xs:  # the same points, on new pixels
                     self._shown[(key, name)] = self._pixels(series, axes)
                 continue

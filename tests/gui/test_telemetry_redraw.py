@@ -188,6 +188,7 @@ def test_a_new_figure_paints_its_legend_and_the_now_line_once_and_no_title(qtbot
     qtbot.waitUntil(lambda: settled(view))
     qtbot.wait(100)  # a second paint, were one asked for, would come in this time
     assert "6.40" in title.legend.text() and "RAM 6.4 of 16.0 GB" in view.summary.text()
+    assert title.legend.accessibleName() == title.legend.text()  # as a label told a screen reader
     assert paints.counts[("legend", QEvent.Type.Paint)] == 1, paints.counts
     assert paints.counts[("now", QEvent.Type.Paint)] == 1, paints.counts
     assert paints.counts[("header", QEvent.Type.Paint)] == 0, paints.counts
