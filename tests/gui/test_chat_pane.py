@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import QLabel
@@ -9,6 +10,7 @@ from pytestqt.qtbot import QtBot
 
 from app.core.chat import ChatMessage, MessageState
 from app.core.context import ContextCount, CountSource, Overflow
+from app.ui.chat import markdown_view
 from app.ui.chat.markdown_view import BLOCKS_PER_FRAME, CodeBlockView, MarkdownView
 from app.ui.chat.pane import ChatPane, PaneState
 
@@ -251,6 +253,29 @@ def test_a_frame_shows_at_most_a_few_finished_blocks_and_the_rest_follows(qtbot:
     labels = [w for w in view.findChildren(QLabel) if w.isVisibleTo(view)]
     assert [label.text() for label in labels][-1] == "<p>Tail</p>\n"
     assert view.height() > 11 * view.fontMetrics().lineSpacing()
+
+
+def test_a_finished_code_block_is_highlighted_in_one_step_and_shown_in_the_next(
+    qtbot: QtBot, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The two halves of showing a finished piece of code (pygments, then Qt's layout of its rich
+    text) go in steps of their own, so a turn of the loop that can take one step takes one of them."""
+    highlighted: list[str] = []
+    monkeypatch.setattr(markdown_view, "code_html", lambda code, *a: highlighted.append(code) or code)
+    view = MarkdownView()
+    qtbot.addWidget(view)
+    view.resize(600, 400)
+    view.show()
+    view.append("```python\nprint('hi')\n```\n\nDone.")
+    shown: list[tuple[str, ...]] = []
+    while view.has_pending():
+        view.show_pending(until=0.0)  # no time left after a call's first step
+        labels = [label for block in view.code_blocks() for label in block.findChildren(QLabel)]
+        shown.append(tuple(label.text() for label in labels))
+    opened, lit, set_ = shown[:3]
+    assert opened == lit == ("python", "")  # the header, and a code label not set yet
+    assert set_ == ("python", "print('hi')") and highlighted == ["print('hi')"]  # highlighted once
+    assert view.code_blocks()[0].code() == "print('hi')"
 
 
 def test_leaving_out_n_oldest_messages_leaves_out_n_sent_ones_past_replies_with_no_text(qtbot: QtBot) -> None:

@@ -6,11 +6,13 @@ The blocks are placed by hand (``BlockColumn``) rather than by a QLayout: a box 
 word-wrapped label for its height on each change, which lays out the text of the whole reply again and
 makes each token cost more as the reply grows. Here a change re-places only the blocks below it.
 
-Showing is cut into steps, each laid out as it is shown: one block, or opening a code block's frame and
-header (its code follows in the next step). ``show_pending(until=...)`` stops before a step that would
-likely end past a time on the thread's CPU clock, judging by the last cost of a step of that kind
-(``_STEP_COST``), so that one turn of the event loop renders about a millisecond and a half instead of a
-frame's worth of blocks (3-7 ms when a code block opened, in tests/bench/chat_render.py). A column is
+Showing is cut into steps, each laid out as it is shown: one block, opening a code block's frame and
+header (its code follows in the next step), or highlighting a finished piece of code (it is set and
+laid out in the next step: the two halves cost about the same, and together they were the longest
+step). ``show_pending(until=...)`` stops before a step that would likely end past a time on the
+thread's CPU clock, judging by the last cost of a step of that kind (``_STEP_COST``), so that one turn
+of the event loop renders about a millisecond and a half instead of a frame's worth of blocks (3-7 ms
+when a code block opened, in tests/bench/chat_render.py); a step is never cut. A column is
 not laid out before its parent has given it its width: a new code block used to be, at Qt's default
 100 px, which wraps every line of it, and then again at its real width.
 """
@@ -123,7 +125,7 @@ class BlockColumn(QWidget):
             self.relayout(0)
 
 
-_STEP_COST: dict[str, float] = {}  # the recent CPU seconds of a step, by kind (text, code, open, none)
+_STEP_COST: dict[str, float] = {}  # the recent CPU seconds of a step, by kind (text, code, open, light, none)
 
 
 def _fits(kind: str, until: float | None) -> bool:
@@ -152,6 +154,7 @@ class CodeBlockView(BlockColumn):
         self._theme, self._lang = theme, lang
         self._pieces: list[str] = []  # the code of the finished pieces
         self._tail_code = ""
+        self._lit = ("", "")  # code highlighted for the next show_tail, and its rich text
         header = QWidget(self)
         row = QHBoxLayout(header)
         row.setContentsMargins(0, 0, 0, 0)
@@ -172,11 +175,22 @@ class CodeBlockView(BlockColumn):
     def code(self) -> str:
         return "".join(self._pieces) + self._tail_code
 
+    def lit(self, code: str) -> bool:
+        """``code`` is highlighted (``light``) or shown already."""
+        return code == self._lit[0] or (code == self._tail_code and bool(self._tail.text()))
+
+    def light(self, code: str) -> None:
+        """Highlight ``code`` for the next ``show_tail``, which then only sets and lays it out."""
+        self._lit = (code, code_html(code.removesuffix("\n"), self._lang, self._theme))
+
     def show_tail(self, code: str) -> None:
         if code == self._tail_code and self._tail.text():
             return
+        if code != self._lit[0]:
+            self.light(code)
         self._tail_code = code
-        self._tail.setText(code_html(code.removesuffix("\n"), self._lang, self._theme))
+        self._tail.setText(self._lit[1])
+        self._lit = ("", "")
         self.relayout(self.count() - 1)
 
     def finish_piece(self, code: str) -> None:
@@ -231,7 +245,8 @@ class MarkdownView(BlockColumn):
         """Show what was appended: finished blocks once (at most ``max_blocks``; None: all), then the
         tail. With ``until``, a time on the thread's CPU clock (``time.thread_time()``), it stops before
         a step that would likely end past it, after the first step: the rest waits for the next call, so
-        a call that has to catch up stays short. A step is one block, or opening a code block's view."""
+        a call that has to catch up stays short. A step is one block, opening a code block's view or
+        highlighting a finished piece of code."""
         if self._pending:
             text = "".join(self._pending)
             self._pending.clear()
@@ -240,13 +255,13 @@ class MarkdownView(BlockColumn):
         steps = shown = 0
         while self._backlog and shown != max_blocks:
             block = self._backlog[0]
-            if steps and not _fits(self._step_kind(block), until):
+            kind, show = self._next_step(block)
+            if steps and not _fits(kind, until):
                 return
-            if self._opens_code(block):
-                self._step(self._open_code_view, block)
-            else:
-                self._step(self._show_final, self._backlog.popleft())
+            if show == self._show_final:
+                self._backlog.popleft()
                 shown += 1
+            self._step(kind, show, block)
             steps += 1
         if not self._tail_stale or self._backlog:
             return
@@ -254,25 +269,33 @@ class MarkdownView(BlockColumn):
         if self._opens_code(tail):
             if steps and not _fits("open", until):
                 return
-            self._step(self._open_code_view, tail)
+            self._step("open", self._open_code_view, tail)
             steps += 1
-        if steps and not _fits(self._step_kind(tail), until):
+        kind = tail.kind.value if tail is not None else "none"
+        if steps and not _fits(kind, until):
             return
-        self._step(self._show_tail, tail)
+        self._step(kind, self._show_tail, tail)
         self._tail_stale = False
 
     def _opens_code(self, block: Block | None) -> bool:
         return block is not None and block.kind is BlockKind.CODE and self._open_code is None
 
-    def _step_kind(self, block: Block | None) -> str:
-        if block is None:
-            return "none"
-        return "open" if self._opens_code(block) else block.kind.value
+    def _next_step(self, block: Block) -> tuple[str, Callable[[Block | None], None]]:
+        """The kind and the call of the next step in showing a finished ``block``."""
+        if self._opens_code(block):
+            return "open", self._open_code_view
+        if self._unlit(block):
+            return "light", self._light
+        return block.kind.value, self._show_final
 
-    def _step(self, show: Callable[[Block | None], None], block: Block | None) -> None:
+    def _unlit(self, block: Block) -> bool:
+        """A finished piece of code not highlighted yet (the tail's is not: it changes with each token)."""
+        code = self._open_code
+        return code is not None and block.kind is BlockKind.CODE and not code.lit(block.text)
+
+    def _step(self, kind: str, show: Callable[[Block | None], None], block: Block | None) -> None:
         """One step, and the placing of what it changed (the layout work is part of its cost)."""
         started = time.thread_time()
-        kind = self._step_kind(block)
         self._dirty = self.count()
         show(block)
         self.relayout(self._dirty)
@@ -282,6 +305,10 @@ class MarkdownView(BlockColumn):
         """A code block's frame and header on their own: its code follows in the next step."""
         assert block is not None
         self._touch(self._code_view(block))
+
+    def _light(self, block: Block | None) -> None:
+        assert block is not None and self._open_code is not None
+        self._open_code.light(block.text)
 
     def finish(self) -> None:
         """The text is complete: render the rest and make the tail final."""
