@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import openai
 import psutil
 import pytest
 
@@ -45,6 +47,23 @@ def llama_dir() -> Path:
 @pytest.fixture(scope="session")
 def smol_gguf() -> Path:
     return smollm_gguf()
+
+
+OpenAIs = Callable[..., openai.OpenAI]  # the openai_api fixture: a client for a URL (and a key)
+
+
+@pytest.fixture
+def openai_api() -> Iterator[OpenAIs]:
+    """The official client for a served URL (and a key), as other apps use it. Each one is closed when
+    the test ends, its pooled connections with it: an open one would warn in whatever later test the
+    garbage collector happened to free it."""
+    with contextlib.ExitStack() as made:
+
+        def make(url: str, key: str = "unused", timeout: float = 120) -> openai.OpenAI:
+            api = openai.OpenAI(base_url=f"{url}/v1", api_key=key, max_retries=0, timeout=timeout)
+            return made.enter_context(api)
+
+        yield make
 
 
 @pytest.fixture

@@ -19,7 +19,7 @@ from app.store.library import Library
 from app.store.model_options import ModelOptions, save_model_options
 from app.store.settings import Settings, save_settings
 from tests.conftest import profile_path
-from tests.integration.conftest import engines_of, lemon_desk
+from tests.integration.conftest import OpenAIs, engines_of, lemon_desk
 from tests.support.hubserver import HubRepo, LoopbackHub
 from tests.support.serve import Serving, serving
 
@@ -50,12 +50,8 @@ def served(smol_home: None, lemon_home: Path) -> Iterator[Serving]:
     assert engines_of(lemon_home) == []  # SIGTERM stopped every engine
 
 
-def client(served: Serving, key: str = "unused") -> openai.OpenAI:
-    return openai.OpenAI(base_url=f"{served.url}/v1", api_key=key, max_retries=0, timeout=120)
-
-
-def test_list_chat_stream_completions_stop_and_unknown_model(served: Serving) -> None:
-    api = client(served)
+def test_list_chat_stream_completions_stop_and_unknown_model(served: Serving, openai_api: OpenAIs) -> None:
+    api = openai_api(served.url)
     assert [m.id for m in api.models.list()] == [MODEL]
 
     reply = api.chat.completions.create(model=MODEL, messages=HELLO, temperature=0, max_tokens=16, seed=1)
@@ -97,8 +93,8 @@ def test_list_chat_stream_completions_stop_and_unknown_model(served: Serving) ->
     assert stats["request_count_total"] == 4 and stats["output_tokens_total"] >= stats["output_tokens"]
 
 
-def test_stats_count_what_llama_servers_prompt_cache_served(served: Serving) -> None:
-    api = client(served)
+def test_stats_count_what_llama_servers_prompt_cache_served(served: Serving, openai_api: OpenAIs) -> None:
+    api = openai_api(served.url)
     question = [{"role": "user", "content": "Name the largest planet of the solar system in one word."}]
     first = api.chat.completions.create(model=MODEL, messages=question, max_tokens=4, temperature=0)
     follow_up = [
@@ -115,10 +111,10 @@ def test_stats_count_what_llama_servers_prompt_cache_served(served: Serving) -> 
     assert stats["prompt_tokens_total"] > stats["prompt_tokens"]
 
 
-def test_stats_count_responses_whole_and_streamed(served: Serving) -> None:
+def test_stats_count_responses_whole_and_streamed(served: Serving, openai_api: OpenAIs) -> None:
     """The Responses API names its usage input_tokens/output_tokens, and a streamed reply carries it inside
     its response.completed event's response (llama-server puts its timings beside it)."""
-    api = client(served)
+    api = openai_api(served.url)
 
     def stats() -> dict[str, Any]:
         return dict(httpx.get(f"{served.url}/api/v1/stats", trust_env=False).json())
@@ -147,8 +143,8 @@ def test_stats_count_responses_whole_and_streamed(served: Serving) -> None:
     assert streamed["output_tokens_total"] == whole["output_tokens_total"] + usage.output_tokens
 
 
-def test_five_concurrent_requests_are_all_answered(served: Serving) -> None:
-    api = client(served)
+def test_five_concurrent_requests_are_all_answered(served: Serving, openai_api: OpenAIs) -> None:
+    api = openai_api(served.url)
 
     def ask(i: int) -> str:
         reply = api.chat.completions.create(
@@ -223,15 +219,15 @@ def test_eight_concurrent_paced_streams_all_finish_round_after_round(
     assert engines_of(lemon_home) == []
 
 
-def test_a_key_set_and_missing_is_an_authentication_error(smol_home: None) -> None:
+def test_a_key_set_and_missing_is_an_authentication_error(smol_home: None, openai_api: OpenAIs) -> None:
     with serving(env={"LEMON_DESK_API_KEY": KEY}) as served:
         with pytest.raises(openai.AuthenticationError):
-            client(served, "wrong").models.list()
-        assert [m.id for m in client(served, KEY).models.list()] == [MODEL]
+            openai_api(served.url, "wrong").models.list()
+        assert [m.id for m in openai_api(served.url, KEY).models.list()] == [MODEL]
         missing = httpx.get(f"{served.url}/v1/models", trust_env=False)
         assert missing.status_code == 401 and json.loads(missing.text)["error"]["type"]
         # The key reaches no engine's command line.
-        reply = client(served, KEY).completions.create(model=MODEL, prompt="Hi", max_tokens=2)
+        reply = openai_api(served.url, KEY).completions.create(model=MODEL, prompt="Hi", max_tokens=2)
         assert reply.choices
         engine = httpx.get(f"{served.url}/api/v1/health", headers={"Authorization": f"Bearer {KEY}"})
         pid = engine.json()["all_models_loaded"][0]["pid"]
@@ -259,7 +255,7 @@ def hub(smol_gguf: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Ite
 
 
 def test_pull_registers_a_user_model_that_the_real_engine_then_serves(
-    smol_home: None, hub: LoopbackHub, lemon_home: Path
+    smol_home: None, hub: LoopbackHub, lemon_home: Path, openai_api: OpenAIs
 ) -> None:
     definition = {"model_name": "user.Smol", "checkpoint": f"{REPO}:Q4_1", "recipe": "llamacpp"}
     with serving() as served:
@@ -272,7 +268,8 @@ def test_pull_registers_a_user_model_that_the_real_engine_then_serves(
                 json={"model_name": "user.Smol", "llamacpp_backend": "system", "ctx_size": 2048},
             )
             listed = {m["id"]: m for m in api.get("/models").json()["data"]}
-            reply = client(served).chat.completions.create(model="user.Smol", messages=HELLO, max_tokens=8)
+            chat = openai_api(served.url).chat.completions
+            reply = chat.create(model="user.Smol", messages=HELLO, max_tokens=8)
             health = api.get("/health").json()
     assert refused.status_code == 400 and refused.json()["error"]["type"] == "invalid_request_error"
     assert pulled.json() == {"status": "success", "message": "Installed model: user.Smol"}

@@ -9,14 +9,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
-import openai
 import pytest
 
 from app.store.library import Library
 from app.store.model_options import ModelOptions, save_model_options
 from app.store.settings import Settings, save_settings
 from tests.conftest import profile_path
-from tests.integration.conftest import engines_of
+from tests.integration.conftest import OpenAIs, engines_of
 from tests.support.serve import Serving, serving
 from tests.support.tool_calls import ARGUMENTS, QUESTION, TEMPLATE_ARGS, forced_call, round_trip
 
@@ -41,12 +40,10 @@ def served(
     assert engines_of(lemon_home) == []
 
 
-def client(served: Serving) -> openai.OpenAI:
-    return openai.OpenAI(base_url=f"{served.url}/v1", api_key="unused", max_retries=0, timeout=300)
-
-
-def test_tool_calls_whole_and_streamed_then_the_reply_after_the_result(served: Serving) -> None:
-    api = client(served)
+def test_tool_calls_whole_and_streamed_then_the_reply_after_the_result(
+    served: Serving, openai_api: OpenAIs
+) -> None:
+    api = openai_api(served.url, timeout=300)
     whole = api.chat.completions.create(model=MODEL, messages=QUESTION, **forced_call())
     choice = whole.choices[0]
     assert choice.finish_reason == "tool_calls"
@@ -81,7 +78,7 @@ def test_tool_calls_whole_and_streamed_then_the_reply_after_the_result(served: S
     assert answer.finish_reason in ("stop", "length")
 
 
-def test_a_json_schema_reply_parses_and_has_the_required_keys(served: Serving) -> None:
+def test_a_json_schema_reply_parses_and_has_the_required_keys(served: Serving, openai_api: OpenAIs) -> None:
     schema = {
         "type": "object",
         "properties": {
@@ -91,7 +88,7 @@ def test_a_json_schema_reply_parses_and_has_the_required_keys(served: Serving) -
         "required": ["city", "country"],
         "additionalProperties": False,
     }
-    reply = client(served).chat.completions.create(
+    reply = openai_api(served.url, timeout=300).chat.completions.create(
         model=MODEL,
         messages=[{"role": "user", "content": "Give a city and its country as JSON."}],
         response_format={"type": "json_schema", "json_schema": {"name": "place", "schema": schema}},

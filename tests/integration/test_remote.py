@@ -23,7 +23,7 @@ from app.store.library import Library
 from app.store.model_options import ModelOptions, save_model_options
 from app.store.settings import Settings, save_settings
 from tests.conftest import profile_path
-from tests.integration.conftest import engines_of, lemon_desk
+from tests.integration.conftest import OpenAIs, engines_of, lemon_desk
 from tests.support.keychain import private_keychain
 from tests.support.serve import Serving, serving
 
@@ -92,7 +92,7 @@ def statuses(api_url: str) -> dict[str, str]:
 
 
 def test_run_and_the_local_api_answer_through_a_remote_that_goes_and_comes_back(
-    home_b: Path, keychain: None, lemon_home: Path
+    home_b: Path, keychain: None, lemon_home: Path, openai_api: OpenAIs
 ) -> None:
     with serve_b(home_b) as b:
         port = b.url.rsplit(":", 1)[1]
@@ -121,7 +121,7 @@ def test_run_and_the_local_api_answer_through_a_remote_that_goes_and_comes_back(
 
         with serving() as a:
             wait_for(lambda: ON_B in statuses(a.url), 60, f"A listing {ON_B}")
-            api = openai.OpenAI(base_url=f"{a.url}/v1", api_key="unused", max_retries=0, timeout=120)
+            api = openai_api(a.url)
             reply = api.chat.completions.create(model=ON_B, messages=FRANCE, temperature=0, max_tokens=16)
             assert "Paris" in (reply.choices[0].message.content or "")
             chunks = list(

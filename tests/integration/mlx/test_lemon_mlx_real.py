@@ -36,7 +36,7 @@ from app.store.installs import read_manifest
 from app.store.model_options import ModelOptions, save_model_options
 from app.supervisor.engine import Engine
 from tests.conftest import profile_path
-from tests.integration.conftest import lemon_desk
+from tests.integration.conftest import OpenAIs, lemon_desk
 from tests.integration.mlx.test_lemon_mlx_engine import cpu_x86
 from tests.support.fileserver import Served, serve
 from tests.support.lemon_mlx_engine import lemon_mlx_engine_zip
@@ -432,13 +432,13 @@ def test_lemon_desk_run_installs_the_engine_runs_it_and_prints_the_answer_and_te
 
 
 def test_the_local_api_with_the_openai_client_and_recovery_after_kill_9_of_the_engine(
-    server: Path, lemon_home: Path, qwen3: Qwen3
+    server: Path, lemon_home: Path, qwen3: Qwen3, openai_api: OpenAIs
 ) -> None:
     import openai
 
     save_model_options({CATALOG_NAME: ModelOptions(backend="cpu")})
     with serving() as served:
-        api = openai.OpenAI(base_url=f"{served.url}/v1", api_key="unused", max_retries=0, timeout=120)
+        api = openai_api(served.url)
         inline = {"reasoning_format": "inline"}  # the engine's own way: its reasoning inside the content
         reply = api.chat.completions.create(
             model=CATALOG_NAME, messages=HELLO, max_completion_tokens=64, stop=" lemon", extra_body=inline
