@@ -60,7 +60,10 @@ from app.ui.look import ElidedLabel
 
 FRAME_MS = 16
 TICK_CPU_S = 0.0015  # the UI-thread CPU time one turn of the loop spends rendering before it yields
-CATCH_UP_MS = 2  # between two turns that render a backlog
+# Between two turns that render a backlog. With 2 ms the pane fell behind a 5,000 tok/s stream (3,600-4,960
+# tok/s shown: a turn takes one 1.5-2.5 ms step, so the wait was a third of each cycle); with 0 the next
+# turn ran before the loop's other work and two turns made one stall (12-16 ms) (tests/bench/chat_render.py).
+CATCH_UP_MS = 1
 COMPOSER_MAX_LINES = 8
 DEFAULT_TEMPERATURE = 0.7
 DEFAULT_TOP_P = 0.95
