@@ -177,14 +177,17 @@ class CodeBlockView(BlockColumn):
 
     def lit(self, code: str) -> bool:
         """``code`` is highlighted (``light``) or shown already."""
-        return code == self._lit[0] or (code == self._tail_code and bool(self._tail.text()))
+        return code == self._lit[0] or self._shows(code)
+
+    def _shows(self, code: str) -> bool:
+        return code == self._tail_code and bool(self._tail.text())
 
     def light(self, code: str) -> None:
         """Highlight ``code`` for the next ``show_tail``, which then only sets and lays it out."""
         self._lit = (code, code_html(code.removesuffix("\n"), self._lang, self._theme))
 
     def show_tail(self, code: str) -> None:
-        if code == self._tail_code and self._tail.text():
+        if self._shows(code):
             return
         if code != self._lit[0]:
             self.light(code)
