@@ -13,6 +13,8 @@ memory, their threads) passes for the API's.
   on a machine whose cores the engine uses, that time is taken from the engine. It is read from the
   process's Linux CPU clock (``process_cpu_s``: every thread's, ended ones too, to the nanosecond):
   psutil's 10 ms ticks, over ten replies of 200 tokens, moved the figure by several us either way;
+- that figure taken apart: what a reply costs the API however long it is (its CPU time over the
+  short replies of the TTFT pairs), spread over the decode replies' tokens, and the rest, a token;
 - the floor under that figure: the same replies passed on by a bare paced TCP relay
   (``tests.support.paced_relay``: one blocking read a frame and one write, no HTTP, no events), its CPU
   per token read the same way. Paced at one wake a frame, a relay costs this machine at least that per
@@ -230,16 +232,35 @@ class CpuUse:
     pid: int
     seconds: float = 0.0
     tokens: int = 0
+    replies: int = 0
 
     async def over(self, reply: Awaitable[Timing]) -> Timing:
         before = process_cpu_s(self.pid)
         timing = await reply
         self.seconds += process_cpu_s(self.pid) - before
         self.tokens += timing.tokens
+        self.replies += 1
         return timing
 
     def per_token_us(self) -> float:
         return self.seconds / max(self.tokens, 1) * 1e6
+
+    def per_reply_ms(self) -> float:
+        return self.seconds / max(self.replies, 1) * 1e3
+
+
+def split(cpu: CpuUse, short: CpuUse) -> str:
+    """``cpu``'s figure a token, taken apart: what a reply costs however long it is (a short reply's cost,
+    ``short``: its two tokens' reads are in it too) spread over the tokens of ``cpu``'s replies, and the
+    rest, a token passed on. The first is the request's handling (HTTP, routing, the engine's connection,
+    the relay's start and end); the second the paced reads and writes."""
+    own = short.seconds * cpu.replies / max(short.replies, 1)
+    each = own / max(cpu.tokens, 1) * 1e6
+    rest = (cpu.seconds - own) / max(cpu.tokens, 1) * 1e6
+    return (
+        f"a reply's own {short.per_reply_ms():.2f} ms (over {short.replies} replies of 2 tokens),"
+        f" {each:.0f} us a token over these replies, and {rest:.0f} us a token passed on"
+    )
 
 
 async def paired(
@@ -275,7 +296,8 @@ async def bench(args: argparse.Namespace, served: Served) -> None:
     async with httpx.AsyncClient(trust_env=False, limits=limits) as client:
         for path in (through, direct):  # warm-up, not counted
             await stream(client, path, PROMPTS[0], 8)
-        first_pairs = await paired(client, through, direct, args.ttft_rounds, 2)
+        short = CpuUse(served.child.pid)
+        first_pairs = await paired(client, through, direct, args.ttft_rounds, 2, short)
         cpu = CpuUse(served.child.pid)
         decode_pairs = await paired(client, through, direct, args.rounds, args.tokens, cpu)
         floor = await floor_use(client, served, args)
@@ -325,6 +347,7 @@ async def bench(args: argparse.Namespace, served: Served) -> None:
         f" (over {cpu.tokens} tokens); the floor, a bare relay paced the same: {floor.per_token_us():.0f} us"
         f" (over {floor.tokens} tokens); the API over the floor: {over_floor(cpu, floor)}"
     )
+    print(f"the API's CPU per token taken apart: {split(cpu, short)}")
     print(
         f"8 concurrent streams, aggregate tok/s (median of {args.concurrent_rounds}): "
         f"serve {statistics.median(serve_agg):.1f}  direct {statistics.median(direct_agg):.1f}"
@@ -381,7 +404,8 @@ async def by_dialect(
     )
     for path in (through, direct):  # warm-up, not counted
         await stream(client, path, PROMPTS[0], 8)
-    gaps = [s.ttft_s - d.ttft_s for s, d in await paired(client, through, direct, args.ttft_rounds, 2)]
+    short = CpuUse(served.child.pid)
+    gaps = [s.ttft_s - d.ttft_s for s, d in await paired(client, through, direct, args.ttft_rounds, 2, short)]
     cpu = CpuUse(served.child.pid)
     pairs = await paired(client, through, direct, args.rounds, args.tokens, cpu)
     ratios = [s.decode_tps / d.decode_tps for s, d in pairs]
@@ -393,7 +417,8 @@ async def by_dialect(
         f" {statistics.median(p.tokens for p, _ in pairs)} tokens)"
         f"  TTFT difference {statistics.median(gaps) * 1000:+.2f} ms"
         f" (95% interval {gap_low * 1000:+.2f} to {gap_high * 1000:+.2f}; {args.ttft_rounds} pairs)"
-        f"  the API's CPU per token {cpu.per_token_us():.0f} us ({over_floor(cpu, floor)} the floor)"
+        f"  the API's CPU per token {cpu.per_token_us():.0f} us ({over_floor(cpu, floor)} the floor:"
+        f" {split(cpu, short)})"
     )
 
 
