@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
+import threading
 import time
 from collections.abc import AsyncIterator
 
@@ -24,6 +25,7 @@ from app.client.splice import (
     EngineAnswer,
     Length,
     UpToClose,
+    Workers,
     open_stream,
     plain_http_address,
     splice,
@@ -165,6 +167,7 @@ async def api(engine: Engine, pacing: Pacing) -> AsyncIterator[tuple[str, list[b
     """A real aiohttp server whose one route splices ``engine``'s answer; the URL, and what the route's
     ``on_data`` saw."""
     seen: list[bytes] = []
+    relays = Workers("api-relay")
 
     async def route(request: web.Request) -> web.StreamResponse:
         answer = await open_stream(engine.address, "/v1/chat/completions", b"{}", {"Authorization": "x"})
@@ -176,7 +179,7 @@ async def api(engine: Engine, pacing: Pacing) -> AsyncIterator[tuple[str, list[b
             seen.append(events)
             return events
 
-        if await splice(answer, response, writer, pacing, translate):
+        if await splice(answer, response, writer, pacing, relays, translate):
             await response.write_eof()
         return response
 
@@ -190,6 +193,7 @@ async def api(engine: Engine, pacing: Pacing) -> AsyncIterator[tuple[str, list[b
         yield f"http://127.0.0.1:{runner.addresses[0][1]}/", seen
     finally:
         await runner.cleanup()
+        relays.close()
 
 
 @pytest.mark.parametrize(("seed", "close_delimited"), [(1, False), (2, False), (3, True)])
@@ -268,6 +272,7 @@ def test_what_the_translation_raises_in_the_thread_is_raised_on_the_loop() -> No
     async def go() -> str:
         async with Engine(pieces(STREAM, 4), 0.0005) as engine:
             seen: list[str] = []
+            relays = Workers("api-relay")
 
             async def route(request: web.Request) -> web.StreamResponse:
                 answer = await open_stream(engine.address, "/", b"{}", {})
@@ -275,7 +280,7 @@ def test_what_the_translation_raises_in_the_thread_is_raised_on_the_loop() -> No
                 writer = await response.prepare(request)
                 assert writer is not None
                 try:
-                    await splice(answer, response, writer, PACED, translate)
+                    await splice(answer, response, writer, PACED, relays, translate)
                 except ValueError as err:
                     seen.append(str(err))
                 await response.write_eof()
@@ -293,8 +298,79 @@ def test_what_the_translation_raises_in_the_thread_is_raised_on_the_loop() -> No
                         await response.read()
             finally:
                 await runner.cleanup()
+                relays.close()
             while engine.gone_at is None:  # its connection closed with the failure
                 await asyncio.sleep(0.01)
             return seen[0]
 
     assert asyncio.run(go()) == "not a JSON object"
+
+
+def _ran(workers: Workers, until: threading.Event | None = None) -> tuple[threading.Thread, threading.Event]:
+    """The thread ``workers`` runs a job in, and the event its ``then`` sets; the job returns once
+    ``until`` is set (at once without)."""
+    began, over = threading.Event(), threading.Event()
+    ran: list[threading.Thread] = []
+
+    def job() -> None:
+        ran.append(threading.current_thread())
+        began.set()
+        if until is not None:
+            until.wait(10)
+
+    workers.run(job, over.set)
+    assert began.wait(10)
+    return ran[0], over
+
+
+def test_a_relay_thread_is_free_for_the_next_stream_when_it_says_its_stream_is_over() -> None:
+    workers = Workers("api-relay")
+    first, over = _ran(workers)
+    assert over.wait(10)
+    assert _ran(workers)[0] is first  # no thread started for the second
+    workers.close()
+    first.join(10)
+    assert not first.is_alive()
+
+
+def test_streams_given_together_each_have_a_thread_at_once() -> None:
+    workers = Workers("api-relay")
+    release = threading.Event()
+    try:
+        threads = [_ran(workers, release)[0] for _ in range(3)]  # each waits for the release: none queued
+        assert len(set(threads)) == 3
+    finally:
+        release.set()
+        workers.close()
+    for thread in threads:
+        thread.join(10)
+        assert not thread.is_alive()  # busy when closed: ended with its job
+
+
+def test_a_relay_thread_left_idle_ends_and_a_new_one_takes_the_next_stream() -> None:
+    workers = Workers("api-relay", idle_s=0.05)
+    first, _ = _ran(workers)
+    first.join(10)
+    assert not first.is_alive()
+    second, _ = _ran(workers)
+    assert second is not first
+    workers.close()
+    second.join(10)
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")  # the job's, meant
+def test_a_job_that_raises_ends_its_thread_and_still_says_it_is_over() -> None:
+    workers = Workers("api-relay")
+    over = threading.Event()
+    ran: list[threading.Thread] = []
+
+    def job() -> None:
+        ran.append(threading.current_thread())
+        raise RuntimeError("a job's failure")
+
+    workers.run(job, over.set)
+    assert over.wait(10)
+    ran[0].join(10)
+    assert not ran[0].is_alive() and workers._idle == []  # not given the next job
+    assert _ran(workers)[0] is not ran[0]
+    workers.close()

@@ -160,7 +160,8 @@ class _Spliced:
         call, reader = self._call, self._reader
         assert call.spliced is not None
         with self._openai.router.reply_streaming(call.name):
-            if not await splice(call.spliced, response, writer, OPENAI_SSE, self._translate, self._finished):
+            relays, translate, finished = self._openai.relays, self._translate, self._finished
+            if not await splice(call.spliced, response, writer, OPENAI_SSE, relays, translate, finished):
                 return False
         if reader.finished is None and (tail := self._codec.feed(reader.end())):
             await response.write(tail)

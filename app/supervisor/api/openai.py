@@ -27,7 +27,7 @@ from aiohttp import web
 from app.client.adapters import IMAGE_PARTS, Route
 from app.client.capped import read_upto
 from app.client.pacing import OPENAI_SSE, has_text_delta
-from app.client.splice import EngineAnswer, splice
+from app.client.splice import EngineAnswer, Workers, splice
 from app.core.engine_state import EngineState
 from app.core.errors import LemonDeskError, RequestError
 from app.core.models import Model
@@ -233,6 +233,7 @@ class OpenAIRoutes:
         self._relay: aiohttp.ClientSession | None = None
         self._reconnects: set[asyncio.Task[None]] = set()
         self._closes_connections: set[str] = set()  # engines (base URLs) that keep none: not reconnected
+        self.relays = Workers("api-relay")  # the threads that pass spliced streams on
 
     def relay(self) -> aiohttp.ClientSession:
         """The one pool of connections to the engines and remotes the API passes requests on to (made
@@ -246,6 +247,7 @@ class OpenAIRoutes:
         return self._relay
 
     async def close(self, _app: web.Application) -> None:
+        self.relays.close()
         for task in list(self._reconnects):
             task.cancel()
         await asyncio.gather(*self._reconnects, return_exceptions=True)
@@ -488,7 +490,7 @@ class OpenAIRoutes:
             with self.router.reply_streaming(name):
                 if spliced is not None and writer is not None:
                     # From a thread, one read and one write a frame: the loop is not woken per frame.
-                    if not await splice(spliced, response, writer, OPENAI_SSE, watch.passed):
+                    if not await splice(spliced, response, writer, OPENAI_SSE, self.relays, watch.passed):
                         return response  # the client went away
                 else:
                     if first:
