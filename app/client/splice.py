@@ -417,10 +417,6 @@ def _never() -> bool:
     return False
 
 
-def _nothing() -> None:
-    pass
-
-
 _Job = tuple[Callable[[], None], Callable[[], None]]  # a job, and what follows it
 
 
@@ -439,7 +435,7 @@ class Workers:
         self._idle: list[queue.SimpleQueue[_Job | None]] = []  # each idle thread's jobs
         self._closed = False
 
-    def run(self, job: Callable[[], None], then: Callable[[], None] = _nothing) -> None:
+    def run(self, job: Callable[[], None], then: Callable[[], None]) -> None:
         with self._lock:
             jobs = self._idle.pop() if self._idle else None
         if jobs is None:
