@@ -19,7 +19,8 @@ memory, their threads) passes for the API's.
   (``tests.support.paced_relay``: one blocking read a frame and one write, no HTTP, no events), its CPU
   per token read the same way. Paced at one wake a frame, a relay costs this machine at least that per
   token at the engine's speed (fewer tokens a frame, more per token); the API's figure over it is what
-  the API's own work adds;
+  the API's own work adds. Beside it the native floor: the same relay in C (``paced_relay.c``, built with
+  the system's ``cc``), what a relay costs here with no interpreter in it;
 - the engine's own decode speed (its ``timings``) through serve / direct: what the API's CPU took from
   the engine, apart from when the client saw the tokens.
 
@@ -65,6 +66,7 @@ from app.store.model_options import ModelOptions, save_model_options
 from app.store.settings import Settings, save_settings
 from tests.conftest import profile_path
 from tests.support.llama import build_llama_server, fetch_smollm_gguf
+from tests.support.paced_relay import native_argv, native_relay
 
 MODEL = "user.smol"
 CTX = 8192
@@ -288,7 +290,7 @@ async def paired(
     return pairs
 
 
-async def bench(args: argparse.Namespace, served: Served) -> None:
+async def bench(args: argparse.Namespace, served: Served, native_binary: Path | None) -> None:
     through = Target(served.api_url, {}, MODEL)
     direct = Target(served.engine_url, {"Authorization": f"Bearer {served.engine_key}"}, None)
     # Idle connections go before llama-server's 5 s keep-alive ends (else a request can meet a closing one).
@@ -300,7 +302,14 @@ async def bench(args: argparse.Namespace, served: Served) -> None:
         first_pairs = await paired(client, through, direct, args.ttft_rounds, 2, short)
         cpu = CpuUse(served.child.pid)
         decode_pairs = await paired(client, through, direct, args.rounds, args.tokens, cpu)
-        floor = await floor_use(client, served, args)
+        engine = urlsplit(served.engine_url)
+        host, port = str(engine.hostname), int(engine.port or 80)
+        python_relay = [sys.executable, "-m", "tests.support.paced_relay", host, str(port)]
+        floor = await floor_use(client, served, python_relay, args.rounds, args.tokens)
+        native = None
+        if native_binary is not None:
+            argv = native_argv(native_binary, host, port)
+            native = await floor_use(client, served, argv, args.rounds, args.tokens)
         serve_agg: list[float] = []
         direct_agg: list[float] = []
         for i in range(args.concurrent_rounds):
@@ -347,6 +356,14 @@ async def bench(args: argparse.Namespace, served: Served) -> None:
         f" (over {cpu.tokens} tokens); the floor, a bare relay paced the same: {floor.per_token_us():.0f} us"
         f" (over {floor.tokens} tokens); the API over the floor: {over_floor(cpu, floor)}"
     )
+    if native is not None:
+        print(
+            f"the native floor, the same relay in C: {native.per_token_us():.0f} us"
+            f" (over {native.tokens} tokens); the Python floor over it: {over_floor(floor, native)},"
+            f" the API over it: {over_floor(cpu, native)}"
+        )
+    else:
+        print("the native floor: not measured (no C compiler, cc, on the PATH)")
     print(f"the API's CPU per token taken apart: {split(cpu, short)}")
     print(
         f"8 concurrent streams, aggregate tok/s (median of {args.concurrent_rounds}): "
@@ -364,11 +381,12 @@ async def bench(args: argparse.Namespace, served: Served) -> None:
             await by_dialect(client, served, dialect, args, floor)
 
 
-async def floor_use(client: httpx.AsyncClient, served: Served, args: argparse.Namespace) -> CpuUse:
-    """The CPU a bare paced relay (``tests.support.paced_relay``) spends on ``args.rounds`` replies."""
+async def floor_use(
+    client: httpx.AsyncClient, served: Served, argv: list[str], rounds: int, tokens: int
+) -> CpuUse:
+    """The CPU a bare paced relay (``argv``: ``tests.support.paced_relay`` or its C twin, to the engine)
+    spends on ``rounds`` replies."""
     root = Path(__file__).resolve().parents[2]
-    engine = urlsplit(served.engine_url)
-    argv = [sys.executable, "-m", "tests.support.paced_relay", str(engine.hostname), str(engine.port)]
     relay = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=root)
     assert relay.stdin is not None and relay.stdout is not None
     try:
@@ -381,8 +399,8 @@ async def floor_use(client: httpx.AsyncClient, served: Served, args: argparse.Na
         )
         await stream(client, path, PROMPTS[0], 8)  # warm-up, not counted
         floor = CpuUse(relay.pid)
-        for i in range(args.rounds):
-            await floor.over(stream(client, path, PROMPTS[i % len(PROMPTS)], args.tokens))
+        for i in range(rounds):
+            await floor.over(stream(client, path, PROMPTS[i % len(PROMPTS)], tokens))
         return floor
     finally:
         relay.stdin.close()
@@ -474,6 +492,7 @@ def main() -> None:
     )
     args = parser.parse_args()
     server_dir, model = build_llama_server(print), fetch_smollm_gguf(print)
+    native_binary = native_relay(print)
     with tempfile.TemporaryDirectory(prefix="lemon-desk-bench-") as home:
         # The API's state (settings, the imported model, its options) goes to a throwaway app folder.
         os.environ["LEMON_DESK_HOME"] = home
@@ -485,7 +504,7 @@ def main() -> None:
         engine_args = [*ARGS, *(["--threads", str(args.threads)] if args.threads else [])]
         save_model_options({MODEL: ModelOptions(backend="system", ctx_size=CTX, args=" ".join(engine_args))})
         with served_engine(MODEL) as served:
-            asyncio.run(bench(args, served))
+            asyncio.run(bench(args, served, native_binary))
 
 
 if __name__ == "__main__":
