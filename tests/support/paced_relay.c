@@ -1,11 +1,12 @@
 /* tests/support/paced_relay.py in C: the benches' native floor, what a relay paced at one wake a
  * frame costs this machine when no interpreter runs in it (the kernel's share, and the thread's).
  *
- *     paced_relay HOST PORT FRAME_US
+ *     paced_relay HOST PORT FRAME_US READ_BYTES HELD_BYTES
  *
  * Listens on a free loopback port, prints it, and relays each connection to HOST:PORT byte for byte as
  * the Python relay does: the client's bytes as they come, the engine's first two reads as they come,
- * then one read a frame (SO_RCVLOWAT high, SO_RCVTIMEO the frame), each read written on in one write.
+ * then one read a frame (SO_RCVLOWAT at HELD_BYTES, SO_RCVTIMEO the frame), each read (of up to
+ * READ_BYTES) written on in one write. The sizes and the frame are the app's, given by the caller.
  * Runs until its standard input closes. Built by tests.support.paced_relay.native_relay. */
 
 #include <arpa/inet.h>
@@ -19,10 +20,9 @@
 #include <sys/time.h>
 #include <unistd.h>
 
-enum { READ_BYTES = 256 * 1024, HELD_BYTES = 64 * 1024 };
-
 static struct sockaddr_in engine_address;
 static long frame_us;
+static int read_bytes, held_bytes;
 
 struct link {
     int client, engine;
@@ -50,7 +50,7 @@ static void *upstream(void *arg) {
 
 static void *relay(void *arg) {
     struct link *link = arg;
-    char *buffer = malloc(READ_BYTES);
+    char *buffer = malloc((size_t)read_bytes);
     int one = 1, reads = 0;
     pthread_t up;
     link->engine = socket(AF_INET, SOCK_STREAM, 0);
@@ -61,12 +61,12 @@ static void *relay(void *arg) {
     if (pthread_create(&up, NULL, upstream, link) != 0) goto done;
     for (;;) {
         if (reads == 2) {
-            int held = HELD_BYTES;
+            int held = held_bytes;
             struct timeval frame = {frame_us / 1000000, frame_us % 1000000};
             setsockopt(link->engine, SOL_SOCKET, SO_RCVLOWAT, &held, sizeof held);
             setsockopt(link->engine, SOL_SOCKET, SO_RCVTIMEO, &frame, sizeof frame);
         }
-        ssize_t got = recv(link->engine, buffer, READ_BYTES, 0);
+        ssize_t got = recv(link->engine, buffer, (size_t)read_bytes, 0);
         if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) continue;
         if (got <= 0) break;
         reads++;
@@ -108,13 +108,19 @@ static void *accept_all(void *arg) {
 }
 
 int main(int argc, char **argv) {
-    if (argc != 4) {
-        fprintf(stderr, "usage: %s HOST PORT FRAME_US\n", argv[0]);
+    if (argc != 6) {
+        fprintf(stderr, "usage: %s HOST PORT FRAME_US READ_BYTES HELD_BYTES\n", argv[0]);
         return 2;
     }
     engine_address.sin_family = AF_INET;
     engine_address.sin_port = htons((unsigned short)atoi(argv[2]));
     frame_us = atol(argv[3]);
+    read_bytes = atoi(argv[4]);
+    held_bytes = atoi(argv[5]);
+    if (read_bytes <= 0 || held_bytes <= 0) {
+        fprintf(stderr, "READ_BYTES and HELD_BYTES must be positive\n");
+        return 2;
+    }
     if (inet_pton(AF_INET, argv[1], &engine_address.sin_addr) != 1) {
         fprintf(stderr, "%s is not an IPv4 address\n", argv[1]);
         return 2;

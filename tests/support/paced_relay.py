@@ -103,8 +103,9 @@ def native_relay(say: Say) -> Path | None:
 
 
 def native_argv(binary: Path, host: str, port: int) -> list[str]:
-    """How to run the C relay to ``host:port`` at the app's frame (it takes no Python constants)."""
-    return [str(binary), host, str(port), str(round(FRAME_S * 1e6))]
+    """How to run the C relay to ``host:port`` at the app's frame and read sizes (it takes no Python
+    constants)."""
+    return [str(binary), host, str(port), str(round(FRAME_S * 1e6)), str(READ_BYTES), str(HELD_BYTES)]
 
 
 if __name__ == "__main__":
