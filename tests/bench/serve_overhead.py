@@ -33,7 +33,9 @@ Then one line per dialect (``--dialect``; all four unless named): the same repli
 in OpenAI's (``/v1/``), Lemonade's (``/api/v1/``), Anthropic's (``/v1/messages``: SSE events of its own)
 and Ollama's (``/api/chat``: NDJSON) words, against the same request sent straight to the engine in
 OpenAI's, paired as above: decode tok/s through / direct, the TTFT difference over short replies, and
-the API process's CPU time per token it passed on in that dialect (over the decode replies).
+the API process's CPU time per token it passed on in that dialect (over the decode replies), beside the
+engine's speed direct: the lines come after the 8 streams, and the engine's speed drifts over a run
+(95 to 64 tok/s in one run here, none in the next), which moves the CPU a token with it.
 Anthropic's and Ollama's requests cannot say ``ignore_eos`` or ``cache_prompt``, so their pairs leave
 both out on both paths (the replies, greedy, are the same on both).
 
@@ -437,7 +439,8 @@ async def by_dialect(
     print(
         f"dialect {dialect:<9} decode through / direct {statistics.median(ratios):.4f}"
         f" (95% interval {low:.4f} to {high:.4f}; {args.rounds} pairs, median"
-        f" {statistics.median(p.tokens for p, _ in pairs)} tokens)"
+        f" {statistics.median(p.tokens for p, _ in pairs)} tokens, the engine direct at"
+        f" {statistics.median(d.decode_tps for _, d in pairs):.1f} tok/s)"
         f"  TTFT difference {statistics.median(gaps) * 1000:+.2f} ms"
         f" (95% interval {gap_low * 1000:+.2f} to {gap_high * 1000:+.2f}; {args.ttft_rounds} pairs)"
         f"  the API's CPU per token {cpu.per_token_us():.0f} us ({over_floor(cpu, floor)} the floor:"
