@@ -11,7 +11,9 @@ memory, their threads) passes for the API's.
 - 8 concurrent streams: aggregate tok/s through serve / direct (target >= 0.95), paired per round, with a
   95% interval of the median: one round differs from the next by several percent either way (6 rounds
   of the API against the same API with a relay that did nothing but read and write could not tell them
-  apart), so it takes 8 rounds by default;
+  apart), so it takes 8 rounds by default; and the API's CPU per token over them: each stream gets an
+  eighth of the engine, under one token a frame, where a relay that woke every frame regardless would
+  wake more often than one per token;
 - the CPU time the API's process spent per token it passed on, over the decode pairs (target <= 60 us):
   on a machine whose cores the engine uses, that time is taken from the engine. It is read from the
   process's Linux CPU clock (``process_cpu_s``: every thread's, ended ones too, to the nanosecond):
@@ -66,6 +68,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from app.client.pacing import FRAME_S
 from app.store.library import Library
 from app.store.model_options import ModelOptions, save_model_options
 from app.store.settings import Settings, save_settings
@@ -209,12 +212,21 @@ async def _stream(client: httpx.AsyncClient, path: Target, prompt: str, tokens: 
     return Timing(first - sent, decode_tps, tokens, engine_tps)
 
 
-async def concurrent(client: httpx.AsyncClient, path: Target, streams: int, tokens: int) -> float:
-    """Aggregate tok/s of ``streams`` streams at once: every token over the wall time."""
-    started = time.perf_counter()
+async def concurrent(
+    client: httpx.AsyncClient, path: Target, streams: int, tokens: int, cpu: CpuUse | None = None
+) -> float:
+    """Aggregate tok/s of ``streams`` streams at once: every token over the wall time; ``cpu`` adds up
+    the API process's CPU time over them."""
     jobs = [stream(client, path, PROMPTS[i % len(PROMPTS)], tokens) for i in range(streams)]
+    before = process_cpu_s(cpu.pid) if cpu is not None else 0.0
+    started = time.perf_counter()
     results = await asyncio.gather(*jobs)
-    return sum(r.tokens for r in results) / (time.perf_counter() - started)
+    took = time.perf_counter() - started
+    if cpu is not None:
+        cpu.seconds += process_cpu_s(cpu.pid) - before
+        cpu.tokens += sum(r.tokens for r in results)
+        cpu.replies += len(results)
+    return sum(r.tokens for r in results) / took
 
 
 def median_interval(values: list[float], draws: int = 2000) -> tuple[float, float]:
@@ -317,10 +329,13 @@ async def bench(args: argparse.Namespace, served: Served, native_binary: Path | 
             native = await floor_use(client, served, argv, args.rounds, args.tokens)
         serve_agg: list[float] = []
         direct_agg: list[float] = []
+        many = CpuUse(served.child.pid)
         for i in range(args.concurrent_rounds):
             pair2 = [(serve_agg, through), (direct_agg, direct)]
             for totals, path in pair2 if i % 2 == 0 else reversed(pair2):
-                totals.append(await concurrent(client, path, 8, args.tokens))
+                totals.append(
+                    await concurrent(client, path, 8, args.tokens, many if path is through else None)
+                )
 
     gaps = [s.ttft_s - d.ttft_s for s, d in first_pairs]
     ttft = statistics.median(gaps)
@@ -375,7 +390,9 @@ async def bench(args: argparse.Namespace, served: Served, native_binary: Path | 
     print(
         f"8 concurrent streams, aggregate tok/s (median of {args.concurrent_rounds}): "
         f"serve {statistics.median(serve_agg):.1f}  direct {statistics.median(direct_agg):.1f}"
-        f"  paired ratio {agg:.4f} (95% interval {agg_low:.4f} to {agg_high:.4f})"
+        f"  paired ratio {agg:.4f} (95% interval {agg_low:.4f} to {agg_high:.4f});"
+        f" the API's CPU per token {many.per_token_us():.0f} us"
+        f" ({statistics.median(serve_agg) / 8 * FRAME_S:.1f} tokens a stream a frame)"
     )
     print(
         f"targets: TTFT within +2 ms: {'met' if ttft <= 0.002 else 'NOT met'}; "
