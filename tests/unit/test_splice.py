@@ -18,6 +18,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
+from app.client import splice as splice_module
 from app.client.pacing import Pacing
 from app.client.splice import (
     BodyError,
@@ -255,6 +256,70 @@ def test_a_client_that_goes_away_mid_frame_closes_the_engines_connection_at_once
             return engine.gone_at - left
 
     assert asyncio.run(go()) < 20
+
+
+SLOW = [EVENTS[0], *EVENTS[1:12]]  # an engine slower than the frames: an event every 0.1 s, frames 0.03 s
+SLOW_GAP_S = 0.1
+
+
+def test_a_relay_reads_an_engine_slower_than_its_frames_as_its_events_come(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Not woken every frame for nothing: about one read an event (woken each frame, about four)."""
+    reads = 0
+    read = splice_module._read
+
+    def counted(sock: socket.socket) -> bytes:
+        nonlocal reads
+        reads += 1
+        return read(sock)
+
+    monkeypatch.setattr(splice_module, "_read", counted)
+
+    async def go() -> bytes:
+        async with (
+            Engine(SLOW, SLOW_GAP_S) as engine,
+            api(engine, PACED) as (url, _seen),
+            aiohttp.ClientSession() as session,
+            session.post(url, data=b"{}") as response,
+        ):
+            return await response.read()
+
+    assert asyncio.run(go()) == b"".join(SLOW)
+    assert reads <= len(SLOW) + 3
+
+
+def test_the_windows_reader_reads_an_engine_slower_than_its_frames_as_its_events_come(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The window's client's reads on the loop (``EngineAnswer.read``) likewise: one wake an event, not
+    one for an empty frame and another for the event."""
+    takes = 0
+    take = splice_module._LoopReader._take
+
+    def counted(reader: splice_module._LoopReader) -> bool:
+        nonlocal takes
+        takes += 1
+        return take(reader)
+
+    monkeypatch.setattr(splice_module._LoopReader, "_take", counted)
+
+    async def go() -> bytes:
+        async with Engine(SLOW, SLOW_GAP_S) as engine:
+            answer = await open_stream(engine.address, "/v1/chat/completions", b"{}", {})
+            frame = PACED.frame()
+            got = b""
+            try:
+                while chunk := await answer.read(frame):
+                    got += chunk
+                    if not frame.on:
+                        frame.start()  # the first token, as the chat client's parser says
+            finally:
+                answer.close()
+            return got
+
+    assert asyncio.run(go()) == b"".join(SLOW)
+    assert takes <= len(SLOW) + 3
 
 
 def test_an_answer_closed_twice_says_it_finished_once() -> None:
