@@ -589,7 +589,6 @@ class _Relay:
         poller.register(self._out, select.POLLOUT)
         wait_s = 0.0  # how long a read waits for a frame's worth (``_pace``): 0, as bytes come
         slow = False  # a frame came without a byte: the engine is slower than the frames
-        read_at = 0.0
         while not body.ended:
             if not data:
                 if (wanted := frame.interval_s if frame.on and not slow else 0.0) != wait_s:
@@ -598,15 +597,15 @@ class _Relay:
                 try:
                     data = _read(sock)
                 except BlockingIOError:
-                    slow, read_at = True, time.monotonic() - frame.interval_s
+                    slow = True  # the frame's last read stands: the next byte comes a frame after it
                     continue
                 except OSError:
                     data = b""
                 if stopped.is_set():
                     return False
                 if slow:  # read as they come while they come a frame apart or more
-                    now = time.monotonic()
-                    slow, read_at = now - read_at >= frame.interval_s, now
+                    slow = frame.clock() >= frame.due()
+                frame.read()
                 if not data:
                     body.eof()  # raises BodyError when the engine broke off
                     break
